@@ -1,0 +1,1 @@
+"""Embedding and judge providers. No database imports (STYLE: data flows one way)."""

@@ -1,0 +1,72 @@
+"""Provider interfaces and the value types that cross them (CONTRACT §3, §4, §5).
+
+Vectors are ``numpy.ndarray`` of dtype float32 and shape ``(dimension,)``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+
+
+@dataclass(frozen=True, slots=True)
+class JudgeCandidate:
+    """One preset offered to the judge (§4 judge input); ``similarity`` is cosine, -1..1."""
+
+    id: int
+    display_name: str
+    category: str
+    description: str
+    examples: tuple[str, ...]
+    similarity: float
+
+
+@dataclass(frozen=True, slots=True)
+class JudgeSelection:
+    """One raw item of the judge output, unvalidated: mapping happens in the keyword stage."""
+
+    keyword_id: int
+    confidence: float
+
+
+@dataclass(frozen=True, slots=True)
+class JudgeVerdict:
+    """The judge output of §4: ``{"selected": [...], "unmatchedConcepts": [...]}``."""
+
+    selected: tuple[JudgeSelection, ...]
+    unmatched_concepts: tuple[str, ...]
+
+
+class EmbeddingProvider(Protocol):
+    """Turns texts into vectors of the configured dimension."""
+
+    dimension: int
+
+    async def embed(self, texts: Sequence[str]) -> list[np.ndarray]:
+        """Return one float32 vector of shape ``(dimension,)`` per input, in input order.
+
+        Raises ``TransientError`` (timeout, 429, 5xx, connection), ``ProviderProtocolError``
+        (2xx with a malformed body), ``PermanentError`` (4xx, wrong dimension, zero vector).
+        """
+        ...
+
+    async def aclose(self) -> None:
+        """Release HTTP connections."""
+        ...
+
+
+class KeywordJudge(Protocol):
+    """Chooses among candidates; ``profile`` names the judge for ``model_profile`` (§4)."""
+
+    profile: str
+
+    async def judge(self, text: str, candidates: Sequence[JudgeCandidate]) -> JudgeVerdict:
+        """Judge ``text`` against ``candidates`` (non-empty). Same errors as ``embed``."""
+        ...
+
+    async def aclose(self) -> None:
+        """Release HTTP connections."""
+        ...

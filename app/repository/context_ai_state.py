@@ -1,0 +1,188 @@
+"""``ai.context_ai_state``: the worker's transitions, each guarded by its WHERE clause (§2).
+
+Every statement sets ``updated_at = now()`` explicitly (§0 principle 4) and compares times
+with the database clock only (FC-06). Column names reach SQL only from ``Stage`` values.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from sqlalchemy import TextClause, text
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from app.repository.db import to_array
+from app.states import Stage, Status
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimOutcome:
+    """Result of one claim: rows affected (0 or 1) and the stage's status just before it.
+
+    ``previous_status`` is ``None`` when there is no state row.
+    """
+
+    affected: int
+    previous_status: Status | None
+
+    @property
+    def claimed(self) -> bool:
+        return self.affected == 1
+
+    @property
+    def reclaimed(self) -> bool:
+        """A stale ``PROCESSING`` was taken over: earlier work did not finish in time (§2)."""
+        return self.claimed and self.previous_status is Status.PROCESSING
+
+
+@dataclass(frozen=True, slots=True)
+class ContextProgress:
+    """Both statuses plus the stored vector (shape ``(dimension,)``) and its profile (§3.1)."""
+
+    embedding_status: Status
+    keyword_status: Status
+    embedding: np.ndarray | None
+    embedding_profile: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class LockedState:
+    """Both statuses as seen under ``FOR UPDATE`` in a save transaction (§3.2, §3.3)."""
+
+    embedding_status: Status
+    keyword_status: Status
+
+
+def _claim_statement(stage: Stage) -> TextClause:
+    # The CTE locks the row and reads the status before the UPDATE in the same statement,
+    # so a fresh start (PENDING) and a reclaim (PROCESSING) can be told apart (§2).
+    column = stage.value
+    requires_embedding = "AND s.embedding_status = 'COMPLETED'" if stage is Stage.KEYWORD else ""
+    return text(
+        f"""
+        WITH previous AS (
+            SELECT context_id, {column} AS status
+            FROM ai.context_ai_state
+            WHERE context_id = :context_id
+            FOR UPDATE
+        ), claimed AS (
+            UPDATE ai.context_ai_state AS s
+            SET {column} = 'PROCESSING', updated_at = now()
+            FROM previous AS p
+            WHERE s.context_id = p.context_id
+              AND s.{column} IN ('PENDING', 'PROCESSING')
+              AND (s.{column} = 'PENDING'
+                   OR s.updated_at < now() - make_interval(secs => :expiry_seconds))
+              {requires_embedding}
+            RETURNING s.context_id
+        )
+        SELECT p.status AS previous_status, (SELECT count(*) FROM claimed) AS affected
+        FROM previous AS p
+        """  # noqa: S608 - column comes from the Stage enum only
+    )
+
+
+def _complete_statement(stage: Stage) -> TextClause:
+    # WHERE kept even after FOR UPDATE: a missed check shows up as 0 rows, not corruption.
+    column = stage.value
+    requires_embedding = "AND embedding_status = 'COMPLETED'" if stage is Stage.KEYWORD else ""
+    return text(
+        f"UPDATE ai.context_ai_state SET {column} = 'COMPLETED', updated_at = now() "  # noqa: S608
+        f"WHERE context_id = :context_id AND {column} = 'PROCESSING' {requires_embedding}"
+    )
+
+
+def _fail_statement(stage: Stage) -> TextClause:
+    # The PROCESSING guard keeps a CANCELLED that arrived meanwhile (CANCELLED wins).
+    column = stage.value
+    return text(
+        f"UPDATE ai.context_ai_state SET {column} = 'FAILED', updated_at = now() "  # noqa: S608
+        f"WHERE context_id = :context_id AND {column} = 'PROCESSING'"
+    )
+
+
+# Start or reclaim one stage (§2 "Start").
+CLAIM_STAGE = {stage: _claim_statement(stage) for stage in Stage}
+# PROCESSING -> COMPLETED inside a save transaction (§2 "Complete").
+COMPLETE_STAGE = {stage: _complete_statement(stage) for stage in Stage}
+# PROCESSING -> FAILED for a permanent error (§2 "Fail").
+FAIL_STAGE = {stage: _fail_statement(stage) for stage in Stage}
+
+# Pre-check and resume in one read: statuses plus the stored vector and its profile (§3.1).
+LOAD_PROGRESS = text(
+    """
+    SELECT s.embedding_status, s.keyword_status, e.embedding, e.embedding_profile
+    FROM ai.context_ai_state AS s
+    LEFT JOIN ai.context_embedding AS e ON e.context_id = s.context_id
+    WHERE s.context_id = :context_id
+    """
+)
+
+# Lock the state row for a save transaction's re-check (§3.2, §3.3).
+LOCK_FOR_SAVE = text(
+    """
+    SELECT embedding_status, keyword_status
+    FROM ai.context_ai_state
+    WHERE context_id = :context_id
+    FOR UPDATE
+    """
+)
+
+
+def _require_stage(stage: object) -> Stage:
+    if not isinstance(stage, Stage):
+        raise TypeError(f"stage must be a Stage, got {type(stage).__name__}")
+    return stage
+
+
+async def claim(
+    conn: AsyncConnection, stage: Stage, context_id: int, *, expiry_seconds: float
+) -> ClaimOutcome:
+    """Start ``stage`` (PENDING) or reclaim it (PROCESSING older than ``expiry_seconds``).
+
+    The keyword stage also requires ``embedding_status = 'COMPLETED'``. 0 rows is a normal
+    outcome (duplicate, cancelled, finished), never an exception (§2). ``TypeError`` if
+    ``stage`` is not a ``Stage``.
+    """
+    statement = CLAIM_STAGE[_require_stage(stage)]
+    result = await conn.execute(
+        statement, {"context_id": context_id, "expiry_seconds": float(expiry_seconds)}
+    )
+    row = result.one_or_none()
+    if row is None:
+        return ClaimOutcome(affected=0, previous_status=None)
+    return ClaimOutcome(affected=int(row.affected), previous_status=Status(row.previous_status))
+
+
+async def complete(conn: AsyncConnection, stage: Stage, context_id: int) -> int:
+    """``PROCESSING -> COMPLETED`` (§2); returns rows affected (0 or 1)."""
+    result = await conn.execute(COMPLETE_STAGE[_require_stage(stage)], {"context_id": context_id})
+    return result.rowcount
+
+
+async def fail(conn: AsyncConnection, stage: Stage, context_id: int) -> int:
+    """``PROCESSING -> FAILED`` for a permanent error (§2); returns rows affected (0 or 1)."""
+    result = await conn.execute(FAIL_STAGE[_require_stage(stage)], {"context_id": context_id})
+    return result.rowcount
+
+
+async def load_progress(conn: AsyncConnection, context_id: int) -> ContextProgress | None:
+    """Read both statuses and the stored vector, without locks (§3.1). ``None``: no row."""
+    row = (await conn.execute(LOAD_PROGRESS, {"context_id": context_id})).one_or_none()
+    if row is None:
+        return None
+    return ContextProgress(
+        embedding_status=Status(row.embedding_status),
+        keyword_status=Status(row.keyword_status),
+        embedding=to_array(row.embedding),
+        embedding_profile=row.embedding_profile,
+    )
+
+
+async def lock_for_save(conn: AsyncConnection, context_id: int) -> LockedState | None:
+    """``SELECT ... FOR UPDATE`` the state row inside a save transaction. ``None``: no row."""
+    row = (await conn.execute(LOCK_FOR_SAVE, {"context_id": context_id})).one_or_none()
+    if row is None:
+        return None
+    return LockedState(Status(row.embedding_status), Status(row.keyword_status))

@@ -1,0 +1,102 @@
+"""Engine construction, transactions, and driver-error translation at the boundary (§6).
+
+Vectors cross the driver as ``numpy.ndarray`` (pgvector's asyncpg codec, registered per
+connection). Connection loss, lock and serialization failures, timeouts and pool exhaustion
+become ``TransientError("database unavailable")``; every other driver error propagates as is
+(a bug of ours, HTTP 500).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import numpy as np
+from pgvector import Vector
+from pgvector.asyncpg import register_vector
+from sqlalchemy import event
+from sqlalchemy import exc as sa_exc
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
+
+from app.errors import TransientError
+
+# SQLSTATEs that mean "try again later": connection exceptions (08), serialization failure,
+# deadlock, lock not available, statement timeout / cancel, server shutdown, resources (53).
+_TRANSIENT_SQLSTATE_PREFIXES = ("08", "40001", "40P01", "55P03", "57014", "57P0", "53")
+
+
+def create_engine(
+    database_url: str, *, pool_size: int = 10, with_vector_codec: bool = True
+) -> AsyncEngine:
+    """Build the async engine for a ``postgresql+asyncpg://`` URL.
+
+    ``with_vector_codec=False`` is for migrations, which run before the extension exists.
+    """
+    engine = create_async_engine(
+        database_url,
+        pool_size=pool_size,
+        max_overflow=0,
+        pool_pre_ping=True,
+        pool_timeout=30,
+    )
+    if with_vector_codec:
+
+        @event.listens_for(engine.sync_engine, "connect")
+        def _register_vector(dbapi_connection, _connection_record) -> None:
+            dbapi_connection.run_async(register_vector)
+
+    return engine
+
+
+def to_array(value: Vector | np.ndarray | None) -> np.ndarray | None:
+    """A ``vector`` column value as float32 ``numpy.ndarray`` of shape ``(dimension,)``."""
+    if value is None:
+        return None
+    if isinstance(value, Vector):
+        value = value.to_numpy()
+    return np.asarray(value, dtype=np.float32)
+
+
+def is_transient_database_error(exc: BaseException) -> bool:
+    """True for driver errors that retrying later may fix (see module docstring)."""
+    if isinstance(exc, sa_exc.TimeoutError | OSError | ConnectionError | TimeoutError):
+        return True
+    if isinstance(exc, sa_exc.DBAPIError):
+        if exc.connection_invalidated:
+            return True
+        sqlstate = getattr(exc.orig, "sqlstate", None) or getattr(exc.orig, "pgcode", None)
+        if sqlstate is None:
+            return isinstance(exc, sa_exc.OperationalError | sa_exc.InterfaceError)
+        return str(sqlstate).startswith(_TRANSIENT_SQLSTATE_PREFIXES)
+    return False
+
+
+@asynccontextmanager
+async def _translated() -> AsyncIterator[None]:
+    try:
+        yield
+    except (sa_exc.SQLAlchemyError, OSError, ConnectionError, TimeoutError) as exc:
+        if is_transient_database_error(exc):
+            raise TransientError("database unavailable") from exc
+        raise
+
+
+@asynccontextmanager
+async def transaction(engine: AsyncEngine) -> AsyncIterator[AsyncConnection]:
+    """One short transaction: commits on normal exit, rolls back on any exception.
+
+    Raises ``TransientError`` for transient driver errors (module docstring).
+    """
+    async with _translated(), engine.begin() as conn:
+        yield conn
+
+
+@asynccontextmanager
+async def autocommit(engine: AsyncEngine) -> AsyncIterator[AsyncConnection]:
+    """A connection whose every statement commits on its own (claims, plain reads).
+
+    Nothing stays ``idle in transaction`` between statements (FC-03).
+    """
+    async with _translated(), engine.connect() as conn:
+        conn = await conn.execution_options(isolation_level="AUTOCOMMIT")
+        yield conn

@@ -1,0 +1,107 @@
+"""The one settings object (prefix ``PINLOG_``); the only module that reads the environment.
+
+Built once at startup and passed into constructors. Validators fail startup on contradictions
+(CONTRACT §5: the profile string must agree with model, dimension and distance) and on missing
+secrets. Durations are seconds.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Literal
+
+from pydantic import Field, SecretStr, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+PRODUCTION_PROFILE = "openai-text-embedding-3-small-1536-cosine-v1"
+OFFLINE_EMBEDDING_MODEL = "hashing-char-ngram"
+OFFLINE_PROFILE = f"local-{OFFLINE_EMBEDDING_MODEL}-1536-cosine-v1"
+
+# <prefix ending with the model>-<dimension>-<distance>-v<revision>
+_PROFILE_PATTERN = re.compile(r"^(?P<prefix>.+)-(?P<dimension>\d+)-(?P<distance>[a-z0-9]+)-v\d+$")
+
+
+class Settings(BaseSettings):
+    """Worker configuration. Raises ``pydantic.ValidationError`` with a precise message."""
+
+    model_config = SettingsConfigDict(env_prefix="PINLOG_", extra="ignore", frozen=True)
+
+    database_url: str = Field(
+        description="SQLAlchemy asyncpg URL, postgresql+asyncpg://user:pass@host/db"
+    )
+    internal_secret: SecretStr = Field(
+        min_length=16, description="Shared X-Internal-Secret value (§8)"
+    )
+
+    embedding_provider: Literal["openai", "hashing"] = "openai"
+    embedding_base_url: str = "https://api.openai.com/v1"
+    embedding_api_key: SecretStr | None = None
+    embedding_model: str = "text-embedding-3-small"
+    embedding_dimension: int = Field(default=1536, ge=1, le=16000)
+    embedding_distance: Literal["cosine"] = "cosine"
+    embedding_profile: str = Field(default=PRODUCTION_PROFILE, max_length=100)
+    embedding_max_input_chars: int = Field(
+        default=6000, ge=1, description="Longer normalised text is a permanent input error"
+    )
+
+    judge_provider: Literal["openai", "similarity"] = "openai"
+    judge_base_url: str = "https://api.openai.com/v1"
+    judge_api_key: SecretStr | None = None
+    judge_model: str = "gpt-4o-mini"
+    judge_similarity_threshold: float = Field(
+        default=0.3, ge=-1.0, le=1.0, description="Offline judge: minimum cosine to select"
+    )
+
+    provider_timeout_seconds: float = Field(default=30.0, gt=0)
+    provider_max_retries: int = Field(default=2, ge=0, le=5)
+
+    processing_expiry_seconds: int = Field(default=600, ge=1)
+    keyword_top_k: int = Field(default=10, ge=1, le=100)
+    keyword_similarity_floor: float = Field(default=0.2, ge=-1.0, le=1.0)
+
+    worker_concurrency: int = Field(default=4, ge=1, le=256)
+    queue_capacity: int = Field(default=1000, ge=1)
+    shutdown_grace_seconds: float = Field(default=10.0, ge=0)
+    database_pool_size: int = Field(default=10, ge=1)
+
+    @model_validator(mode="after")
+    def _check_consistency(self) -> Settings:
+        if not self.database_url.startswith("postgresql+asyncpg://"):
+            raise ValueError("PINLOG_DATABASE_URL must be a postgresql+asyncpg:// URL")
+        match = _PROFILE_PATTERN.match(self.embedding_profile)
+        if match is None:
+            raise ValueError(
+                "PINLOG_EMBEDDING_PROFILE must look like <model>-<dimension>-<distance>-v<n>, "
+                f"got {self.embedding_profile!r}"
+            )
+        if not match["prefix"].endswith(self.embedding_model):
+            raise ValueError(
+                f"PINLOG_EMBEDDING_PROFILE {self.embedding_profile!r} does not name "
+                f"PINLOG_EMBEDDING_MODEL {self.embedding_model!r}"
+            )
+        if int(match["dimension"]) != self.embedding_dimension:
+            raise ValueError(
+                f"PINLOG_EMBEDDING_PROFILE {self.embedding_profile!r} says dimension "
+                f"{match['dimension']}, PINLOG_EMBEDDING_DIMENSION is {self.embedding_dimension}"
+            )
+        if match["distance"] != self.embedding_distance:
+            raise ValueError(
+                f"PINLOG_EMBEDDING_PROFILE {self.embedding_profile!r} says distance "
+                f"{match['distance']!r}, PINLOG_EMBEDDING_DISTANCE is {self.embedding_distance!r}"
+            )
+        if self.embedding_provider == "openai" and not _has_secret(self.embedding_api_key):
+            raise ValueError("PINLOG_EMBEDDING_API_KEY is required when the provider is openai")
+        if self.judge_provider == "openai" and not _has_secret(self.judge_api_key):
+            raise ValueError("PINLOG_JUDGE_API_KEY is required when the judge is openai")
+        return self
+
+    @property
+    def judge_profile(self) -> str:
+        """Which judge decided, stored as ``model_profile`` with each analysis row (§4)."""
+        if self.judge_provider == "similarity":
+            return f"local-similarity-judge-{self.judge_similarity_threshold:g}-v1"
+        return f"openai-chat-{self.judge_model}"
+
+
+def _has_secret(value: SecretStr | None) -> bool:
+    return value is not None and bool(value.get_secret_value().strip())

@@ -1,0 +1,152 @@
+"""Test data builders with keyword-only arguments. They write as the core side would."""
+
+from __future__ import annotations
+
+import numpy as np
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from app.providers.hashing import hash_embed
+
+DIMENSION = 1536
+PROFILE = "local-hashing-char-ngram-1536-cosine-v1"
+
+
+def vector(seed: int | str = 1, *, dimension: int = DIMENSION) -> np.ndarray:
+    """A deterministic unit vector, float32 shape ``(dimension,)``."""
+    return hash_embed(f"builder vector {seed}", dimension)
+
+
+async def make_state(
+    engine: AsyncEngine,
+    *,
+    context_id: int,
+    embedding_status: str = "PENDING",
+    keyword_status: str = "PENDING",
+    retry_count: int = 0,
+    updated_seconds_ago: float = 0,
+) -> None:
+    """Insert a state row as the core side does on create (§9)."""
+    async with engine.begin() as conn:
+        await conn.execute(
+            text(
+                "INSERT INTO ai.context_ai_state "
+                "(context_id, embedding_status, keyword_status, retry_count, updated_at) "
+                "VALUES (:id, :e, :k, :r, now() - make_interval(secs => :ago))"
+            ),
+            {
+                "id": context_id,
+                "e": embedding_status,
+                "k": keyword_status,
+                "r": retry_count,
+                "ago": float(updated_seconds_ago),
+            },
+        )
+
+
+async def make_embedding(
+    engine: AsyncEngine,
+    *,
+    context_id: int,
+    user_id: int = 1,
+    record_id: int = 1,
+    embedding: np.ndarray | None = None,
+    profile: str = PROFILE,
+    is_deleted: bool = False,
+) -> None:
+    async with engine.begin() as conn:
+        await conn.execute(
+            text(
+                "INSERT INTO ai.context_embedding "
+                "(context_id, user_id, record_id, embedding, embedding_profile, is_deleted) "
+                "VALUES (:id, :u, :r, :v, :p, :d)"
+            ),
+            {
+                "id": context_id,
+                "u": user_id,
+                "r": record_id,
+                "v": vector(context_id) if embedding is None else embedding,
+                "p": profile,
+                "d": is_deleted,
+            },
+        )
+
+
+async def make_preset(
+    engine: AsyncEngine,
+    *,
+    preset_id: int,
+    code: str | None = None,
+    display_name: str = "프리셋",
+    category: str = "ACTIVITY",
+    description: str = "설명",
+    examples: tuple[str, ...] = ("예시 하나", "예시 둘", "예시 셋"),
+    embedding: np.ndarray | None = None,
+    profile: str = PROFILE,
+    visibility: str = "PUBLIC",
+    is_active: bool = True,
+    version: int = 1,
+) -> None:
+    async with engine.begin() as conn:
+        await conn.execute(
+            text(
+                "INSERT INTO ai.keyword_preset (id, code, display_name, category, description, "
+                "examples, embedding, embedding_profile, visibility, is_active, version) "
+                "VALUES (:id, :code, :name, :cat, :desc, :ex, :v, :p, :vis, :active, :ver)"
+            ),
+            {
+                "id": preset_id,
+                "code": code or f"PRESET_{preset_id}",
+                "name": display_name,
+                "cat": category,
+                "desc": description,
+                "ex": list(examples),
+                "v": vector(f"preset {preset_id}") if embedding is None else embedding,
+                "p": profile,
+                "vis": visibility,
+                "active": is_active,
+                "ver": version,
+            },
+        )
+
+
+async def cancel_context(engine: AsyncEngine, *, context_id: int) -> None:
+    """The core side's delete (§9): is_deleted on the embedding, both statuses CANCELLED."""
+    async with engine.begin() as conn:
+        await conn.execute(
+            text(
+                "UPDATE ai.context_embedding SET is_deleted = true, updated_at = now() "
+                "WHERE context_id = :id"
+            ),
+            {"id": context_id},
+        )
+        await conn.execute(
+            text(
+                "UPDATE ai.context_ai_state SET embedding_status = 'CANCELLED', "
+                "keyword_status = 'CANCELLED', updated_at = now() WHERE context_id = :id"
+            ),
+            {"id": context_id},
+        )
+
+
+async def fetch_state(engine: AsyncEngine, context_id: int) -> tuple[str, str]:
+    async with engine.connect() as conn:
+        row = (
+            await conn.execute(
+                text(
+                    "SELECT embedding_status, keyword_status FROM ai.context_ai_state "
+                    "WHERE context_id = :id"
+                ),
+                {"id": context_id},
+            )
+        ).one()
+    return row.embedding_status, row.keyword_status
+
+
+async def count_rows(engine: AsyncEngine, table: str, context_id: int) -> int:
+    async with engine.connect() as conn:
+        return (
+            await conn.execute(
+                text(f"SELECT count(*) FROM {table} WHERE context_id = :id"), {"id": context_id}
+            )
+        ).scalar_one()

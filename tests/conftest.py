@@ -1,0 +1,67 @@
+"""Session-wide database for the suite: ``PINLOG_TEST_DATABASE_URL`` or an embedded server.
+
+The schema is applied once from ``migrations_stub/``; every test starts from empty ai tables
+(TRUNCATE), so no test depends on another's order.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from app import embedded_postgres
+from app.repository import migrations
+from app.repository.db import create_engine
+
+AI_TABLES = (
+    "ai.context_keyword",
+    "ai.context_keyword_analysis",
+    "ai.context_embedding",
+    "ai.context_ai_state",
+    "ai.context_text_fingerprint",
+    "ai.keyword_preset",
+)
+
+
+@pytest.fixture(scope="session")
+def database_url(tmp_path_factory: pytest.TempPathFactory) -> str:
+    url = os.environ.get("PINLOG_TEST_DATABASE_URL")
+    if url:
+        return url
+    return embedded_postgres.start(tmp_path_factory.mktemp("pg") / "data", delete_on_exit=True)
+
+
+@pytest.fixture(scope="session")
+async def migrated_database(database_url: str) -> str:
+    engine = create_engine(database_url, with_vector_codec=False)
+    try:
+        await migrations.upgrade(engine)
+    finally:
+        await engine.dispose()
+    return database_url
+
+
+@pytest.fixture(scope="session")
+async def engine(migrated_database: str) -> AsyncIterator[AsyncEngine]:
+    engine = create_engine(migrated_database, pool_size=30)
+    yield engine
+    await engine.dispose()
+
+
+@pytest.fixture(autouse=True)
+async def _clean_ai_schema(request: pytest.FixtureRequest) -> None:
+    if "engine" not in request.fixturenames:
+        return
+    engine: AsyncEngine = request.getfixturevalue("engine")
+    async with engine.begin() as conn:
+        await conn.execute(text(f"TRUNCATE {', '.join(AI_TABLES)} CASCADE"))
+
+
+@pytest.fixture
+def migrations_dir() -> Path:
+    return migrations.DEFAULT_MIGRATIONS_DIR

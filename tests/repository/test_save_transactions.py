@@ -1,0 +1,238 @@
+"""The two save transactions of §3 against concurrent cancellations (scenarios 10, 11, 12)."""
+
+from __future__ import annotations
+
+import asyncio
+
+from sqlalchemy import text
+
+from app.repository import context_ai_state, results
+from app.repository.db import autocommit
+from app.repository.results import SaveOutcome
+from app.states import Stage
+from tests.builders import (
+    PROFILE,
+    cancel_context,
+    count_rows,
+    fetch_state,
+    make_embedding,
+    make_preset,
+    make_state,
+    vector,
+)
+
+
+async def save_embedding(engine, context_id: int = 1):
+    return await results.save_embedding(
+        engine,
+        context_id=context_id,
+        user_id=7,
+        record_id=70,
+        embedding=vector(context_id),
+        embedding_profile=PROFILE,
+    )
+
+
+async def save_keywords(engine, context_id: int = 1, selections=((1, 0.9),)):
+    return await results.save_keywords(
+        engine,
+        context_id=context_id,
+        selections=list(selections),
+        preset_version=3,
+        unmatched_concepts=["주차"],
+        model_profile="judge-x",
+    )
+
+
+async def claim(engine, stage: Stage, context_id: int = 1):
+    async with autocommit(engine) as conn:
+        return await context_ai_state.claim(conn, stage, context_id, expiry_seconds=600)
+
+
+async def test_embedding_save_stores_vector_and_completes(engine):
+    await make_state(engine, context_id=1)
+    await claim(engine, Stage.EMBEDDING)
+
+    assert await save_embedding(engine) is SaveOutcome.SAVED
+
+    assert await fetch_state(engine, 1) == ("COMPLETED", "PENDING")
+    async with engine.connect() as conn:
+        row = (await conn.execute(text("SELECT * FROM ai.context_embedding"))).one()
+    assert (row.user_id, row.record_id, row.embedding_profile, row.is_deleted) == (
+        7,
+        70,
+        PROFILE,
+        False,
+    )
+    assert row.embedding.to_numpy().shape == (1536,)
+
+
+async def test_scenario_10_12_embedding_save_after_cancel_is_discarded_and_writes_no_row(engine):
+    await make_state(engine, context_id=1)
+    await claim(engine, Stage.EMBEDDING)
+    await cancel_context(engine, context_id=1)  # delete before any embedding row exists
+
+    assert await save_embedding(engine) is SaveOutcome.DISCARDED
+
+    assert await count_rows(engine, "ai.context_embedding", 1) == 0
+    assert await fetch_state(engine, 1) == ("CANCELLED", "CANCELLED")
+
+
+async def test_embedding_save_without_claim_is_discarded(engine):
+    await make_state(engine, context_id=1)
+    assert await save_embedding(engine) is SaveOutcome.DISCARDED
+    assert await count_rows(engine, "ai.context_embedding", 1) == 0
+
+
+async def test_embedding_save_without_state_row_is_discarded(engine):
+    assert await save_embedding(engine, context_id=99) is SaveOutcome.DISCARDED
+    assert await count_rows(engine, "ai.context_embedding", 99) == 0
+
+
+async def test_embedding_upsert_keeps_is_deleted_true(engine):
+    # A row the core side already marked deleted, then a reclaimed stage saves again.
+    await make_state(engine, context_id=1, embedding_status="PROCESSING")
+    await make_embedding(
+        engine, context_id=1, is_deleted=True, profile="old-profile-1536-cosine-v1"
+    )
+
+    assert await save_embedding(engine) is SaveOutcome.SAVED
+
+    async with engine.connect() as conn:
+        row = (await conn.execute(text("SELECT * FROM ai.context_embedding"))).one()
+    assert row.is_deleted is True
+    assert row.embedding_profile == PROFILE
+
+
+async def test_save_waiting_on_a_cancelling_transaction_sees_cancelled_and_discards(engine):
+    await make_state(engine, context_id=1)
+    await claim(engine, Stage.EMBEDDING)
+
+    async with engine.connect() as canceller:
+        transaction = await canceller.begin()
+        await canceller.execute(
+            text(
+                "UPDATE ai.context_ai_state SET embedding_status = 'CANCELLED', "
+                "keyword_status = 'CANCELLED', updated_at = now() WHERE context_id = 1"
+            )
+        )
+        save = asyncio.create_task(save_embedding(engine))
+        await _wait_until_blocked_on_lock(engine)
+        assert not save.done()
+        await transaction.commit()
+        outcome = await save
+
+    assert outcome is SaveOutcome.DISCARDED
+    assert await count_rows(engine, "ai.context_embedding", 1) == 0
+
+
+async def test_cancel_waiting_on_a_save_wins_afterwards(engine):
+    # The opposite order: the save holds the lock first, the cancellation lands after it.
+    await make_state(engine, context_id=1)
+    await claim(engine, Stage.EMBEDDING)
+    assert await save_embedding(engine) is SaveOutcome.SAVED
+    await cancel_context(engine, context_id=1)
+    assert await fetch_state(engine, 1) == ("CANCELLED", "CANCELLED")
+    async with engine.connect() as conn:
+        deleted = (await conn.execute(text("SELECT is_deleted FROM ai.context_embedding"))).one()
+    assert deleted.is_deleted is True
+
+
+async def _wait_until_blocked_on_lock(engine, limit_seconds: float = 10.0) -> None:
+    """Wait until some session of this database waits on a row lock (no sleeps as sync)."""
+    async with asyncio.timeout(limit_seconds):
+        while True:
+            async with engine.connect() as conn:
+                waiting = (
+                    await conn.execute(
+                        text(
+                            "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = "
+                            "'Lock' AND datname = current_database()"
+                        )
+                    )
+                ).scalar_one()
+            if waiting:
+                return
+            await asyncio.sleep(0.01)
+
+
+async def test_keyword_save_replaces_rows_and_writes_analysis(engine):
+    for preset_id in (1, 2, 3):
+        await make_preset(engine, preset_id=preset_id)
+    await make_state(engine, context_id=1, embedding_status="COMPLETED")
+    await claim(engine, Stage.KEYWORD)
+
+    assert await save_keywords(engine, selections=[(1, 0.9), (2, 0.5), (3, 0.25)]) is (
+        SaveOutcome.SAVED
+    )
+    assert await count_rows(engine, "ai.context_keyword", 1) == 3
+    assert await fetch_state(engine, 1) == ("COMPLETED", "COMPLETED")
+    async with engine.connect() as conn:
+        analysis = (await conn.execute(text("SELECT * FROM ai.context_keyword_analysis"))).one()
+    assert analysis.unmatched_concepts == ["주차"]
+    assert (analysis.preset_version, analysis.model_profile) == (3, "judge-x")
+
+
+async def test_keyword_delete_insert_replaces_three_rows_with_zero(engine):
+    for preset_id in (1, 2, 3):
+        await make_preset(engine, preset_id=preset_id)
+    await make_state(engine, context_id=1, embedding_status="COMPLETED")
+    await claim(engine, Stage.KEYWORD)
+    await save_keywords(engine, selections=[(1, 0.9), (2, 0.5), (3, 0.25)])
+    # A re-judgment (operator reset to PENDING, then claimed again) that selects nothing.
+    async with engine.begin() as conn:
+        await conn.execute(text("UPDATE ai.context_ai_state SET keyword_status = 'PENDING'"))
+    await claim(engine, Stage.KEYWORD)
+
+    assert await save_keywords(engine, selections=[]) is SaveOutcome.SAVED
+
+    assert await count_rows(engine, "ai.context_keyword", 1) == 0
+    assert await count_rows(engine, "ai.context_keyword_analysis", 1) == 1
+    assert await fetch_state(engine, 1) == ("COMPLETED", "COMPLETED")
+
+
+async def test_scenario_11_keyword_save_after_cancel_is_discarded_and_writes_no_row(engine):
+    await make_preset(engine, preset_id=1)
+    await make_state(engine, context_id=1, embedding_status="COMPLETED")
+    await claim(engine, Stage.KEYWORD)
+    await cancel_context(engine, context_id=1)
+
+    assert await save_keywords(engine) is SaveOutcome.DISCARDED
+
+    assert await count_rows(engine, "ai.context_keyword", 1) == 0
+    assert await count_rows(engine, "ai.context_keyword_analysis", 1) == 0
+
+
+async def test_keyword_save_refuses_when_embedding_is_not_completed(engine):
+    await make_preset(engine, preset_id=1)
+    await make_state(
+        engine, context_id=1, embedding_status="PROCESSING", keyword_status="PROCESSING"
+    )
+
+    assert await save_keywords(engine) is SaveOutcome.DISCARDED
+
+    assert await count_rows(engine, "ai.context_keyword", 1) == 0
+    assert await fetch_state(engine, 1) == ("PROCESSING", "PROCESSING")
+
+
+async def test_keyword_save_waiting_on_a_cancelling_transaction_discards(engine):
+    await make_preset(engine, preset_id=1)
+    await make_state(engine, context_id=1, embedding_status="COMPLETED")
+    await claim(engine, Stage.KEYWORD)
+
+    async with engine.connect() as canceller:
+        transaction = await canceller.begin()
+        await canceller.execute(
+            text(
+                "UPDATE ai.context_ai_state SET embedding_status = 'CANCELLED', "
+                "keyword_status = 'CANCELLED', updated_at = now() WHERE context_id = 1"
+            )
+        )
+        save = asyncio.create_task(save_keywords(engine))
+        await _wait_until_blocked_on_lock(engine)
+        await transaction.commit()
+        outcome = await save
+
+    assert outcome is SaveOutcome.DISCARDED
+    assert await count_rows(engine, "ai.context_keyword", 1) == 0
+    assert await count_rows(engine, "ai.context_keyword_analysis", 1) == 0
