@@ -55,6 +55,11 @@ class Settings(BaseSettings):
     provider_timeout_seconds: float = Field(default=30.0, gt=0)
     provider_max_retries: int = Field(default=2, ge=0, le=5)
 
+    breaker_threshold: int = Field(
+        default=5, ge=1, description="Consecutive permanent provider errors that open it"
+    )
+    breaker_cooldown_seconds: float = Field(default=60.0, ge=0)
+
     processing_expiry_seconds: int = Field(default=600, ge=1)
     keyword_top_k: int = Field(default=10, ge=1, le=100)
     keyword_similarity_floor: float = Field(default=0.2, ge=-1.0, le=1.0)
@@ -105,3 +110,11 @@ class Settings(BaseSettings):
 
 def _has_secret(value: SecretStr | None) -> bool:
     return value is not None and bool(value.get_secret_value().strip())
+
+
+class DatabaseSettings(BaseSettings):
+    """Only the database URL, for commands that need nothing else (``db upgrade``, demo)."""
+
+    model_config = SettingsConfigDict(env_prefix="PINLOG_", extra="ignore", frozen=True)
+
+    database_url: str | None = None

@@ -65,3 +65,35 @@ async def _clean_ai_schema(request: pytest.FixtureRequest) -> None:
 @pytest.fixture
 def migrations_dir() -> Path:
     return migrations.DEFAULT_MIGRATIONS_DIR
+
+
+@pytest.fixture(scope="session")
+def fake_openai_server():
+    from tests.fake_openai import FakeOpenAI
+
+    with FakeOpenAI() as server:
+        yield server
+
+
+@pytest.fixture
+def fake_openai(fake_openai_server):
+    """The fake OpenAI server with calls, requests and scripts forgotten."""
+    fake_openai_server.reset()
+    return fake_openai_server
+
+
+@pytest.fixture
+async def presets(engine, migrated_database, fake_openai):
+    """The bundled presets stored under the worker's profile (embedding calls forgotten)."""
+    from tests.harness import load_bundled_presets, worker_settings
+
+    await load_bundled_presets(engine, worker_settings(migrated_database, fake_openai), fake_openai)
+
+
+@pytest.fixture
+async def worker(engine, migrated_database, fake_openai, presets):
+    """A running worker (real app, real uvicorn) wired to the fake OpenAI server."""
+    from tests.harness import running_worker, worker_settings
+
+    async with running_worker(worker_settings(migrated_database, fake_openai)) as running:
+        yield running

@@ -40,7 +40,7 @@ def hash_embed(text: str, dimension: int) -> np.ndarray:
         vector[bucket] += sign * weight
     norm = float(np.linalg.norm(vector))
     if norm == 0.0:
-        raise PermanentError("hashing embedder found no features in the text")
+        raise PermanentError("hashing embedder produced a zero vector: the text has no features")
     return (vector / norm).astype(np.float32)
 
 

@@ -14,7 +14,7 @@ from contextlib import asynccontextmanager
 import numpy as np
 from pgvector import Vector
 from pgvector.asyncpg import register_vector
-from sqlalchemy import event
+from sqlalchemy import event, text
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
@@ -46,6 +46,10 @@ def create_engine(
             dbapi_connection.run_async(register_vector)
 
     return engine
+
+
+# Cheapest round trip that proves the database answers.
+PING = text("SELECT 1")
 
 
 def to_array(value: Vector | np.ndarray | None) -> np.ndarray | None:
@@ -100,3 +104,13 @@ async def autocommit(engine: AsyncEngine) -> AsyncIterator[AsyncConnection]:
     async with _translated(), engine.connect() as conn:
         conn = await conn.execution_options(isolation_level="AUTOCOMMIT")
         yield conn
+
+
+async def ping(engine: AsyncEngine) -> bool:
+    """True when the database answers a trivial query; never raises."""
+    try:
+        async with autocommit(engine) as conn:
+            await conn.execute(PING)
+    except Exception:
+        return False
+    return True

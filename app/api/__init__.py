@@ -1,0 +1,1 @@
+"""HTTP layer: routes, request schemas, typed dependencies. No SQL, no logic."""

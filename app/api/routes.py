@@ -1,0 +1,72 @@
+"""Routes of the worker (§8). Services arrive through typed dependencies."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, Request, Response, status
+from fastapi.responses import JSONResponse
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from app import metrics
+from app.api.schemas import ProcessContextBody
+from app.service.health import Readiness
+from app.service.requests import ProcessRequest
+from app.service.worker_pool import WorkerPool
+
+RETRY_AFTER_SECONDS = 5
+
+
+def _pool(request: Request) -> WorkerPool:
+    return request.app.state.pool
+
+
+def _readiness(request: Request) -> Readiness:
+    return request.app.state.readiness
+
+
+Pool = Annotated[WorkerPool, Depends(_pool)]
+ReadinessCheck = Annotated[Readiness, Depends(_readiness)]
+
+router = APIRouter()
+
+
+@router.post("/internal/v1/context/process", status_code=status.HTTP_202_ACCEPTED)
+async def process_context(body: ProcessContextBody, pool: Pool) -> JSONResponse:
+    """Queue a context for processing: 202, or 503 with ``Retry-After`` (seconds) when full."""
+    accepted = pool.submit(
+        ProcessRequest(
+            context_id=body.context_id,
+            user_id=body.user_id,
+            record_id=body.record_id,
+            text=body.text,
+        )
+    )
+    if not accepted:
+        metrics.REQUESTS_REJECTED.labels("queue_full").inc()
+        return JSONResponse(
+            {"detail": "worker queue full"},
+            status_code=status.HTTP_503_SERVICE_UNAVAILABLE,
+            headers={"Retry-After": str(RETRY_AFTER_SECONDS)},
+        )
+    return JSONResponse({"contextId": body.context_id}, status_code=status.HTTP_202_ACCEPTED)
+
+
+@router.get("/healthz")
+async def healthz() -> dict[str, str]:
+    """Liveness: the process answers."""
+    return {"status": "ok"}
+
+
+@router.get("/readyz")
+async def readyz(readiness: ReadinessCheck) -> JSONResponse:
+    """Readiness: database reachable and presets loaded; 503 naming what is missing."""
+    problems = await readiness.problems()
+    if problems:
+        return JSONResponse({"status": "unavailable", "problems": problems}, status_code=503)
+    return JSONResponse({"status": "ready"})
+
+
+@router.get("/metrics")
+async def prometheus_metrics() -> Response:
+    return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)

@@ -1,0 +1,28 @@
+"""Request bodies of the internal API (§3, §8, FC-11).
+
+Ids are JSON integers 1..2^63-1 (strings, floats, booleans, zero, negatives and overflow are
+422); ``text`` is a JSON string (missing or null is 422, ``""`` is accepted: it fails the
+embedding stage later, FC-09). Unknown fields are ignored so the core side can add them first.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr
+
+BIGINT_MAX = 2**63 - 1
+
+ContextId = Annotated[StrictInt, Field(ge=1, le=BIGINT_MAX)]
+
+
+class ProcessContextBody(BaseModel):
+    """``POST /internal/v1/context/process``."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    context_id: ContextId = Field(alias="contextId")
+    user_id: ContextId = Field(alias="userId")
+    record_id: ContextId = Field(alias="recordId")
+    text: StrictStr
+    place_meta: dict[str, Any] | None = Field(default=None, alias="placeMeta")

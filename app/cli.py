@@ -1,0 +1,116 @@
+"""The ``pinlog-ai`` command: ``db upgrade``, ``presets load``, ``serve``, ``demo``."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from pathlib import Path
+
+import typer
+
+app = typer.Typer(no_args_is_help=True, add_completion=False, help="PinLog AI worker.")
+db_app = typer.Typer(no_args_is_help=True, help="Database schema (migrations_stub/).")
+presets_app = typer.Typer(no_args_is_help=True, help="Keyword presets.")
+app.add_typer(db_app, name="db")
+app.add_typer(presets_app, name="presets")
+
+LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+
+
+def _configure_logging(level: str = "INFO") -> None:
+    logging.basicConfig(level=level, format=LOG_FORMAT)
+    # Request URLs of provider calls are ours to log, not the HTTP client's.
+    logging.getLogger("httpx").setLevel(logging.WARNING)
+
+
+@db_app.command("upgrade")
+def db_upgrade(
+    migrations_dir: Path | None = typer.Option(None, help="Directory of ordered *.sql files"),
+) -> None:
+    """Apply pending migrations to PINLOG_DATABASE_URL; a second run applies nothing."""
+    from app.repository import migrations
+    from app.repository.db import create_engine
+    from app.settings import DatabaseSettings
+
+    _configure_logging()
+    url = DatabaseSettings().database_url
+    if not url:
+        raise typer.BadParameter("PINLOG_DATABASE_URL is not set")
+
+    async def run() -> list[str]:
+        engine = create_engine(url, with_vector_codec=False)
+        try:
+            return await migrations.upgrade(
+                engine, migrations_dir or migrations.DEFAULT_MIGRATIONS_DIR
+            )
+        finally:
+            await engine.dispose()
+
+    applied = asyncio.run(run())
+    typer.echo(
+        f"applied {len(applied)} migration(s)" + (f": {', '.join(applied)}" if applied else "")
+    )
+
+
+@presets_app.command("load")
+def presets_load(
+    file: Path | None = typer.Option(None, "--file", help="Preset YAML (default: bundled list)"),
+) -> None:
+    """Embed the preset list with the current profile and upsert it."""
+    from app.providers.factory import build_embedding_provider
+    from app.repository.db import create_engine
+    from app.service.preset_loader import DEFAULT_PRESET_FILE, load_presets, read_preset_file
+    from app.settings import Settings
+
+    _configure_logging()
+    settings = Settings()
+    preset_file = read_preset_file(file or DEFAULT_PRESET_FILE)
+
+    async def run():
+        engine = create_engine(settings.database_url)
+        embedder = build_embedding_provider(settings)
+        try:
+            return await load_presets(engine, embedder, preset_file, settings.embedding_profile)
+        finally:
+            await embedder.aclose()
+            await engine.dispose()
+
+    report = asyncio.run(run())
+    state = "updated" if report.changed else "unchanged"
+    typer.echo(
+        f"presets {state}: {report.presets} presets, list version {report.version}, "
+        f"{report.retired} retired"
+    )
+
+
+@app.command()
+def serve(
+    host: str = typer.Option("127.0.0.1", help="Interface to bind"),
+    port: int = typer.Option(8000, help="TCP port"),
+) -> None:
+    """Serve the worker (settings from PINLOG_* environment variables)."""
+    import uvicorn
+
+    _configure_logging()
+    uvicorn.run("app.main:create_app", factory=True, host=host, port=port, log_config=None)
+
+
+@app.command()
+def demo(
+    port: int = typer.Option(8765, help="Preferred port; a free one is used if taken"),
+    serve_after: bool = typer.Option(True, "--serve/--no-serve", help="Keep serving"),
+    data_dir: Path = typer.Option(Path(".pgdata"), help="Embedded PostgreSQL data directory"),
+) -> None:
+    """Offline end-to-end run on sample notes (see README)."""
+    from demo.run import run_demo
+
+    _configure_logging("WARNING")
+    try:
+        code = asyncio.run(run_demo(port=port, serve=serve_after, data_dir=data_dir.resolve()))
+    except KeyboardInterrupt:
+        code = 0
+    raise typer.Exit(code)
+
+
+def main() -> None:
+    app()

@@ -1,0 +1,102 @@
+"""Composition root: ``create_app()`` builds everything in the lifespan (STYLE practice 10).
+
+Run with ``uvicorn --factory app.main:create_app`` or ``pinlog-ai serve``. Nothing imports
+this module; no work happens at import time.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack, asynccontextmanager
+
+from fastapi import FastAPI
+
+from app.api.routes import router
+from app.api.security import InternalSecretMiddleware
+from app.providers.factory import build_embedding_provider, build_judge
+from app.repository.db import create_engine
+from app.service.circuit_breaker import CircuitBreaker
+from app.service.embedding_stage import EmbeddingStage
+from app.service.health import Readiness
+from app.service.keyword_stage import KeywordStage
+from app.service.presets import PresetCache
+from app.service.processing import ContextProcessor
+from app.service.worker_pool import WorkerPool
+from app.settings import Settings
+
+logger = logging.getLogger(__name__)
+
+
+def create_app(settings: Settings | None = None) -> FastAPI:
+    """Build the worker app; settings are read from the environment when not given.
+
+    Startup raises ``ConfigurationError`` when no usable presets exist for the profile (§4)
+    and ``pydantic.ValidationError`` for contradictory or missing settings (§5).
+    """
+    settings = settings or Settings()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        async with AsyncExitStack() as stack:
+            engine = create_engine(settings.database_url, pool_size=settings.database_pool_size)
+            stack.push_async_callback(engine.dispose)
+            embedder = build_embedding_provider(settings)
+            stack.push_async_callback(embedder.aclose)
+            judge = build_judge(settings)
+            stack.push_async_callback(judge.aclose)
+            presets = PresetCache(engine, settings.embedding_profile)
+            await presets.reload()
+            processor = ContextProcessor(
+                engine,
+                EmbeddingStage(
+                    engine,
+                    embedder,
+                    _breaker("embedding provider", settings),
+                    profile=settings.embedding_profile,
+                    dimension=settings.embedding_dimension,
+                    expiry_seconds=settings.processing_expiry_seconds,
+                    max_input_chars=settings.embedding_max_input_chars,
+                ),
+                KeywordStage(
+                    engine,
+                    judge,
+                    _breaker("judge provider", settings),
+                    presets,
+                    expiry_seconds=settings.processing_expiry_seconds,
+                    top_k=settings.keyword_top_k,
+                    similarity_floor=settings.keyword_similarity_floor,
+                    max_input_chars=settings.embedding_max_input_chars,
+                ),
+            )
+            pool = WorkerPool(
+                processor.process,
+                concurrency=settings.worker_concurrency,
+                capacity=settings.queue_capacity,
+            )
+            pool.start()
+            stack.push_async_callback(pool.stop, settings.shutdown_grace_seconds)
+            app.state.pool = pool
+            app.state.processor = processor
+            app.state.presets = presets
+            app.state.readiness = Readiness(engine, presets)
+            logger.info(
+                "worker ready: profile=%s judge=%s concurrency=%d",
+                settings.embedding_profile,
+                settings.judge_profile,
+                settings.worker_concurrency,
+            )
+            yield
+
+    app = FastAPI(title="PinLog AI worker", lifespan=lifespan)
+    app.include_router(router)
+    app.add_middleware(InternalSecretMiddleware, secret=settings.internal_secret.get_secret_value())
+    return app
+
+
+def _breaker(name: str, settings: Settings) -> CircuitBreaker:
+    return CircuitBreaker(
+        name,
+        threshold=settings.breaker_threshold,
+        cooldown_seconds=settings.breaker_cooldown_seconds,
+    )

@@ -1,0 +1,105 @@
+"""The embedding stage of §3.2: reuse, claim, provider call outside transactions, save."""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from app import metrics
+from app.errors import PermanentError
+from app.providers.base import EmbeddingProvider
+from app.repository import context_ai_state, results
+from app.repository.context_ai_state import ContextProgress
+from app.repository.db import autocommit
+from app.repository.results import SaveOutcome
+from app.service import context_text, stage_failure
+from app.service.circuit_breaker import CircuitBreaker
+from app.service.requests import ProcessRequest
+from app.states import Stage, Status
+
+logger = logging.getLogger("app.service.pipeline")
+STAGE = Stage.EMBEDDING
+
+
+class EmbeddingStage:
+    def __init__(
+        self,
+        engine: AsyncEngine,
+        provider: EmbeddingProvider,
+        breaker: CircuitBreaker,
+        *,
+        profile: str,
+        dimension: int,
+        expiry_seconds: float,
+        max_input_chars: int,
+    ) -> None:
+        self._engine = engine
+        self._provider = provider
+        self._breaker = breaker
+        self._profile = profile
+        self._dimension = dimension
+        self._expiry_seconds = expiry_seconds
+        self._max_input_chars = max_input_chars
+
+    async def run(self, request: ProcessRequest, progress: ContextProgress) -> np.ndarray | None:
+        """Return the context's vector (float32, ``(dimension,)``) for the keyword stage, or
+        ``None`` when this request did not produce or may not reuse one.
+
+        Never raises: every error is settled by the §6 rules in ``stage_failure``.
+        """
+        if (
+            progress.embedding_status is Status.COMPLETED
+            and progress.embedding is not None
+            and progress.embedding_profile == self._profile
+        ):
+            metrics.STAGE_OUTCOMES.labels(STAGE.label, "reused").inc()
+            return progress.embedding
+        if progress.embedding_status not in (Status.PENDING, Status.PROCESSING):
+            return None
+        context_id = request.context_id
+        try:
+            async with autocommit(self._engine) as conn:
+                claim = await context_ai_state.claim(
+                    conn, STAGE, context_id, expiry_seconds=self._expiry_seconds
+                )
+        except Exception as exc:
+            await stage_failure.settle(self._engine, STAGE, context_id, exc)
+            return None
+        if not claim.claimed:
+            metrics.STAGE_OUTCOMES.labels(STAGE.label, "not_claimed").inc()
+            logger.debug("embedding not claimed: context_id=%d", context_id)
+            return None
+        if claim.reclaimed:
+            metrics.RECLAIMS.labels(STAGE.label).inc()
+            logger.warning("stale embedding stage reclaimed: context_id=%d", context_id)
+        try:
+            return await self._produce_and_save(request)
+        except Exception as exc:
+            await stage_failure.settle(self._engine, STAGE, context_id, exc)
+            return None
+
+    async def _produce_and_save(self, request: ProcessRequest) -> np.ndarray | None:
+        text = context_text.prepare_for_embedding(request.text, max_chars=self._max_input_chars)
+        # The provider call runs with no transaction and no connection held (§3.2, FC-03).
+        (vector,) = await self._breaker.call(lambda: self._provider.embed([text]))
+        if vector.shape != (self._dimension,):
+            raise PermanentError(
+                f"embedding dimension {vector.shape[-1]} differs from configured {self._dimension}"
+            )
+        outcome = await results.save_embedding(
+            self._engine,
+            context_id=request.context_id,
+            user_id=request.user_id,
+            record_id=request.record_id,
+            embedding=vector,
+            embedding_profile=self._profile,
+        )
+        if outcome is SaveOutcome.DISCARDED:
+            metrics.STAGE_OUTCOMES.labels(STAGE.label, "discarded").inc()
+            logger.info("embedding result discarded: context_id=%d", request.context_id)
+            return None
+        metrics.STAGE_OUTCOMES.labels(STAGE.label, "completed").inc()
+        logger.info("embedding completed: context_id=%d", request.context_id)
+        return vector

@@ -1,0 +1,126 @@
+"""The keyword stage of §3.3: claim, candidates (§4), judge outside transactions, save."""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from app import metrics
+from app.errors import PermanentError, ProfileMismatchError
+from app.providers.base import KeywordJudge
+from app.repository import context_ai_state, results
+from app.repository.db import autocommit
+from app.repository.results import SaveOutcome
+from app.service import context_text, stage_failure
+from app.service.circuit_breaker import CircuitBreaker
+from app.service.judgment import map_verdict
+from app.service.presets import PresetCache
+from app.service.requests import ProcessRequest
+from app.states import Stage
+
+logger = logging.getLogger("app.service.pipeline")
+STAGE = Stage.KEYWORD
+
+
+class KeywordStage:
+    def __init__(
+        self,
+        engine: AsyncEngine,
+        judge: KeywordJudge,
+        breaker: CircuitBreaker,
+        presets: PresetCache,
+        *,
+        expiry_seconds: float,
+        top_k: int,
+        similarity_floor: float,
+        max_input_chars: int,
+    ) -> None:
+        self._engine = engine
+        self._judge = judge
+        self._breaker = breaker
+        self._presets = presets
+        self._expiry_seconds = expiry_seconds
+        self._top_k = top_k
+        self._similarity_floor = similarity_floor
+        self._max_input_chars = max_input_chars
+
+    async def run(self, request: ProcessRequest, vector: np.ndarray | None) -> None:
+        """Judge and store keywords if this request may claim the stage.
+
+        ``vector``: float32 ``(dimension,)`` from the embedding stage, or ``None`` to re-read
+        the stored one. Never raises: errors are settled by the §6 rules.
+        """
+        context_id = request.context_id
+        try:
+            async with autocommit(self._engine) as conn:
+                claim = await context_ai_state.claim(
+                    conn, STAGE, context_id, expiry_seconds=self._expiry_seconds
+                )
+        except Exception as exc:
+            await stage_failure.settle(self._engine, STAGE, context_id, exc)
+            return
+        if not claim.claimed:
+            metrics.STAGE_OUTCOMES.labels(STAGE.label, "not_claimed").inc()
+            logger.debug("keyword not claimed: context_id=%d", context_id)
+            return
+        if claim.reclaimed:
+            metrics.RECLAIMS.labels(STAGE.label).inc()
+            logger.warning("stale keyword stage reclaimed: context_id=%d", context_id)
+        try:
+            await self._judge_and_save(request, vector)
+        except Exception as exc:
+            await stage_failure.settle(self._engine, STAGE, context_id, exc)
+
+    async def _judge_and_save(self, request: ProcessRequest, vector: np.ndarray | None) -> None:
+        snapshot = self._presets.snapshot()  # one snapshot from candidates to save (§4)
+        if vector is None:
+            vector = await self._stored_vector(request.context_id, snapshot.profile)
+        candidates = snapshot.candidates(vector, top_k=self._top_k, floor=self._similarity_floor)
+        if candidates:
+            text = context_text.prepare_for_embedding(request.text, max_chars=self._max_input_chars)
+            verdict = await self._breaker.call(lambda: self._judge.judge(text, candidates))
+            judgment = map_verdict(verdict, {candidate.id for candidate in candidates})
+            if judgment.dropped_unknown_ids or judgment.dropped_bad_confidence:
+                logger.info(
+                    "judge items dropped: context_id=%d unknown_ids=%d bad_confidence=%d",
+                    request.context_id,
+                    judgment.dropped_unknown_ids,
+                    judgment.dropped_bad_confidence,
+                )
+            selections, unmatched = judgment.selections, judgment.unmatched_concepts
+        else:
+            selections, unmatched = (), ()  # zero candidates: COMPLETED, judge not called
+        outcome = await results.save_keywords(
+            self._engine,
+            context_id=request.context_id,
+            selections=selections,
+            preset_version=snapshot.version,
+            unmatched_concepts=unmatched,
+            model_profile=self._judge.profile,
+        )
+        if outcome is SaveOutcome.DISCARDED:
+            metrics.STAGE_OUTCOMES.labels(STAGE.label, "discarded").inc()
+            logger.info("keyword result discarded: context_id=%d", request.context_id)
+            return
+        metrics.STAGE_OUTCOMES.labels(STAGE.label, "completed").inc()
+        logger.info(
+            "keyword completed: context_id=%d keywords=%d candidates=%d",
+            request.context_id,
+            len(selections),
+            len(candidates),
+        )
+
+    async def _stored_vector(self, context_id: int, profile: str) -> np.ndarray:
+        """The stored vector of another worker's embedding stage; same profile required (§5)."""
+        async with autocommit(self._engine) as conn:
+            progress = await context_ai_state.load_progress(conn, context_id)
+        if progress is None or progress.embedding is None:
+            raise PermanentError("completed embedding has no stored vector")
+        if progress.embedding_profile != profile:
+            raise ProfileMismatchError(
+                f"context embedding profile {progress.embedding_profile!r} differs from "
+                f"preset profile {profile!r}"
+            )
+        return progress.embedding

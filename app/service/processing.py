@@ -1,0 +1,64 @@
+"""The single entry point per context (§3): pre-check, embedding stage, keyword stage.
+
+The rescan re-enters here too; there is no rescan-only path.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from app import metrics
+from app.repository import context_ai_state, context_text_fingerprint
+from app.repository.db import autocommit
+from app.service import context_text
+from app.service.embedding_stage import EmbeddingStage
+from app.service.keyword_stage import KeywordStage
+from app.service.requests import ProcessRequest
+from app.states import CLAIMABLE
+
+logger = logging.getLogger("app.service.pipeline")
+
+
+class ContextProcessor:
+    def __init__(
+        self, engine: AsyncEngine, embedding_stage: EmbeddingStage, keyword_stage: KeywordStage
+    ) -> None:
+        self._engine = engine
+        self._embedding_stage = embedding_stage
+        self._keyword_stage = keyword_stage
+
+    async def process(self, request: ProcessRequest) -> None:
+        """Advance whatever stages of ``request.context_id`` this request may claim.
+
+        Raises ``TransientError`` only when the pre-check cannot reach the database; stage
+        errors are settled inside the stages (§6).
+        """
+        context_id = request.context_id
+        async with autocommit(self._engine) as conn:
+            progress = await context_ai_state.load_progress(conn, context_id)
+            if progress is None:
+                logger.info("no state row, nothing to do: context_id=%d", context_id)
+                return
+            same_text = await context_text_fingerprint.record(
+                conn, context_id=context_id, text_sha256=context_text.fingerprint(request.text)
+            )
+        if not same_text:
+            # A caller bug: never treated as an edit, nothing is reset (§3, scenario 5).
+            metrics.CONTRACT_VIOLATIONS.labels("text_changed").inc()
+            logger.warning(
+                "contract violation: same contextId with a different text: context_id=%d",
+                context_id,
+            )
+        if progress.embedding_status not in CLAIMABLE and progress.keyword_status not in CLAIMABLE:
+            logger.info(
+                "nothing to do: context_id=%d embedding=%s keyword=%s",
+                context_id,
+                progress.embedding_status,
+                progress.keyword_status,
+            )
+            return
+        vector = await self._embedding_stage.run(request, progress)
+        if progress.keyword_status in CLAIMABLE:
+            await self._keyword_stage.run(request, vector)

@@ -1,0 +1,82 @@
+"""What a stage does with an error, by class (§6): one place for the whole pipeline.
+
+permanent -> ``PROCESSING -> FAILED`` (guarded; a concurrent ``CANCELLED`` wins), ERROR log;
+bad input -> the same, WARNING log (the caller's text, not our fault, FC-09);
+transient -> stage left ``PROCESSING`` for the rescan, WARNING log;
+provider protocol fault or a bug of ours -> left ``PROCESSING``, ERROR log (FC-01).
+Log lines carry the context id, the stage and the error class; never user text.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from app import metrics
+from app.errors import (
+    InvalidInputError,
+    PermanentError,
+    ProviderProtocolError,
+    TransientError,
+)
+from app.repository import context_ai_state
+from app.repository.db import transaction
+from app.states import Stage
+
+logger = logging.getLogger("app.service.pipeline")
+
+
+async def settle(engine: AsyncEngine, stage: Stage, context_id: int, exc: Exception) -> None:
+    """Apply the §6 rule for ``exc`` raised while ``stage`` of ``context_id`` was ours."""
+    if isinstance(exc, PermanentError):
+        level = logging.WARNING if isinstance(exc, InvalidInputError) else logging.ERROR
+        failed = await _fail(engine, stage, context_id)
+        metrics.STAGE_OUTCOMES.labels(stage.label, "failed").inc()
+        logger.log(
+            level,
+            "stage failed permanently: context_id=%d stage=%s cause=%s reason=%s marked=%s",
+            context_id,
+            stage.label,
+            type(exc).__name__,
+            exc,
+            "FAILED" if failed else "unchanged",
+        )
+        return
+    metrics.STAGE_OUTCOMES.labels(stage.label, "transient").inc()
+    if isinstance(exc, ProviderProtocolError):
+        logger.error(
+            "provider protocol fault, stage left PROCESSING: context_id=%d stage=%s reason=%s",
+            context_id,
+            stage.label,
+            exc,
+        )
+    elif isinstance(exc, TransientError):
+        logger.warning(
+            "transient failure, stage left PROCESSING: context_id=%d stage=%s cause=%s reason=%s",
+            context_id,
+            stage.label,
+            type(exc).__name__,
+            exc,
+        )
+    else:
+        logger.error(
+            "unexpected error, stage left PROCESSING: context_id=%d stage=%s cause=%s",
+            context_id,
+            stage.label,
+            type(exc).__name__,
+            exc_info=exc,
+        )
+
+
+async def _fail(engine: AsyncEngine, stage: Stage, context_id: int) -> bool:
+    try:
+        async with transaction(engine) as conn:
+            return await context_ai_state.fail(conn, stage, context_id) == 1
+    except TransientError:
+        logger.warning(
+            "could not mark FAILED, database unavailable: context_id=%d stage=%s",
+            context_id,
+            stage.label,
+        )
+        return False

@@ -1,0 +1,108 @@
+"""A bounded in-process queue drained by ``concurrency`` asyncio workers (§3).
+
+``submit`` never blocks: a full queue is refused at once so the API can answer 503. The
+persisted state row is the real queue; losing queued items on shutdown loses no work, the
+core side's rescan re-requests them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable
+
+from app.errors import TransientError
+from app.service.requests import ProcessRequest
+
+logger = logging.getLogger(__name__)
+
+
+class WorkerPool:
+    def __init__(
+        self,
+        handler: Callable[[ProcessRequest], Awaitable[None]],
+        *,
+        concurrency: int,
+        capacity: int,
+    ) -> None:
+        self._handler = handler
+        self._concurrency = concurrency
+        self._queue: asyncio.Queue[ProcessRequest] = asyncio.Queue(maxsize=capacity)
+        self._workers: list[asyncio.Task[None]] = []
+        self._in_flight: dict[asyncio.Task[None], int] = {}
+        self._accepting = False
+
+    def start(self) -> None:
+        self._accepting = True
+        self._workers = [
+            asyncio.create_task(self._work(), name=f"context-worker-{n}")
+            for n in range(self._concurrency)
+        ]
+
+    def submit(self, request: ProcessRequest) -> bool:
+        """Queue ``request``; ``False`` when the queue is full or the pool is stopping."""
+        if not self._accepting:
+            return False
+        try:
+            self._queue.put_nowait(request)
+        except asyncio.QueueFull:
+            return False
+        return True
+
+    @property
+    def queued(self) -> int:
+        return self._queue.qsize()
+
+    async def join(self) -> None:
+        """Wait until every queued request has been handled (tests, the demo)."""
+        await self._queue.join()
+
+    async def stop(self, grace_seconds: float) -> list[int]:
+        """Stop accepting, let running and queued work finish for up to ``grace_seconds``,
+        then cancel. Returns the context ids abandoned (left for the rescan), and logs them.
+        """
+        self._accepting = False
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._queue.join(), timeout=grace_seconds)
+        abandoned = sorted(self._in_flight.values())
+        while not self._queue.empty():
+            abandoned.append(self._queue.get_nowait().context_id)
+            self._queue.task_done()
+        for worker in self._workers:
+            worker.cancel()
+        await asyncio.gather(*self._workers, return_exceptions=True)
+        self._workers = []
+        if abandoned:
+            logger.warning(
+                "shutdown abandoned %d contexts to the rescan: context_ids=%s",
+                len(abandoned),
+                abandoned,
+            )
+        return abandoned
+
+    async def _work(self) -> None:
+        current = asyncio.current_task()
+        assert current is not None
+        while True:
+            request = await self._queue.get()
+            self._in_flight[current] = request.context_id
+            try:
+                await self._handler(request)
+            except TransientError as exc:
+                logger.warning(
+                    "context not processed, left for the rescan: context_id=%d cause=%s",
+                    request.context_id,
+                    type(exc).__name__,
+                )
+            except Exception as exc:
+                # Last line of defence (FC-01): the worker survives and says which context.
+                logger.error(
+                    "context processing crashed: context_id=%d cause=%s",
+                    request.context_id,
+                    type(exc).__name__,
+                    exc_info=exc,
+                )
+            finally:
+                self._in_flight.pop(current, None)
+                self._queue.task_done()

@@ -1,0 +1,293 @@
+"""A real local HTTP server speaking the OpenAI wire format, for tests (STYLE practice 12).
+
+Starlette + uvicorn in a background thread on ``127.0.0.1`` with an OS-assigned port; the code
+under test reaches it over TCP through the real ``openai`` SDK, so nothing is patched.
+
+- ``POST /v1/embeddings``: by default ``hash_embed(text, dimension)`` per input.
+- ``POST /v1/chat/completions``: by default selects the first id of the ``keywordId`` enum in
+  the request's ``response_format`` schema with confidence 0.9 (``set_judge_selection`` changes
+  that), ``unmatchedConcepts: []``, ``finish_reason: "stop"``.
+
+``script_embeddings`` / ``script_judge`` queue one-shot ``Scripted`` answers consumed in order;
+``Scripted.entered`` is set when its request arrives and ``Scripted.block`` holds the answer
+until the test sets it, so race tests drive interleavings with events, never with sleeps.
+Every control is guarded by one lock: the server thread and the pytest thread both touch them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import uvicorn
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from app.errors import PermanentError
+from app.providers.hashing import hash_embed
+
+BLOCK_TIMEOUT_SECONDS = 30.0
+DEFAULT_DIMENSION = 1536
+
+SelectionItem = Mapping[str, Any] | tuple[int, float]
+JudgeSelectionFn = Callable[[list[int]], Iterable[SelectionItem]]
+
+
+@dataclass(eq=False)
+class Scripted:
+    """One queued answer. ``json=None`` with status 200 means "the default answer, but with
+    this delay/block/headers"; ``raw_body`` (not JSON) wins over ``json``."""
+
+    status: int = 200
+    json: Any = None
+    headers: dict[str, str] | None = None
+    delay_seconds: float = 0.0
+    block: threading.Event | None = None
+    raw_body: str | None = None
+    entered: threading.Event = field(default_factory=threading.Event)
+
+
+def embedding_body(vectors: Iterable[Iterable[float]], model: str = "fake-embedding") -> dict:
+    """An OpenAI ``/embeddings`` response body with items in input order (``index`` = i)."""
+    data = [
+        {"object": "embedding", "index": i, "embedding": [float(x) for x in vector]}
+        for i, vector in enumerate(vectors)
+    ]
+    return {
+        "object": "list",
+        "data": data,
+        "model": model,
+        "usage": {"prompt_tokens": len(data), "total_tokens": len(data)},
+    }
+
+
+def judge_body(
+    selected: Iterable[SelectionItem],
+    unmatched: Iterable[str] = (),
+    finish_reason: str = "stop",
+    refusal: str | None = None,
+    raw_content: str | None = None,
+    model: str = "fake-chat",
+) -> dict:
+    """An OpenAI ``/chat/completions`` body; ``selected`` items are dicts or ``(id, conf)``.
+
+    ``raw_content`` replaces the JSON content verbatim; a ``refusal`` makes ``content`` null.
+    """
+    if raw_content is not None:
+        content: str | None = raw_content
+    elif refusal is not None:
+        content = None
+    else:
+        answer = {
+            "selected": [_selection_item(item) for item in selected],
+            "unmatchedConcepts": list(unmatched),
+        }
+        content = json.dumps(answer, ensure_ascii=False)
+    return {
+        "id": "chatcmpl-fake",
+        "object": "chat.completion",
+        "created": 0,
+        "model": model,
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": content, "refusal": refusal},
+                "logprobs": None,
+                "finish_reason": finish_reason,
+            }
+        ],
+        "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
+    }
+
+
+class FakeOpenAI:
+    """The server; ``with FakeOpenAI() as fake:`` or ``start()`` / ``stop()``."""
+
+    def __init__(self, *, dimension: int = DEFAULT_DIMENSION) -> None:
+        self._lock = threading.Lock()
+        self._default_dimension = dimension
+        self._app = Starlette(
+            routes=[
+                Route("/v1/embeddings", self._embeddings, methods=["POST"]),
+                Route("/v1/chat/completions", self._chat, methods=["POST"]),
+            ]
+        )
+        self._server: uvicorn.Server | None = None
+        self._thread: threading.Thread | None = None
+        self.base_url = ""
+        self.reset()
+
+    def __enter__(self) -> FakeOpenAI:
+        return self.start()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
+    def start(self) -> FakeOpenAI:
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.bind(("127.0.0.1", 0))
+        config = uvicorn.Config(
+            self._app,
+            lifespan="off",
+            log_config=None,
+            access_log=False,
+            timeout_graceful_shutdown=1,
+        )
+        self._server = uvicorn.Server(config)
+        self._thread = threading.Thread(
+            target=self._server.run, kwargs={"sockets": [sock]}, name="fake-openai", daemon=True
+        )
+        self._thread.start()
+        deadline = time.monotonic() + 10
+        while not self._server.started:
+            if not self._thread.is_alive() or time.monotonic() > deadline:
+                raise RuntimeError("fake OpenAI server did not start")
+            time.sleep(0.01)
+        self.base_url = f"http://127.0.0.1:{sock.getsockname()[1]}/v1"
+        return self
+
+    def stop(self) -> None:
+        if self._server is not None and self._thread is not None:
+            self._server.should_exit = True
+            self._thread.join(timeout=10)
+        self._server = self._thread = None
+
+    def reset(self) -> None:
+        """Forget calls, requests and scripts; restore the default dimension and selection."""
+        with self._lock:
+            self._calls = {"embeddings": 0, "judge": 0}
+            self._requests: dict[str, list[Any]] = {"embeddings": [], "judge": []}
+            self._scripts: dict[str, deque[Scripted]] = {"embeddings": deque(), "judge": deque()}
+            self._dimension = self._default_dimension
+            self._selection: JudgeSelectionFn | None = None
+
+    def script_embeddings(self, *responses: Scripted) -> None:
+        with self._lock:
+            self._scripts["embeddings"].extend(responses)
+
+    def script_judge(self, *responses: Scripted) -> None:
+        with self._lock:
+            self._scripts["judge"].extend(responses)
+
+    def set_embedding_dimension(self, dimension: int) -> None:
+        with self._lock:
+            self._dimension = dimension
+
+    def set_judge_selection(self, fn: JudgeSelectionFn | None) -> None:
+        """``fn(candidate_ids) -> selected items``; ``None`` restores the default."""
+        with self._lock:
+            self._selection = fn
+
+    @property
+    def embedding_calls(self) -> int:
+        with self._lock:
+            return self._calls["embeddings"]
+
+    @property
+    def judge_calls(self) -> int:
+        with self._lock:
+            return self._calls["judge"]
+
+    @property
+    def embedding_requests(self) -> list[Any]:
+        with self._lock:
+            return list(self._requests["embeddings"])
+
+    @property
+    def judge_requests(self) -> list[Any]:
+        with self._lock:
+            return list(self._requests["judge"])
+
+    async def _embeddings(self, request: Request) -> Response:
+        payload, scripted = await self._arrive("embeddings", request)
+        with self._lock:
+            dimension = self._dimension
+        return await self._answer(scripted, lambda: _default_embeddings(payload, dimension))
+
+    async def _chat(self, request: Request) -> Response:
+        payload, scripted = await self._arrive("judge", request)
+        with self._lock:
+            selection = self._selection
+        return await self._answer(scripted, lambda: _default_judgment(payload, selection))
+
+    async def _arrive(self, endpoint: str, request: Request) -> tuple[Any, Scripted | None]:
+        payload = json.loads(await request.body())
+        with self._lock:
+            self._calls[endpoint] += 1
+            self._requests[endpoint].append(payload)
+            queue = self._scripts[endpoint]
+            scripted = queue.popleft() if queue else None
+        if scripted is not None:
+            scripted.entered.set()
+        return payload, scripted
+
+    async def _answer(self, scripted: Scripted | None, default: Callable[[], Any]) -> Response:
+        status, headers = 200, None
+        if scripted is not None:
+            status, headers = scripted.status, scripted.headers
+            await asyncio.sleep(scripted.delay_seconds)
+            if scripted.block is not None:
+                await _wait(scripted.block)
+        if scripted is not None and scripted.raw_body is not None:
+            body = scripted.raw_body
+        elif scripted is not None and scripted.json is not None:
+            body = json.dumps(scripted.json, ensure_ascii=False)
+        elif status == 200:
+            try:
+                body = json.dumps(default(), ensure_ascii=False)
+            except PermanentError:
+                status, body = 400, json.dumps(_error("input has no content"))
+        else:
+            body = json.dumps(_error("scripted failure"))
+        return Response(body, status_code=status, headers=headers, media_type="application/json")
+
+
+async def _wait(event: threading.Event) -> None:
+    # A threading.Event cannot be awaited; polling keeps the server's event loop and thread
+    # pool free while any number of calls are held.
+    deadline = time.monotonic() + BLOCK_TIMEOUT_SECONDS
+    while not event.is_set() and time.monotonic() < deadline:  # noqa: ASYNC110
+        await asyncio.sleep(0.005)
+
+
+def _default_embeddings(payload: Mapping[str, Any], dimension: int) -> dict:
+    inputs = payload["input"]
+    texts: Sequence[str] = [inputs] if isinstance(inputs, str) else inputs
+    return embedding_body((hash_embed(text, dimension) for text in texts), payload["model"])
+
+
+def _default_judgment(payload: Mapping[str, Any], selection: JudgeSelectionFn | None) -> dict:
+    ids = candidate_ids(payload)
+    if selection is not None:
+        selected = list(selection(ids))
+    else:
+        selected = [{"keywordId": ids[0], "confidence": 0.9}] if ids else []
+    return judge_body(selected, model=payload.get("model", "fake-chat"))
+
+
+def candidate_ids(payload: Mapping[str, Any]) -> list[int]:
+    """The ``keywordId`` enum of a chat request's ``response_format`` schema (``[]`` if none)."""
+    try:
+        schema = payload["response_format"]["json_schema"]["schema"]
+        return list(schema["properties"]["selected"]["items"]["properties"]["keywordId"]["enum"])
+    except (KeyError, TypeError):
+        return []
+
+
+def _selection_item(item: SelectionItem) -> dict[str, Any]:
+    if isinstance(item, tuple):
+        return {"keywordId": item[0], "confidence": item[1]}
+    return dict(item)
+
+
+def _error(message: str) -> dict[str, Any]:
+    return {"error": {"message": message, "type": "invalid_request_error", "code": None}}
