@@ -20,7 +20,8 @@ LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 def _configure_logging(level: str = "INFO") -> None:
     logging.basicConfig(level=level, format=LOG_FORMAT)
     # Request URLs of provider calls are ours to log, not the HTTP client's.
-    logging.getLogger("httpx").setLevel(logging.WARNING)
+    for name in ("httpx", "httpx2", "openai"):
+        logging.getLogger(name).setLevel(logging.WARNING)
 
 
 @db_app.command("upgrade")
