@@ -7,11 +7,13 @@ The schema is applied once from ``migrations_stub/``; every test starts from emp
 from __future__ import annotations
 
 import os
+import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 from sqlalchemy import text
+from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app import embedded_postgres
@@ -60,6 +62,22 @@ async def _clean_ai_schema(request: pytest.FixtureRequest) -> None:
     engine: AsyncEngine = request.getfixturevalue("engine")
     async with engine.begin() as conn:
         await conn.execute(text(f"TRUNCATE {', '.join(AI_TABLES)} CASCADE"))
+
+
+@pytest.fixture
+async def empty_database(migrated_database: str) -> AsyncIterator[str]:
+    """A brand-new database on the test server, dropped afterwards."""
+    name = f"migration_{uuid.uuid4().hex[:12]}"
+    admin = create_engine(migrated_database, with_vector_codec=False)
+    async with admin.connect() as conn:
+        conn = await conn.execution_options(isolation_level="AUTOCOMMIT")
+        await conn.execute(text(f'CREATE DATABASE "{name}"'))
+    url = make_url(migrated_database).set(database=name).render_as_string(hide_password=False)
+    yield url
+    async with admin.connect() as conn:
+        conn = await conn.execution_options(isolation_level="AUTOCOMMIT")
+        await conn.execute(text(f'DROP DATABASE "{name}" WITH (FORCE)'))
+    await admin.dispose()
 
 
 @pytest.fixture

@@ -4,33 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import shutil
-import uuid
-from collections.abc import AsyncIterator
 
 import pytest
 from sqlalchemy import text
-from sqlalchemy.engine import make_url
 
 from app.errors import ConfigurationError
 from app.repository import migrations
 from app.repository.db import create_engine
 from app.settings import Settings
-
-
-@pytest.fixture
-async def empty_database(migrated_database: str) -> AsyncIterator[str]:
-    """A brand-new database on the test server, dropped afterwards."""
-    name = f"migration_{uuid.uuid4().hex[:12]}"
-    admin = create_engine(migrated_database, with_vector_codec=False)
-    async with admin.connect() as conn:
-        conn = await conn.execution_options(isolation_level="AUTOCOMMIT")
-        await conn.execute(text(f'CREATE DATABASE "{name}"'))
-    url = make_url(migrated_database).set(database=name).render_as_string(hide_password=False)
-    yield url
-    async with admin.connect() as conn:
-        conn = await conn.execution_options(isolation_level="AUTOCOMMIT")
-        await conn.execute(text(f'DROP DATABASE "{name}" WITH (FORCE)'))
-    await admin.dispose()
 
 
 async def test_upgrade_twice_applies_everything_then_nothing(empty_database):
