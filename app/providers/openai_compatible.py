@@ -13,7 +13,6 @@ the status code: never the upstream body, the URL or the key (§6).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Awaitable, Sequence
 from typing import Any
 
@@ -24,16 +23,15 @@ from pydantic import SecretStr
 from app.errors import (
     ConfigurationError,
     PermanentError,
-    ProviderProtocolError,
     TransientError,
     WorkerError,
 )
-from app.providers.base import JudgeCandidate, JudgeSelection, JudgeVerdict
+from app.providers import openai_wire
+from app.providers.base import JudgeCandidate, JudgeVerdict
 from app.settings import Settings
 
 # Statuses the upstream may answer differently next time; every other 4xx is our request's fault.
 _TRANSIENT_STATUSES = frozenset({408, 409, 429})
-_FLOAT32_MAX = float(np.finfo(np.float32).max)
 
 JUDGE_SYSTEM_PROMPT = (
     "You assign keywords to a personal note about a place. The user message is JSON with the "
@@ -100,7 +98,7 @@ class OpenAIEmbedder(_ClientOwner):
                 model=self.model, input=list(texts), encoding_format="float"
             ),
         )
-        return _parse_embeddings(body, len(texts), self.dimension)
+        return openai_wire.parse_embeddings(body, len(texts), self.dimension)
 
 
 class OpenAIJudge(_ClientOwner):
@@ -149,41 +147,19 @@ class OpenAIJudge(_ClientOwner):
                 temperature=0,
                 messages=[
                     {"role": "system", "content": JUDGE_SYSTEM_PROMPT},
-                    {"role": "user", "content": _user_message(text, candidates)},
+                    {"role": "user", "content": openai_wire.judge_user_message(text, candidates)},
                 ],
                 response_format={
                     "type": "json_schema",
                     "json_schema": {
                         "name": "keyword_judgment",
                         "strict": True,
-                        "schema": judgment_schema(ids),
+                        "schema": openai_wire.judgment_schema(ids),
                     },
                 },
             ),
         )
-        return _parse_verdict(body)
-
-
-def judgment_schema(candidate_ids: Sequence[int]) -> dict[str, Any]:
-    """The strict JSON schema of the §4 judge output, ``keywordId`` limited to the candidates."""
-    selection = {
-        "type": "object",
-        "properties": {
-            "keywordId": {"type": "integer", "enum": list(candidate_ids)},
-            "confidence": {"type": "number"},
-        },
-        "required": ["keywordId", "confidence"],
-        "additionalProperties": False,
-    }
-    return {
-        "type": "object",
-        "properties": {
-            "selected": {"type": "array", "items": selection},
-            "unmatchedConcepts": {"type": "array", "items": {"type": "string"}},
-        },
-        "required": ["selected", "unmatchedConcepts"],
-        "additionalProperties": False,
-    }
+        return openai_wire.parse_verdict(body)
 
 
 def _secret(value: SecretStr | None, name: str) -> str:
@@ -209,107 +185,9 @@ async def _call(layer: str, request: Awaitable[Any]) -> Any:
     try:
         return raw.http_response.json()
     except ValueError:
-        raise _malformed(layer, "not JSON") from None
+        raise openai_wire.malformed(layer, "not JSON") from None
 
 
 def _status_error(layer: str, status: int) -> WorkerError:
     transient = status in _TRANSIENT_STATUSES or status >= 500
     return (TransientError if transient else PermanentError)(f"{layer} upstream {status}")
-
-
-def _malformed(layer: str, reason: str) -> ProviderProtocolError:
-    return ProviderProtocolError(f"{layer} provider returned a malformed body: {reason}")
-
-
-def _parse_embeddings(body: Any, count: int, dimension: int) -> list[np.ndarray]:
-    data = body.get("data") if isinstance(body, dict) else None
-    if not isinstance(data, list):
-        raise _malformed("embedding", "missing data")
-    if len(data) != count:
-        raise _malformed("embedding", "wrong number of items")
-    by_index: dict[int, np.ndarray] = {}
-    for item in data:
-        if not isinstance(item, dict):
-            raise _malformed("embedding", "item is not an object")
-        index = item.get("index")
-        if type(index) is not int or not 0 <= index < count or index in by_index:
-            raise _malformed("embedding", "bad index")
-        by_index[index] = _vector(item.get("embedding"), dimension)
-    return [by_index[i] for i in range(count)]
-
-
-def _vector(values: Any, dimension: int) -> np.ndarray:
-    if not isinstance(values, list):
-        raise _malformed("embedding", "missing embedding")
-    # JSON booleans and strings would silently become numbers in numpy.
-    if not all(type(v) is float or type(v) is int for v in values):
-        raise _malformed("embedding", "non-numeric embedding")
-    if len(values) != dimension:
-        raise PermanentError(
-            f"embedding dimension mismatch: expected {dimension}, got {len(values)}"
-        )
-    # Also false for NaN and infinities; the bound keeps the float32 cast finite.
-    if not all(abs(v) <= _FLOAT32_MAX for v in values):
-        raise _malformed("embedding", "non-finite embedding")
-    vector = np.asarray(values, dtype=np.float32)
-    if not np.any(vector):
-        raise PermanentError("embedding provider returned a zero vector")
-    return vector
-
-
-def _user_message(text: str, candidates: Sequence[JudgeCandidate]) -> str:
-    payload = {
-        "note": text,
-        "candidates": [
-            {
-                "id": c.id,
-                "display_name": c.display_name,
-                "category": c.category,
-                "description": c.description,
-                "examples": list(c.examples),
-            }
-            for c in candidates
-        ],
-    }
-    return json.dumps(payload, ensure_ascii=False)
-
-
-def _parse_verdict(body: Any) -> JudgeVerdict:
-    choices = body.get("choices") if isinstance(body, dict) else None
-    if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
-        raise _malformed("judge", "missing choices")
-    choice = choices[0]
-    message = choice.get("message")
-    if not isinstance(message, dict):
-        raise _malformed("judge", "missing message")
-    if message.get("refusal") or choice.get("finish_reason") == "content_filter":
-        raise PermanentError("judge refused")
-    if choice.get("finish_reason") == "length":
-        raise PermanentError("judge output truncated")
-    verdict = _verdict(message.get("content"))
-    if verdict is None:
-        raise PermanentError("judge output invalid")
-    return verdict
-
-
-def _verdict(content: Any) -> JudgeVerdict | None:
-    try:
-        parsed = json.loads(content) if isinstance(content, str) else None
-    except ValueError:
-        return None
-    if not isinstance(parsed, dict):
-        return None
-    selected, unmatched = parsed.get("selected"), parsed.get("unmatchedConcepts")
-    if not isinstance(selected, list) or not isinstance(unmatched, list):
-        return None
-    if not all(isinstance(concept, str) for concept in unmatched):
-        return None
-    items = []
-    for item in selected:
-        if not isinstance(item, dict):
-            return None
-        keyword_id, confidence = item.get("keywordId"), item.get("confidence")
-        if type(keyword_id) is not int or type(confidence) not in (int, float):
-            return None
-        items.append(JudgeSelection(keyword_id=keyword_id, confidence=float(confidence)))
-    return JudgeVerdict(selected=tuple(items), unmatched_concepts=tuple(unmatched))

@@ -1,0 +1,140 @@
+"""The OpenAI wire format: building request parts and validating response bodies (§4, §5).
+
+Pure functions, no I/O. Bodies are validated by hand rather than trusted to SDK models
+(FC-01, FC-05, FC-08): a malformed 2xx body is a ``ProviderProtocolError``; a wrong dimension,
+a zero vector, or a refused, truncated or invalid judgment is a ``PermanentError``.
+Vectors are float32 ``numpy.ndarray`` of shape ``(dimension,)``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from app.errors import PermanentError, ProviderProtocolError
+from app.providers.base import JudgeCandidate, JudgeSelection, JudgeVerdict
+
+_FLOAT32_MAX = float(np.finfo(np.float32).max)
+
+
+def judgment_schema(candidate_ids: Sequence[int]) -> dict[str, Any]:
+    """The strict JSON schema of the §4 judge output, ``keywordId`` limited to the candidates."""
+    selection = {
+        "type": "object",
+        "properties": {
+            "keywordId": {"type": "integer", "enum": list(candidate_ids)},
+            "confidence": {"type": "number"},
+        },
+        "required": ["keywordId", "confidence"],
+        "additionalProperties": False,
+    }
+    return {
+        "type": "object",
+        "properties": {
+            "selected": {"type": "array", "items": selection},
+            "unmatchedConcepts": {"type": "array", "items": {"type": "string"}},
+        },
+        "required": ["selected", "unmatchedConcepts"],
+        "additionalProperties": False,
+    }
+
+
+def malformed(layer: str, reason: str) -> ProviderProtocolError:
+    return ProviderProtocolError(f"{layer} provider returned a malformed body: {reason}")
+
+
+def parse_embeddings(body: Any, count: int, dimension: int) -> list[np.ndarray]:
+    data = body.get("data") if isinstance(body, dict) else None
+    if not isinstance(data, list):
+        raise malformed("embedding", "missing data")
+    if len(data) != count:
+        raise malformed("embedding", "wrong number of items")
+    by_index: dict[int, np.ndarray] = {}
+    for item in data:
+        if not isinstance(item, dict):
+            raise malformed("embedding", "item is not an object")
+        index = item.get("index")
+        if type(index) is not int or not 0 <= index < count or index in by_index:
+            raise malformed("embedding", "bad index")
+        by_index[index] = _vector(item.get("embedding"), dimension)
+    return [by_index[i] for i in range(count)]
+
+
+def _vector(values: Any, dimension: int) -> np.ndarray:
+    if not isinstance(values, list):
+        raise malformed("embedding", "missing embedding")
+    # JSON booleans and strings would silently become numbers in numpy.
+    if not all(type(v) is float or type(v) is int for v in values):
+        raise malformed("embedding", "non-numeric embedding")
+    if len(values) != dimension:
+        raise PermanentError(
+            f"embedding dimension mismatch: expected {dimension}, got {len(values)}"
+        )
+    # Also false for NaN and infinities; the bound keeps the float32 cast finite.
+    if not all(abs(v) <= _FLOAT32_MAX for v in values):
+        raise malformed("embedding", "non-finite embedding")
+    vector = np.asarray(values, dtype=np.float32)
+    if not np.any(vector):
+        raise PermanentError("embedding provider returned a zero vector")
+    return vector
+
+
+def judge_user_message(text: str, candidates: Sequence[JudgeCandidate]) -> str:
+    payload = {
+        "note": text,
+        "candidates": [
+            {
+                "id": c.id,
+                "display_name": c.display_name,
+                "category": c.category,
+                "description": c.description,
+                "examples": list(c.examples),
+            }
+            for c in candidates
+        ],
+    }
+    return json.dumps(payload, ensure_ascii=False)
+
+
+def parse_verdict(body: Any) -> JudgeVerdict:
+    choices = body.get("choices") if isinstance(body, dict) else None
+    if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
+        raise malformed("judge", "missing choices")
+    choice = choices[0]
+    message = choice.get("message")
+    if not isinstance(message, dict):
+        raise malformed("judge", "missing message")
+    if message.get("refusal") or choice.get("finish_reason") == "content_filter":
+        raise PermanentError("judge refused")
+    if choice.get("finish_reason") == "length":
+        raise PermanentError("judge output truncated")
+    verdict = _verdict(message.get("content"))
+    if verdict is None:
+        raise PermanentError("judge output invalid")
+    return verdict
+
+
+def _verdict(content: Any) -> JudgeVerdict | None:
+    try:
+        parsed = json.loads(content) if isinstance(content, str) else None
+    except ValueError:
+        return None
+    if not isinstance(parsed, dict):
+        return None
+    selected, unmatched = parsed.get("selected"), parsed.get("unmatchedConcepts")
+    if not isinstance(selected, list) or not isinstance(unmatched, list):
+        return None
+    if not all(isinstance(concept, str) for concept in unmatched):
+        return None
+    items = []
+    for item in selected:
+        if not isinstance(item, dict):
+            return None
+        keyword_id, confidence = item.get("keywordId"), item.get("confidence")
+        if type(keyword_id) is not int or type(confidence) not in (int, float):
+            return None
+        items.append(JudgeSelection(keyword_id=keyword_id, confidence=float(confidence)))
+    return JudgeVerdict(selected=tuple(items), unmatched_concepts=tuple(unmatched))
