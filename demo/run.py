@@ -55,7 +55,7 @@ def offline_settings(database_url: str, **overrides: object) -> Settings:
         "embedding_profile": OFFLINE_PROFILE,
         "judge_provider": "similarity",
         "keyword_similarity_floor": 0.12,
-        "judge_similarity_threshold": 0.18,
+        "judge_similarity_threshold": 0.15,
     }
     values.update(overrides)
     return Settings(**values)
