@@ -10,13 +10,13 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from app import metrics
 from app.errors import PermanentError
 from app.providers.base import EmbeddingProvider
-from app.repository import context_ai_state, results
+from app.repository import results
 from app.repository.context_ai_state import ContextProgress
-from app.repository.db import autocommit
 from app.repository.results import SaveOutcome
 from app.service import context_text, stage_failure
 from app.service.circuit_breaker import CircuitBreaker
 from app.service.requests import ProcessRequest
+from app.service.stage_claim import claim_stage
 from app.states import Stage, Status
 
 logger = logging.getLogger("app.service.pipeline")
@@ -59,21 +59,10 @@ class EmbeddingStage:
         if progress.embedding_status not in (Status.PENDING, Status.PROCESSING):
             return None
         context_id = request.context_id
-        try:
-            async with autocommit(self._engine) as conn:
-                claim = await context_ai_state.claim(
-                    conn, STAGE, context_id, expiry_seconds=self._expiry_seconds
-                )
-        except Exception as exc:
-            await stage_failure.settle(self._engine, STAGE, context_id, exc)
+        if not await claim_stage(
+            self._engine, STAGE, context_id, expiry_seconds=self._expiry_seconds
+        ):
             return None
-        if not claim.claimed:
-            metrics.STAGE_OUTCOMES.labels(STAGE.label, "not_claimed").inc()
-            logger.debug("embedding not claimed: context_id=%d", context_id)
-            return None
-        if claim.reclaimed:
-            metrics.RECLAIMS.labels(STAGE.label).inc()
-            logger.warning("stale embedding stage reclaimed: context_id=%d", context_id)
         try:
             return await self._produce_and_save(request)
         except Exception as exc:

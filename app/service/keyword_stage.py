@@ -18,6 +18,7 @@ from app.service.circuit_breaker import CircuitBreaker
 from app.service.judgment import map_verdict
 from app.service.presets import PresetCache
 from app.service.requests import ProcessRequest
+from app.service.stage_claim import claim_stage
 from app.states import Stage
 
 logger = logging.getLogger("app.service.pipeline")
@@ -53,21 +54,10 @@ class KeywordStage:
         the stored one. Never raises: errors are settled by the §6 rules.
         """
         context_id = request.context_id
-        try:
-            async with autocommit(self._engine) as conn:
-                claim = await context_ai_state.claim(
-                    conn, STAGE, context_id, expiry_seconds=self._expiry_seconds
-                )
-        except Exception as exc:
-            await stage_failure.settle(self._engine, STAGE, context_id, exc)
+        if not await claim_stage(
+            self._engine, STAGE, context_id, expiry_seconds=self._expiry_seconds
+        ):
             return
-        if not claim.claimed:
-            metrics.STAGE_OUTCOMES.labels(STAGE.label, "not_claimed").inc()
-            logger.debug("keyword not claimed: context_id=%d", context_id)
-            return
-        if claim.reclaimed:
-            metrics.RECLAIMS.labels(STAGE.label).inc()
-            logger.warning("stale keyword stage reclaimed: context_id=%d", context_id)
         try:
             await self._judge_and_save(request, vector)
         except Exception as exc:

@@ -1,0 +1,46 @@
+"""Claiming one stage for a request: the shared front half of both stages (§2).
+
+0 rows is a normal outcome (DEBUG); a reclaim of a stale ``PROCESSING`` is logged at WARNING and
+counted; an error while claiming is settled by the §6 rules.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from app import metrics
+from app.repository import context_ai_state
+from app.repository.db import autocommit
+from app.service import stage_failure
+from app.states import Stage
+
+logger = logging.getLogger("app.service.pipeline")
+
+
+async def claim_stage(
+    engine: AsyncEngine, stage: Stage, context_id: int, *, expiry_seconds: float
+) -> bool:
+    """True when this request now owns ``stage`` of ``context_id`` (started or reclaimed)."""
+    try:
+        async with autocommit(engine) as conn:
+            claim = await context_ai_state.claim(
+                conn, stage, context_id, expiry_seconds=expiry_seconds
+            )
+    except Exception as exc:
+        await stage_failure.settle(engine, stage, context_id, exc)
+        return False
+    if not claim.claimed:
+        metrics.STAGE_OUTCOMES.labels(stage.label, "not_claimed").inc()
+        logger.debug(
+            "%s not claimed: context_id=%d status=%s",
+            stage.label,
+            context_id,
+            claim.previous_status,
+        )
+        return False
+    if claim.reclaimed:
+        metrics.RECLAIMS.labels(stage.label).inc()
+        logger.warning("stale %s stage reclaimed: context_id=%d", stage.label, context_id)
+    return True
