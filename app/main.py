@@ -10,7 +10,9 @@ import logging
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 
-from fastapi import FastAPI
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
 
 from app.api.routes import router
 from app.api.security import InternalSecretMiddleware
@@ -90,8 +92,19 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     app = FastAPI(title="PinLog AI worker", lifespan=lifespan)
     app.include_router(router)
+    app.add_exception_handler(RequestValidationError, _validation_error)
     app.add_middleware(InternalSecretMiddleware, secret=settings.internal_secret.get_secret_value())
     return app
+
+
+async def _validation_error(_request: Request, exc: RequestValidationError) -> JSONResponse:
+    """422 naming each failing field; unlike FastAPI's default it never echoes the rejected
+    input back, which could carry the note text (§6)."""
+    detail = [
+        {"loc": list(error.get("loc", ())), "msg": error.get("msg", ""), "type": error.get("type")}
+        for error in exc.errors()
+    ]
+    return JSONResponse({"detail": detail}, status_code=422)
 
 
 def _breaker(name: str, settings: Settings) -> CircuitBreaker:
