@@ -1,7 +1,8 @@
 """Stops a storm of identical permanent provider errors from failing every context (§6).
 
-After ``threshold`` consecutive ``PermanentError``s from one provider the breaker opens: for
-``cooldown_seconds`` no call is made and every attempt raises ``TransientError``, so stages stay
+After ``threshold`` consecutive ``PermanentError``s from one provider (each still permanent for
+its own context) the breaker opens: for ``cooldown_seconds`` no call is made and every attempt
+raises ``TransientError``, so stages stay
 ``PROCESSING`` for the rescan instead of ending ``FAILED`` because of a bad key or model name.
 The first call after the cooldown probes the provider again.
 """
@@ -49,7 +50,7 @@ class CircuitBreaker:
             result = await operation()
         except InvalidInputError:
             raise  # about this input only, says nothing about the provider
-        except PermanentError as exc:
+        except PermanentError:
             self._consecutive_permanent += 1
             if self._consecutive_permanent >= self._threshold:
                 if not self.is_open:
@@ -59,7 +60,6 @@ class CircuitBreaker:
                         self._consecutive_permanent,
                     )
                 self._opened_at = self._clock()
-                raise TransientError(f"{self._name} circuit open") from exc
             raise
         self._consecutive_permanent = 0
         self._opened_at = None
