@@ -54,6 +54,8 @@ def map_verdict(verdict: JudgeVerdict, candidate_ids: Collection[int]) -> Mapped
 def _clean_concepts(concepts: tuple[str, ...]) -> tuple[str, ...]:
     cleaned: list[str] = []
     for concept in concepts:
+        # Control characters (NUL above all: jsonb rejects it) carry no meaning in a concept.
+        concept = "".join(c for c in concept if c.isprintable() or c == " ")
         concept = concept.strip()[:MAX_CONCEPT_CHARS]
         if concept and concept not in cleaned:
             cleaned.append(concept)

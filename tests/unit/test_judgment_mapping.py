@@ -92,3 +92,9 @@ def test_unmatched_concepts_are_limited_in_number_keeping_the_first():
     mapped = map_verdict(verdict(unmatched=concepts), CANDIDATES)
 
     assert mapped.unmatched_concepts == concepts[:MAX_UNMATCHED_CONCEPTS]
+
+
+def test_unmatched_concepts_lose_control_characters_that_jsonb_would_reject():
+    mapped = map_verdict(verdict(unmatched=("야\x00경", "\x00", "주차\n가능")), CANDIDATES)
+
+    assert mapped.unmatched_concepts == ("야경", "주차가능")
