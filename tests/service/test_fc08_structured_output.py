@@ -1,0 +1,79 @@
+"""FC-08: truncated or refused structured output never replaces earlier keywords (§4, §6)."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+from sqlalchemy import text
+
+from app.providers.hashing import hash_embed
+from tests.builders import fetch_state, make_embedding, make_state
+from tests.fake_openai import Scripted, judge_body
+from tests.harness import PROFILE
+from tests.service.support import app_records, backdate, keyword_rows
+
+NOTE = "노트북 들고 공부하기 좋은 조용한 카페, 콘센트 많음"
+MODEL_OUTPUT_MARK = "zz-model-output-marker"
+
+
+async def seed_reclaimable_context_with_keyword(engine, keyword_id: int) -> None:
+    """Embedding done, one keyword stored by an earlier judgment, keyword stage stale."""
+    await make_state(
+        engine, context_id=1, embedding_status="COMPLETED", keyword_status="PROCESSING"
+    )
+    await make_embedding(engine, context_id=1, embedding=hash_embed(NOTE, 1536), profile=PROFILE)
+    async with engine.begin() as conn:
+        await conn.execute(
+            text(
+                "INSERT INTO ai.context_keyword (context_id, keyword_id, confidence, "
+                "preset_version) VALUES (1, :k, 0.8, 1)"
+            ),
+            {"k": keyword_id},
+        )
+    await backdate(engine, 1, seconds=3600)
+
+
+@pytest.mark.parametrize(
+    ("answer", "reason"),
+    [
+        (
+            judge_body(
+                [],
+                finish_reason="length",
+                raw_content='{"selected":[{"keywordId":102,"confid',
+            ),
+            "truncated",
+        ),
+        (judge_body([], refusal=f"I cannot help with that {MODEL_OUTPUT_MARK}"), "refused"),
+        (
+            judge_body(
+                [],
+                finish_reason="length",
+                raw_content=('{"selected":[],"unmatchedConcepts":["' + MODEL_OUTPUT_MARK + '"]}'),
+            ),
+            "truncated",
+        ),
+    ],
+    ids=["a-truncated", "b-refusal", "c-length-but-parses"],
+)
+async def test_fc08_bad_structured_output_keeps_earlier_keywords_and_fails_the_stage(
+    engine, worker, fake_openai, usable_preset_ids, caplog, answer, reason
+):
+    existing = min(usable_preset_ids)
+    await seed_reclaimable_context_with_keyword(engine, existing)
+    fake_openai.script_judge(Scripted(json=answer))
+
+    with caplog.at_level(logging.INFO):
+        await worker.process(1, NOTE)
+
+    assert set(await keyword_rows(engine, 1)) == {existing}
+    assert await fetch_state(engine, 1) == ("COMPLETED", "FAILED")
+    assert fake_openai.judge_calls == 1
+    assert fake_openai.embedding_calls == 0
+    errors = app_records(caplog, logging.ERROR)
+    assert len(errors) == 1
+    assert "context_id=1" in errors[0].getMessage()
+    assert reason in errors[0].getMessage()
+    assert NOTE not in caplog.text
+    assert MODEL_OUTPUT_MARK not in caplog.text
