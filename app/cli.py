@@ -24,6 +24,20 @@ def _configure_logging(level: str = "INFO") -> None:
         logging.getLogger(name).setLevel(logging.WARNING)
 
 
+def _settings():
+    """Read ``Settings`` or exit 2 with one line per problem (never a value, never a trace)."""
+    from pydantic import ValidationError
+
+    from app.settings import Settings, describe_errors
+
+    try:
+        return Settings()
+    except ValidationError as exc:
+        for line in describe_errors(exc):
+            typer.echo(f"configuration error: {line}", err=True)
+        raise typer.Exit(2) from None
+
+
 @db_app.command("upgrade")
 def db_upgrade(
     migrations_dir: Path | None = typer.Option(None, help="Directory of ordered *.sql files"),
@@ -60,12 +74,20 @@ def presets_load(
     """Embed the preset list with the current profile and upsert it."""
     from app.providers.factory import build_embedding_provider
     from app.repository.db import create_engine
-    from app.service.preset_loader import DEFAULT_PRESET_FILE, load_presets, read_preset_file
-    from app.settings import Settings
+    from app.service.preset_loader import (
+        DEFAULT_PRESET_FILE,
+        PresetFileError,
+        load_presets,
+        read_preset_file,
+    )
 
     _configure_logging()
-    settings = Settings()
-    preset_file = read_preset_file(file or DEFAULT_PRESET_FILE)
+    settings = _settings()
+    try:
+        preset_file = read_preset_file(file or DEFAULT_PRESET_FILE)
+    except PresetFileError as exc:
+        typer.echo(f"preset file error: {exc}", err=True)
+        raise typer.Exit(2) from None
 
     async def run():
         engine = create_engine(settings.database_url)
@@ -92,8 +114,10 @@ def serve(
     """Serve the worker (settings from PINLOG_* environment variables)."""
     import uvicorn
 
+    from app.main import create_app
+
     _configure_logging()
-    uvicorn.run("app.main:create_app", factory=True, host=host, port=port, log_config=None)
+    uvicorn.run(create_app(_settings()), host=host, port=port, log_config=None)
 
 
 @app.command()

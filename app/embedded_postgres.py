@@ -37,5 +37,4 @@ def start(data_dir: Path, *, delete_on_exit: bool = False) -> str:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         server = pgserver.get_server(data_dir, cleanup_mode="delete" if delete_on_exit else "stop")
-    server.psql("CREATE EXTENSION IF NOT EXISTS vector;")
     return asyncpg_url(server.get_uri())

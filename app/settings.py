@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from typing import Literal
 
-from pydantic import Field, SecretStr, model_validator
+from pydantic import Field, SecretStr, ValidationError, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 PRODUCTION_PROFILE = "openai-text-embedding-3-small-1536-cosine-v1"
@@ -24,7 +24,10 @@ _PROFILE_PATTERN = re.compile(r"^(?P<prefix>.+)-(?P<dimension>\d+)-(?P<distance>
 class Settings(BaseSettings):
     """Worker configuration. Raises ``pydantic.ValidationError`` with a precise message."""
 
-    model_config = SettingsConfigDict(env_prefix="PINLOG_", extra="ignore", frozen=True)
+    # hide_input_in_errors: a validation error must never print a secret back.
+    model_config = SettingsConfigDict(
+        env_prefix="PINLOG_", extra="ignore", frozen=True, hide_input_in_errors=True
+    )
 
     database_url: str = Field(
         description="SQLAlchemy asyncpg URL, postgresql+asyncpg://user:pass@host/db"
@@ -94,6 +97,11 @@ class Settings(BaseSettings):
                 f"PINLOG_EMBEDDING_PROFILE {self.embedding_profile!r} says distance "
                 f"{match['distance']!r}, PINLOG_EMBEDDING_DISTANCE is {self.embedding_distance!r}"
             )
+        if self.embedding_provider == "hashing" and self.embedding_model != OFFLINE_EMBEDDING_MODEL:
+            raise ValueError(
+                f"PINLOG_EMBEDDING_PROVIDER hashing needs PINLOG_EMBEDDING_MODEL "
+                f"{OFFLINE_EMBEDDING_MODEL!r} and a profile naming it, e.g. {OFFLINE_PROFILE!r}"
+            )
         if self.embedding_provider == "openai" and not _has_secret(self.embedding_api_key):
             raise ValueError("PINLOG_EMBEDDING_API_KEY is required when the provider is openai")
         if self.judge_provider == "openai" and not _has_secret(self.judge_api_key):
@@ -113,8 +121,22 @@ def _has_secret(value: SecretStr | None) -> bool:
 
 
 class DatabaseSettings(BaseSettings):
-    """Only the database URL, for commands that need nothing else (``db upgrade``, demo)."""
+    """Only the database URL (and the demo's optional secret), for commands that need
+    nothing else (``db upgrade``, demo)."""
 
-    model_config = SettingsConfigDict(env_prefix="PINLOG_", extra="ignore", frozen=True)
+    model_config = SettingsConfigDict(
+        env_prefix="PINLOG_", extra="ignore", frozen=True, hide_input_in_errors=True
+    )
 
     database_url: str | None = None
+    internal_secret: SecretStr | None = None
+
+
+def describe_errors(error: ValidationError) -> list[str]:
+    """One line per problem, naming the ``PINLOG_*`` variable; never the rejected value."""
+    lines = []
+    for item in error.errors(include_input=False, include_url=False):
+        field = ".".join(str(part) for part in item.get("loc", ()))
+        name = f"PINLOG_{field.upper()}: " if field else ""
+        lines.append(f"{name}{item['msg'].removeprefix('Value error, ')}")
+    return lines

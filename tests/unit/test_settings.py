@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from app.settings import OFFLINE_EMBEDDING_MODEL, OFFLINE_PROFILE, Settings
+from app.settings import OFFLINE_EMBEDDING_MODEL, OFFLINE_PROFILE, Settings, describe_errors
 
 DATABASE_URL = "postgresql+asyncpg://pinlog:pinlog@localhost:5432/pinlog"
 SECRET = "unit-test-internal-secret-0123"
@@ -124,3 +124,36 @@ def test_internal_secret_shorter_than_16_characters_is_rejected():
 def test_internal_secret_is_required():
     with pytest.raises(ValidationError, match="internal_secret"):
         Settings(database_url=DATABASE_URL, embedding_api_key="k", judge_api_key="k")
+
+
+def test_hashing_provider_with_the_production_model_and_profile_is_rejected():
+    with pytest.raises(ValidationError, match="hashing needs PINLOG_EMBEDDING_MODEL"):
+        openai_settings(embedding_provider="hashing")
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        {"internal_secret": "short-SECRET"},
+        {"judge_api_key": None},
+        {"embedding_dimension": 1024},
+    ],
+    ids=["short-secret", "missing-judge-key", "contradiction"],
+)
+def test_validation_errors_never_print_secret_values(overrides):
+    secrets = ("short-SECRET", "sk-embedding", "sk-judge", SECRET)
+
+    with pytest.raises(ValidationError) as raised:
+        openai_settings(**overrides)
+
+    lines = describe_errors(raised.value)
+    assert lines
+    for rendered in (str(raised.value), *lines):
+        assert not any(secret in rendered for secret in secrets), rendered
+
+
+def test_described_errors_name_the_environment_variable():
+    with pytest.raises(ValidationError) as raised:
+        Settings(database_url=DATABASE_URL)
+
+    assert describe_errors(raised.value) == ["PINLOG_INTERNAL_SECRET: Field required"]
