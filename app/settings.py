@@ -17,6 +17,8 @@ PRODUCTION_PROFILE = "openai-text-embedding-3-small-1536-cosine-v1"
 OFFLINE_EMBEDDING_MODEL = "hashing-char-ngram"
 OFFLINE_PROFILE = f"local-{OFFLINE_EMBEDDING_MODEL}-1536-cosine-v1"
 
+MODEL_PROFILE_MAX_LENGTH = 100  # ai.context_keyword_analysis.model_profile VARCHAR(100)
+
 # <prefix ending with the model>-<dimension>-<distance>-v<revision>
 _PROFILE_PATTERN = re.compile(r"^(?P<prefix>.+)-(?P<dimension>\d+)-(?P<distance>[a-z0-9]+)-v\d+$")
 
@@ -101,6 +103,19 @@ class Settings(BaseSettings):
             raise ValueError(
                 f"PINLOG_EMBEDDING_PROVIDER hashing needs PINLOG_EMBEDDING_MODEL "
                 f"{OFFLINE_EMBEDDING_MODEL!r} and a profile naming it, e.g. {OFFLINE_PROFILE!r}"
+            )
+        if len(self.judge_profile) > MODEL_PROFILE_MAX_LENGTH:
+            raise ValueError(
+                f"PINLOG_JUDGE_MODEL is too long: the judge profile must fit "
+                f"{MODEL_PROFILE_MAX_LENGTH} characters (ai.context_keyword_analysis)"
+            )
+        longest_call = self.provider_timeout_seconds * (self.provider_max_retries + 1)
+        if longest_call >= self.processing_expiry_seconds:
+            # A call that outlives the expiry lets a duplicate request reclaim a live stage.
+            raise ValueError(
+                f"PINLOG_PROVIDER_TIMEOUT_SECONDS x (PINLOG_PROVIDER_MAX_RETRIES + 1) = "
+                f"{longest_call:g} s must stay below PINLOG_PROCESSING_EXPIRY_SECONDS "
+                f"({self.processing_expiry_seconds} s)"
             )
         if self.embedding_provider == "openai" and not _has_secret(self.embedding_api_key):
             raise ValueError("PINLOG_EMBEDDING_API_KEY is required when the provider is openai")

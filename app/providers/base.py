@@ -46,7 +46,8 @@ class EmbeddingProvider(Protocol):
     dimension: int
 
     async def embed(self, texts: Sequence[str]) -> list[np.ndarray]:
-        """Return one float32 vector of shape ``(dimension,)`` per input, in input order.
+        """Return one L2-normalised float32 vector of shape ``(dimension,)`` per input, in
+        input order.
 
         Raises ``TransientError`` (timeout, 429, 5xx, connection), ``ProviderProtocolError``
         (2xx with a malformed body), ``PermanentError`` (4xx, wrong dimension, zero vector).

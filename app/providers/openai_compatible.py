@@ -184,7 +184,7 @@ async def _call(layer: str, request: Awaitable[Any]) -> Any:
         raise _status_error(layer, exc.status_code) from None
     try:
         return raw.http_response.json()
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: absurdly deep nesting
         raise openai_wire.malformed(layer, "not JSON") from None
 
 

@@ -9,6 +9,7 @@ Vectors are float32 ``numpy.ndarray`` of shape ``(dimension,)``.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -73,13 +74,19 @@ def _vector(values: Any, dimension: int) -> np.ndarray:
         raise PermanentError(
             f"embedding dimension mismatch: expected {dimension}, got {len(values)}"
         )
-    # Also false for NaN and infinities; the bound keeps the float32 cast finite.
+    # Also false for NaN and infinities.
     if not all(abs(v) <= _FLOAT32_MAX for v in values):
         raise malformed("embedding", "non-finite embedding")
-    vector = np.asarray(values, dtype=np.float32)
-    if not np.any(vector):
+    # Normalised in float64: a correctly directed vector at a huge or tiny scale would
+    # overflow or underflow a float32 norm and lose its cosine (FC-04).
+    as_float64 = np.asarray(values, dtype=np.float64)
+    norm = float(np.linalg.norm(as_float64))
+    if norm == 0.0:
         raise PermanentError("embedding provider returned a zero vector")
-    return vector
+    unit = (as_float64 / norm).astype(np.float32)
+    if not np.any(unit):
+        raise PermanentError("embedding provider returned a zero vector")
+    return unit
 
 
 def judge_user_message(text: str, candidates: Sequence[JudgeCandidate]) -> str:
@@ -120,7 +127,7 @@ def parse_verdict(body: Any) -> JudgeVerdict:
 def _verdict(content: Any) -> JudgeVerdict | None:
     try:
         parsed = json.loads(content) if isinstance(content, str) else None
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: absurdly deep nesting
         return None
     if not isinstance(parsed, dict):
         return None
@@ -136,5 +143,14 @@ def _verdict(content: Any) -> JudgeVerdict | None:
         keyword_id, confidence = item.get("keywordId"), item.get("confidence")
         if type(keyword_id) is not int or type(confidence) not in (int, float):
             return None
-        items.append(JudgeSelection(keyword_id=keyword_id, confidence=float(confidence)))
+        items.append(JudgeSelection(keyword_id=keyword_id, confidence=_as_float(confidence)))
     return JudgeVerdict(selected=tuple(items), unmatched_concepts=tuple(unmatched))
+
+
+def _as_float(value: int | float) -> float:
+    """A JSON number as float; an integer too large for a float becomes ``inf``, which the
+    §4 mapping drops like any other confidence outside 0..1."""
+    try:
+        return float(value)
+    except OverflowError:
+        return math.inf

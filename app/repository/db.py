@@ -38,6 +38,9 @@ def create_engine(
         max_overflow=0,
         pool_pre_ping=True,
         pool_timeout=30,
+        # Parameters carry vectors and model output: never into exception text or logs (§6).
+        hide_parameters=True,
+        connect_args={"server_settings": SESSION_SETTINGS},
     )
     if with_vector_codec:
 
@@ -47,6 +50,14 @@ def create_engine(
 
     return engine
 
+
+# A row lock held elsewhere (a core-side transaction, an operator's session) must not stall a
+# worker task and its pooled connection forever: waiting past this is a transient error
+# (SQLSTATE 55P03) and the stage is left for the rescan (§6).
+SESSION_SETTINGS = {
+    "lock_timeout": "3s",
+    "idle_in_transaction_session_timeout": "60s",
+}
 
 # Cheapest round trip that proves the database answers.
 PING = text("SELECT 1")

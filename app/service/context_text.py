@@ -7,6 +7,7 @@ variation selectors are kept: emoji sequences need them (FC-10).
 from __future__ import annotations
 
 import hashlib
+import re
 import unicodedata
 
 from app.errors import InvalidInputError
@@ -25,12 +26,15 @@ _INVISIBLE = dict.fromkeys(
 )
 
 
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
 def normalize(text: str) -> str:
     """NFC, invisible characters removed, surrounding white space trimmed.
 
     Raises ``InvalidInputError`` for text that cannot be encoded (NUL, lone surrogates).
     """
-    if "\x00" in text or any("\ud800" <= char <= "\udfff" for char in text):
+    if "\x00" in text or _LONE_SURROGATE.search(text):
         raise InvalidInputError("text is not encodable")
     return unicodedata.normalize("NFC", text).translate(_INVISIBLE).strip()
 
@@ -47,10 +51,10 @@ def prepare_for_embedding(text: str, *, max_chars: int) -> str:
     ``max_chars`` characters (the model's input limit). All are permanent (§6).
     """
     normalized = normalize(text)
+    if len(normalized) > max_chars:  # first: it bounds the per-character scan below
+        raise InvalidInputError("text is longer than the model accepts")
     if not has_content(normalized):
         raise InvalidInputError("text is blank after normalisation")
-    if len(normalized) > max_chars:
-        raise InvalidInputError("text is longer than the model accepts")
     return normalized
 
 

@@ -23,7 +23,7 @@ logger = logging.getLogger(__name__)
 
 @dataclass(frozen=True, slots=True)
 class PresetSnapshot:
-    """Usable presets of one profile; ``unit_vectors`` has shape ``(n_presets, dimension)``."""
+    """Usable presets of one profile; ``unit_vectors`` is float64 ``(n_presets, dimension)``."""
 
     profile: str
     version: int
@@ -34,10 +34,12 @@ class PresetSnapshot:
         """Top ``top_k`` presets by cosine with ``vector`` (shape ``(dimension,)``), each with
         similarity >= ``floor``, best first. A non-finite similarity is never a candidate.
         """
-        norm = float(np.linalg.norm(vector))
+        # float64 so a vector at a huge or tiny scale keeps its direction (FC-04).
+        query = np.asarray(vector, dtype=np.float64)
+        norm = float(np.linalg.norm(query))
         if not np.isfinite(norm) or norm == 0.0 or not self.presets:
             return []
-        similarities = self.unit_vectors @ (vector.astype(np.float32) / norm)
+        similarities = self.unit_vectors @ (query / norm)
         eligible = np.flatnonzero(np.isfinite(similarities) & (similarities >= floor))
         ranked = eligible[np.argsort(-similarities[eligible], kind="stable")][:top_k]
         return [_candidate(self.presets[i], float(similarities[i])) for i in ranked]
@@ -59,16 +61,17 @@ def build_snapshot(profile: str, rows: list[PresetRow]) -> PresetSnapshot:
     usable: list[PresetRow] = []
     vectors: list[np.ndarray] = []
     for row in rows:
-        norm = float(np.linalg.norm(row.embedding))
+        embedding = np.asarray(row.embedding, dtype=np.float64)
+        norm = float(np.linalg.norm(embedding))
         if not np.isfinite(norm) or norm == 0.0:
             logger.error(
                 "preset rejected: zero or non-finite embedding norm (preset_id=%d)", row.id
             )
             continue
         usable.append(row)
-        vectors.append(row.embedding / norm)
+        vectors.append(embedding / norm)
     version = max((row.version for row in usable), default=0)
-    matrix = np.vstack(vectors).astype(np.float32) if vectors else np.zeros((0, 0), np.float32)
+    matrix = np.vstack(vectors) if vectors else np.zeros((0, 0), np.float64)
     return PresetSnapshot(profile, version, tuple(usable), matrix)
 
 

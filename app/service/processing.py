@@ -16,7 +16,7 @@ from app.service import context_text
 from app.service.embedding_stage import EmbeddingStage
 from app.service.keyword_stage import KeywordStage
 from app.service.requests import ProcessRequest
-from app.states import CLAIMABLE
+from app.states import CLAIMABLE, Status
 
 logger = logging.getLogger("app.service.pipeline")
 
@@ -60,5 +60,9 @@ class ContextProcessor:
             )
             return
         vector = await self._embedding_stage.run(request, progress)
-        if progress.keyword_status in CLAIMABLE:
+        # The keyword claim needs embedding COMPLETED: either this request just produced or
+        # reused the vector, or it was COMPLETED already (resume, profile mismatch). Otherwise
+        # the claim could only affect 0 rows, after waiting on the row lock for nothing.
+        embedding_ready = vector is not None or progress.embedding_status is Status.COMPLETED
+        if embedding_ready and progress.keyword_status in CLAIMABLE:
             await self._keyword_stage.run(request, vector)

@@ -1,7 +1,7 @@
 """A bounded in-process queue drained by ``concurrency`` asyncio workers (§3).
 
 ``submit`` never blocks: a full queue is refused at once so the API can answer 503. The
-persisted state row is the real queue; losing queued items on shutdown loses no work, the
+persisted state row is the real queue; dropping queued items on shutdown loses no work, the
 core side's rescan re-requests them.
 """
 
@@ -59,16 +59,19 @@ class WorkerPool:
         await self._queue.join()
 
     async def stop(self, grace_seconds: float) -> list[int]:
-        """Stop accepting, let running and queued work finish for up to ``grace_seconds``,
-        then cancel. Returns the context ids abandoned (left for the rescan), and logs them.
+        """Stop accepting, drop queued requests (their stages are still ``PENDING``, so the
+        rescan re-requests them sooner than a reclaim could), let running work finish for up
+        to ``grace_seconds``, then cancel it. Returns the abandoned context ids and logs them
+        in one WARNING (FC-02). A cancelled save rolls back whole: nothing is half-applied.
         """
         self._accepting = False
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._queue.join(), timeout=grace_seconds)
-        abandoned = sorted(self._in_flight.values())
+        abandoned: list[int] = []
         while not self._queue.empty():
             abandoned.append(self._queue.get_nowait().context_id)
             self._queue.task_done()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._queue.join(), timeout=grace_seconds)
+        abandoned.extend(self._in_flight.values())
         for worker in self._workers:
             worker.cancel()
         await asyncio.gather(*self._workers, return_exceptions=True)
@@ -77,9 +80,9 @@ class WorkerPool:
             logger.warning(
                 "shutdown abandoned %d contexts to the rescan: context_ids=%s",
                 len(abandoned),
-                abandoned,
+                sorted(abandoned),
             )
-        return abandoned
+        return sorted(abandoned)
 
     async def _work(self) -> None:
         current = asyncio.current_task()

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
 from sqlalchemy import text
+from sqlalchemy.exc import DBAPIError
 
-from app.repository import context_ai_state, results
+from app.repository import context_ai_state, context_keyword_analysis, results
 from app.repository.db import autocommit
 from app.repository.results import SaveOutcome
 from app.states import Stage
@@ -236,3 +238,18 @@ async def test_keyword_save_waiting_on_a_cancelling_transaction_discards(engine)
     assert outcome is SaveOutcome.DISCARDED
     assert await count_rows(engine, "ai.context_keyword", 1) == 0
     assert await count_rows(engine, "ai.context_keyword_analysis", 1) == 0
+
+
+async def test_database_errors_never_carry_statement_parameters(engine):
+    """Parameters hold vectors and model output; exception text reaches logs (§6)."""
+    marker = "모델출력-marker-zqx9"
+    with pytest.raises(DBAPIError) as raised:
+        async with engine.begin() as conn:
+            await context_keyword_analysis.upsert(
+                conn,
+                context_id=1,
+                preset_version=1,
+                unmatched_concepts=[marker],
+                model_profile="m" * 101,  # VARCHAR(100)
+            )
+    assert marker not in str(raised.value)
