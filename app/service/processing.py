@@ -41,10 +41,24 @@ class ContextProcessor:
             if progress is None:
                 logger.info("no state row, nothing to do: context_id=%d", context_id)
                 return
-            same_text = await context_text_fingerprint.record(
-                conn, context_id=context_id, text_sha256=context_text.fingerprint(request.text)
+            match = await context_text_fingerprint.record(
+                conn,
+                context_id=context_id,
+                user_id=request.user_id,
+                record_id=request.record_id,
+                text_sha256=context_text.fingerprint(request.text),
             )
-        if not same_text:
+        if not match.same_owner:
+            # Storing a vector under another user would leak it into that user's search
+            # (§7): the first request's owner stays the truth and this request does nothing.
+            metrics.CONTRACT_VIOLATIONS.labels("owner_changed").inc()
+            logger.warning(
+                "contract violation: same contextId with a different userId or recordId, "
+                "request ignored: context_id=%d",
+                context_id,
+            )
+            return
+        if not match.same_text:
             # A caller bug: never treated as an edit, nothing is reset (§3, scenario 5).
             metrics.CONTRACT_VIOLATIONS.labels("text_changed").inc()
             logger.warning(

@@ -7,6 +7,7 @@ import hashlib
 import numpy as np
 
 from app.repository import context_ai_state, context_text_fingerprint, keyword_preset
+from app.repository.context_text_fingerprint import FingerprintMatch
 from app.states import Status
 from tests.builders import PROFILE, make_embedding, make_preset, make_state, vector
 
@@ -47,12 +48,20 @@ async def test_usable_presets_exclude_blocked_inactive_and_other_profiles(engine
     assert presets[0].embedding.shape == (1536,)
 
 
-async def test_fingerprint_detects_a_different_text_for_the_same_context(engine):
+async def test_fingerprint_detects_a_different_text_or_owner_for_the_same_context(engine):
     first = hashlib.sha256("조용한 카페".encode()).digest()
     other = hashlib.sha256("시끄러운 술집".encode()).digest()
-    async with engine.begin() as conn:
-        assert await context_text_fingerprint.record(conn, context_id=1, text_sha256=first)
-        assert await context_text_fingerprint.record(conn, context_id=1, text_sha256=first)
-        assert not await context_text_fingerprint.record(conn, context_id=1, text_sha256=other)
-        # The first text stays the reference.
-        assert await context_text_fingerprint.record(conn, context_id=1, text_sha256=first)
+
+    async def record(text_sha256: bytes, user_id: int = 7, record_id: int = 70):
+        async with engine.begin() as conn:
+            return await context_text_fingerprint.record(
+                conn, context_id=1, user_id=user_id, record_id=record_id, text_sha256=text_sha256
+            )
+
+    assert await record(first) == FingerprintMatch(same_text=True, same_owner=True)
+    assert await record(first) == FingerprintMatch(same_text=True, same_owner=True)
+    assert await record(other) == FingerprintMatch(same_text=False, same_owner=True)
+    assert await record(first, user_id=8) == FingerprintMatch(same_text=True, same_owner=False)
+    assert await record(first, record_id=71) == FingerprintMatch(same_text=True, same_owner=False)
+    # The first request stays the reference.
+    assert await record(first) == FingerprintMatch(same_text=True, same_owner=True)
