@@ -166,6 +166,7 @@ class FakeOpenAI:
         with self._lock:
             self._calls = {"embeddings": 0, "judge": 0}
             self._requests: dict[str, list[Any]] = {"embeddings": [], "judge": []}
+            self._arrivals: dict[str, list[float]] = {"embeddings": [], "judge": []}
             self._scripts: dict[str, deque[Scripted]] = {"embeddings": deque(), "judge": deque()}
             self._dimension = self._default_dimension
             self._selection: JudgeSelectionFn | None = None
@@ -207,6 +208,12 @@ class FakeOpenAI:
         with self._lock:
             return list(self._requests["judge"])
 
+    @property
+    def judge_arrivals(self) -> list[float]:
+        """``time.monotonic()`` of each judge request's arrival, in order."""
+        with self._lock:
+            return list(self._arrivals["judge"])
+
     async def _embeddings(self, request: Request) -> Response:
         payload, scripted = await self._arrive("embeddings", request)
         with self._lock:
@@ -224,6 +231,7 @@ class FakeOpenAI:
         with self._lock:
             self._calls[endpoint] += 1
             self._requests[endpoint].append(payload)
+            self._arrivals[endpoint].append(time.monotonic())
             queue = self._scripts[endpoint]
             scripted = queue.popleft() if queue else None
         if scripted is not None:

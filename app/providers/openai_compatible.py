@@ -181,13 +181,25 @@ async def _call(layer: str, request: Awaitable[Any]) -> Any:
     except openai.APIConnectionError:
         raise TransientError(f"{layer} upstream unreachable") from None
     except openai.APIStatusError as exc:
-        raise _status_error(layer, exc.status_code) from None
+        raise _status_error(layer, exc.status_code, _retry_after(exc)) from None
     try:
         return raw.http_response.json()
     except (ValueError, RecursionError):  # RecursionError: absurdly deep nesting
         raise openai_wire.malformed(layer, "not JSON") from None
 
 
-def _status_error(layer: str, status: int) -> WorkerError:
+def _status_error(layer: str, status: int, retry_after: float | None = None) -> WorkerError:
     transient = status in _TRANSIENT_STATUSES or status >= 500
-    return (TransientError if transient else PermanentError)(f"{layer} upstream {status}")
+    message = f"{layer} upstream {status}"
+    if retry_after is not None:
+        message += f" (retry-after {retry_after:g} s)"  # a number we parsed, not upstream text
+    return (TransientError if transient else PermanentError)(message)
+
+
+def _retry_after(exc: openai.APIStatusError) -> float | None:
+    """The upstream's ``Retry-After`` in seconds, when it is a plain number (FC-07)."""
+    try:
+        value = float(exc.response.headers.get("retry-after", ""))
+    except ValueError:
+        return None
+    return value if 0 <= value < 1e9 else None

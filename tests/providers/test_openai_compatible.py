@@ -435,7 +435,7 @@ async def test_judge_gives_up_at_once_on_long_retry_after_fc07b(fake) -> None:
     fake.script_judge(too_many, too_many, too_many)
     started = time.monotonic()
 
-    with pytest.raises(TransientError, match=r"^judge upstream 429$"):
+    with pytest.raises(TransientError, match=r"^judge upstream 429 \(retry-after 600 s\)$"):
         await judge.judge("메모", CANDIDATES)
 
     assert time.monotonic() - started < 2
