@@ -28,5 +28,8 @@ format: venv
 	$(BIN)/ruff format .
 	$(BIN)/ruff check --fix .
 
+bench: venv
+	$(BIN)/python -m bench.pipeline_throughput
+
 clean:
 	rm -rf $(VENV) .pgdata .pytest_cache .ruff_cache
