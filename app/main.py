@@ -16,6 +16,13 @@ from fastapi.responses import JSONResponse
 
 from app.api.routes import router
 from app.api.security import InternalSecretMiddleware
+from app.errors import (
+    InvalidInputError,
+    PermanentError,
+    ProfileMismatchError,
+    TransientError,
+    WorkerError,
+)
 from app.providers.factory import build_embedding_provider, build_judge
 from app.repository.db import create_engine
 from app.service.circuit_breaker import CircuitBreaker
@@ -24,6 +31,7 @@ from app.service.health import Readiness
 from app.service.keyword_stage import KeywordStage
 from app.service.presets import PresetCache
 from app.service.processing import ContextProcessor
+from app.service.search import SearchService
 from app.service.worker_pool import WorkerPool
 from app.settings import Settings
 
@@ -49,12 +57,13 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             stack.push_async_callback(judge.aclose)
             presets = PresetCache(engine, settings.embedding_profile)
             await presets.reload()
+            embedding_breaker = _breaker("embedding provider", settings)
             processor = ContextProcessor(
                 engine,
                 EmbeddingStage(
                     engine,
                     embedder,
-                    _breaker("embedding provider", settings),
+                    embedding_breaker,
                     profile=settings.embedding_profile,
                     dimension=settings.embedding_dimension,
                     expiry_seconds=settings.processing_expiry_seconds,
@@ -82,6 +91,13 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             app.state.processor = processor
             app.state.presets = presets
             app.state.readiness = Readiness(engine, presets)
+            app.state.search = SearchService(
+                engine,
+                embedder,
+                embedding_breaker,
+                profile=settings.embedding_profile,
+                max_input_chars=settings.embedding_max_input_chars,
+            )
             logger.info(
                 "worker ready: profile=%s judge=%s concurrency=%d",
                 settings.embedding_profile,
@@ -93,6 +109,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app = FastAPI(title="PinLog AI worker", lifespan=lifespan)
     app.include_router(router)
     app.add_exception_handler(RequestValidationError, _validation_error)
+    for error_class, status in _ERROR_STATUSES.items():
+        app.add_exception_handler(error_class, _worker_error(status))
     app.add_middleware(InternalSecretMiddleware, secret=settings.internal_secret.get_secret_value())
     return app
 
@@ -105,6 +123,24 @@ async def _validation_error(_request: Request, exc: RequestValidationError) -> J
         for error in exc.errors()
     ]
     return JSONResponse({"detail": detail}, status_code=422)
+
+
+# The one place mapping our errors to HTTP statuses on request paths (§6); the most specific
+# class wins. Anything else is a bug of ours: 500.
+_ERROR_STATUSES: dict[type[WorkerError], int] = {
+    ProfileMismatchError: 422,
+    InvalidInputError: 422,
+    PermanentError: 502,
+    TransientError: 503,
+}
+
+
+def _worker_error(status: int):
+    async def handler(_request: Request, exc: Exception) -> JSONResponse:
+        # Messages of errors reaching a route are fixed strings naming the layer (§6).
+        return JSONResponse({"detail": str(exc)}, status_code=status)
+
+    return handler
 
 
 def _breaker(name: str, settings: Settings) -> CircuitBreaker:

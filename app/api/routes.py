@@ -9,9 +9,10 @@ from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from app import metrics
-from app.api.schemas import ProcessContextBody
+from app.api.schemas import ProcessContextBody, SearchBody, SearchResponse, SearchResult
 from app.service.health import Readiness
 from app.service.requests import ProcessRequest
+from app.service.search import SearchService
 from app.service.worker_pool import WorkerPool
 
 RETRY_AFTER_SECONDS = 5
@@ -25,8 +26,13 @@ def _readiness(request: Request) -> Readiness:
     return request.app.state.readiness
 
 
+def _search(request: Request) -> SearchService:
+    return request.app.state.search
+
+
 Pool = Annotated[WorkerPool, Depends(_pool)]
 ReadinessCheck = Annotated[Readiness, Depends(_readiness)]
+Search = Annotated[SearchService, Depends(_search)]
 
 router = APIRouter()
 
@@ -50,6 +56,23 @@ async def process_context(body: ProcessContextBody, pool: Pool) -> JSONResponse:
             headers={"Retry-After": str(RETRY_AFTER_SECONDS)},
         )
     return JSONResponse({"contextId": body.context_id}, status_code=status.HTTP_202_ACCEPTED)
+
+
+@router.post("/internal/v1/search", response_model=SearchResponse, response_model_by_alias=True)
+async def search(body: SearchBody, service: Search) -> SearchResponse:
+    """Personal search (§7): 200, or 422 / 502 / 503 mapped in ``main.py`` (§6)."""
+    hits = await service.search(
+        user_id=body.user_id,
+        query=body.query,
+        limit=body.limit,
+        embedding_profile=body.embedding_profile,
+    )
+    return SearchResponse(
+        results=[
+            SearchResult(record_id=h.record_id, context_id=h.context_id, similarity=h.similarity)
+            for h in hits
+        ]
+    )
 
 
 @router.get("/healthz")

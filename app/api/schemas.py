@@ -26,3 +26,24 @@ class ProcessContextBody(BaseModel):
     record_id: ContextId = Field(alias="recordId")
     text: StrictStr
     place_meta: dict[str, Any] | None = Field(default=None, alias="placeMeta")
+
+
+class SearchBody(BaseModel):
+    """``POST /internal/v1/search`` (§7); ``limit`` defaults to 20, at most 100."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    user_id: ContextId = Field(alias="userId")
+    query: StrictStr
+    limit: Annotated[StrictInt, Field(ge=1, le=100)] = 20
+    embedding_profile: StrictStr = Field(alias="embeddingProfile", max_length=100)
+
+
+class SearchResult(BaseModel):
+    record_id: int = Field(serialization_alias="recordId")
+    context_id: int = Field(serialization_alias="contextId")
+    similarity: float
+
+
+class SearchResponse(BaseModel):
+    results: list[SearchResult]

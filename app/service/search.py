@@ -1,0 +1,78 @@
+"""Personal search (§7): embed the whole query once, exact cosine over the user's contexts.
+
+Errors carry fixed messages naming the layer, for the HTTP mapping in ``main.py`` (§6):
+``ProfileMismatchError`` / ``InvalidInputError`` -> 422, ``PermanentError`` -> 502,
+``TransientError`` -> 503. Neither the query nor upstream text reaches a log or a message.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from app.errors import (
+    InvalidInputError,
+    PermanentError,
+    ProfileMismatchError,
+    TransientError,
+)
+from app.providers.base import EmbeddingProvider
+from app.repository import context_embedding
+from app.repository.context_embedding import SearchHit
+from app.repository.db import autocommit
+from app.service import context_text
+from app.service.circuit_breaker import CircuitBreaker
+
+logger = logging.getLogger(__name__)
+
+
+class SearchService:
+    def __init__(
+        self,
+        engine: AsyncEngine,
+        provider: EmbeddingProvider,
+        breaker: CircuitBreaker,
+        *,
+        profile: str,
+        max_input_chars: int,
+    ) -> None:
+        self._engine = engine
+        self._provider = provider
+        self._breaker = breaker
+        self._profile = profile
+        self._max_input_chars = max_input_chars
+
+    async def search(
+        self, *, user_id: int, query: str, limit: int, embedding_profile: str
+    ) -> list[SearchHit]:
+        """Up to ``limit`` records of ``user_id``, one per record (its best context), by
+        descending cosine similarity. Raises as described in the module docstring.
+        """
+        if embedding_profile != self._profile:
+            logger.warning(
+                "search profile mismatch: requested=%s server=%s",
+                embedding_profile,
+                self._profile,
+            )
+            raise ProfileMismatchError("embedding profile mismatch")
+        try:
+            text = context_text.prepare_for_embedding(query, max_chars=self._max_input_chars)
+        except InvalidInputError as exc:
+            raise InvalidInputError(f"query {exc}") from None
+        try:
+            (vector,) = await self._breaker.call(lambda: self._provider.embed([text]))
+        except TransientError as exc:
+            logger.warning("search embedding transient failure: cause=%s", exc)
+            raise TransientError("embedding upstream unavailable") from None
+        except PermanentError as exc:
+            logger.error("search embedding permanent failure: cause=%s", exc)
+            raise PermanentError("embedding upstream failed") from None
+        try:
+            async with autocommit(self._engine) as conn:
+                return await context_embedding.search_similar(
+                    conn, user_id=user_id, query=vector, profile=self._profile, limit=limit
+                )
+        except TransientError:
+            logger.warning("search database transient failure")
+            raise TransientError("database unavailable") from None
