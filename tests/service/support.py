@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -14,6 +15,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.repository.db import to_array
 from tests.fake_openai import Scripted
+from tests.harness import RunningWorker
 
 ENTER_TIMEOUT_SECONDS = 10
 
@@ -22,6 +24,22 @@ async def arrived(scripted: Scripted) -> None:
     """Wait (off the event loop) until the held call reached the fake provider."""
     entered = await asyncio.to_thread(scripted.entered.wait, ENTER_TIMEOUT_SECONDS)
     assert entered, "the provider call never arrived"
+
+
+async def start_held(
+    worker: RunningWorker,
+    script: Callable[[Scripted], None],
+    held: Scripted,
+    context_id: int,
+    text: str,
+) -> asyncio.Task[None]:
+    """Start processing with ``held`` scripted as the next provider answer; return the task
+    once that call is in flight (``script``: ``fake.script_embeddings`` or ``script_judge``).
+    """
+    script(held)
+    task = asyncio.create_task(worker.process(context_id, text))
+    await arrived(held)
+    return task
 
 
 def release(scripted: Scripted) -> None:

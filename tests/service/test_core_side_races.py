@@ -11,9 +11,9 @@ from sqlalchemy import text
 
 from tests.builders import fetch_state, make_state
 from tests.service.support import (
-    arrived,
     keyword_rows,
     release,
+    start_held,
     stored_analysis,
     stored_embedding,
 )
@@ -44,9 +44,7 @@ async def test_preset_reload_during_a_judgment_does_not_mix_preset_versions(
     await make_state(engine, context_id=1)
     await make_state(engine, context_id=2)
     held = hold()
-    fake_openai.script_judge(held)
-    task = asyncio.create_task(worker.process(1, NOTE))
-    await arrived(held)
+    task = await start_held(worker, fake_openai.script_judge, held, 1, NOTE)
 
     async with engine.begin() as conn:
         await conn.execute(text("UPDATE ai.keyword_preset SET version = 7"))

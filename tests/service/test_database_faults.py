@@ -14,7 +14,7 @@ from sqlalchemy import text
 
 from tests.builders import count_rows, fetch_state, make_state
 from tests.harness import running_worker, worker_settings
-from tests.service.support import app_records, arrived, release
+from tests.service.support import app_records, release, start_held
 
 NOTE = "노트북 들고 공부하기 좋은 조용한 카페. 콘센트 많음."
 OTHER_NOTE = "친구들이랑 수다 떨기 좋은 넓은 술집. 단체석 있음."
@@ -57,9 +57,7 @@ async def test_every_worker_connection_killed_during_the_provider_call_is_surviv
     await make_state(engine, context_id=1)
     await worker.process(99, NOTE)  # warm the worker's pool (no state row: a no-op)
     held = hold()
-    fake_openai.script_embeddings(held)
-    task = asyncio.create_task(worker.process(1, NOTE))
-    await arrived(held)
+    task = await start_held(worker, fake_openai.script_embeddings, held, 1, NOTE)
 
     killed = await _admin(engine, TERMINATE_OTHERS)
     release(held)
@@ -78,9 +76,7 @@ async def test_connection_killed_while_the_save_waits_on_a_row_lock_is_transient
     await make_state(engine, context_id=1)
     await make_state(engine, context_id=2)
     held = hold()
-    fake_openai.script_embeddings(held)
-    task = asyncio.create_task(worker.process(1, NOTE))
-    await arrived(held)
+    task = await start_held(worker, fake_openai.script_embeddings, held, 1, NOTE)
     async with engine.connect() as blocker:
         transaction = await blocker.begin()
         await blocker.execute(LOCK_STATE_ROW, {"id": 1})

@@ -7,7 +7,6 @@ outside the candidate set.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Callable
 
@@ -18,10 +17,10 @@ from tests.builders import fetch_state, make_state
 from tests.fake_openai import candidate_ids, judge_body
 from tests.service.support import (
     app_records,
-    arrived,
     keyword_rows,
     preset_ids,
     release,
+    start_held,
     stored_analysis,
 )
 
@@ -93,9 +92,7 @@ async def _process_with_judge_answer(
 ) -> list[int]:
     """Hold the judge call, build its body from the offered ids, then let it answer."""
     held = hold()
-    fake_openai.script_judge(held)
-    task = asyncio.create_task(worker.process(context_id, note))
-    await arrived(held)
+    task = await start_held(worker, fake_openai.script_judge, held, context_id, note)
     offered = candidate_ids(fake_openai.judge_requests[-1])
     held.json = answer(offered)
     release(held)

@@ -33,6 +33,7 @@ from tests.service.support import (
     preset_ids,
     records_at_least,
     release,
+    start_held,
     state_updated_at,
     stored_analysis,
     stored_embedding,
@@ -65,9 +66,7 @@ async def test_scenario_02_old_context_result_arriving_after_edit_is_not_stored(
     """The edit (§9 modify) lands while the old context's embedding call is in flight."""
     await make_state(engine, context_id=1)
     held = hold()
-    fake_openai.script_embeddings(held)
-    old = asyncio.create_task(worker.process(1, NOTE))
-    await arrived(held)
+    old = await start_held(worker, fake_openai.script_embeddings, held, 1, NOTE)
 
     await make_state(engine, context_id=2)  # the edit: new context first, then the old cancelled
     await cancel_context(engine, context_id=1)
@@ -148,9 +147,7 @@ async def test_scenario_05_different_text_while_first_request_in_flight_warns_an
     """The violating request follows the normal state machine: the claim is held, so it stops."""
     await make_state(engine, context_id=1)
     held = hold()
-    fake_openai.script_embeddings(held)
-    first = asyncio.create_task(worker.process(1, NOTE))
-    await arrived(held)
+    first = await start_held(worker, fake_openai.script_embeddings, held, 1, NOTE)
 
     await worker.process(1, OTHER_NOTE)
     assert not first.done()
@@ -233,9 +230,7 @@ async def test_scenario_09_duplicate_request_during_embedding_call_makes_one_cal
 ):
     await make_state(engine, context_id=1)
     held = hold()
-    fake_openai.script_embeddings(held)
-    first = asyncio.create_task(worker.process(1, NOTE))
-    await arrived(held)
+    first = await start_held(worker, fake_openai.script_embeddings, held, 1, NOTE)
 
     await worker.process(1, NOTE)  # returns at once: the first request holds the claim
     assert not first.done()
@@ -253,9 +248,7 @@ async def test_scenario_09_duplicate_request_during_judgment_makes_one_call_per_
 ):
     await make_state(engine, context_id=1)
     held = hold()
-    fake_openai.script_judge(held)
-    first = asyncio.create_task(worker.process(1, NOTE))
-    await arrived(held)
+    first = await start_held(worker, fake_openai.script_judge, held, 1, NOTE)
 
     await worker.process(1, NOTE)  # embedding reused, keyword claim held by the first
     assert not first.done()
@@ -291,9 +284,7 @@ async def test_scenario_10_delete_during_embedding_call_stores_no_embedding_and_
 ):
     await make_state(engine, context_id=1)
     held = hold()
-    fake_openai.script_embeddings(held)
-    task = asyncio.create_task(worker.process(1, NOTE))
-    await arrived(held)
+    task = await start_held(worker, fake_openai.script_embeddings, held, 1, NOTE)
 
     await cancel_context(engine, context_id=1)
     release(held)
@@ -312,9 +303,7 @@ async def test_scenario_11_delete_during_judgment_stores_no_keywords_and_no_anal
 ):
     await make_state(engine, context_id=1)
     held = hold()
-    fake_openai.script_judge(held)
-    task = asyncio.create_task(worker.process(1, NOTE))
-    await arrived(held)
+    task = await start_held(worker, fake_openai.script_judge, held, 1, NOTE)
 
     await cancel_context(engine, context_id=1)
     release(held)
@@ -340,9 +329,7 @@ async def test_scenario_12_cancel_before_any_embedding_row_exists_blocks_the_lat
         assert fake_openai.embedding_calls == 0
     else:
         held = hold()
-        fake_openai.script_embeddings(held)
-        task = asyncio.create_task(worker.process(1, NOTE))
-        await arrived(held)
+        task = await start_held(worker, fake_openai.script_embeddings, held, 1, NOTE)
         assert await count_rows(engine, "ai.context_embedding", 1) == 0
         await cancel_context(engine, context_id=1)  # marks no embedding row: none exists yet
         release(held)
