@@ -7,9 +7,11 @@ The schema is applied once from ``migrations_stub/``; every test starts from emp
 from __future__ import annotations
 
 import os
+import threading
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from sqlalchemy import text
@@ -19,6 +21,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from app import embedded_postgres
 from app.repository import migrations
 from app.repository.db import create_engine
+from tests.fake_openai import FakeOpenAI, Scripted
+from tests.harness import load_bundled_presets, running_worker, worker_settings
 
 AI_TABLES = (
     "ai.context_keyword",
@@ -87,8 +91,6 @@ def migrations_dir() -> Path:
 
 @pytest.fixture(scope="session")
 def fake_openai_server():
-    from tests.fake_openai import FakeOpenAI
-
     with FakeOpenAI() as server:
         yield server
 
@@ -103,15 +105,40 @@ def fake_openai(fake_openai_server):
 @pytest.fixture
 async def presets(engine, migrated_database, fake_openai):
     """The bundled presets stored under the worker's profile (embedding calls forgotten)."""
-    from tests.harness import load_bundled_presets, worker_settings
-
     await load_bundled_presets(engine, worker_settings(migrated_database, fake_openai), fake_openai)
 
 
 @pytest.fixture
 async def worker(engine, migrated_database, fake_openai, presets):
     """A running worker (real app, real uvicorn) wired to the fake OpenAI server."""
-    from tests.harness import running_worker, worker_settings
-
     async with running_worker(worker_settings(migrated_database, fake_openai)) as running:
         yield running
+
+
+@pytest.fixture
+def make_worker(migrated_database: str, fake_openai, presets):
+    """``async with make_worker(**overrides) as w``: a worker with overridden settings."""
+
+    def factory(**overrides: Any):
+        return running_worker(worker_settings(migrated_database, fake_openai, **overrides))
+
+    return factory
+
+
+@pytest.fixture
+def hold():
+    """``hold()`` makes a ``Scripted`` answer that waits until ``.block.set()``.
+
+    Every hold is released at teardown, so a failing test never leaves a call hanging.
+    """
+    made: list[Scripted] = []
+
+    def factory() -> Scripted:
+        scripted = Scripted(block=threading.Event())
+        made.append(scripted)
+        return scripted
+
+    yield factory
+    for scripted in made:
+        assert scripted.block is not None
+        scripted.block.set()

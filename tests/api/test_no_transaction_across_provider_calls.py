@@ -44,7 +44,7 @@ async def lock_without_waiting(engine, context_id: int) -> tuple[str, str]:
 
 
 async def test_fc03_rows_are_unlocked_and_no_session_idles_in_transaction_during_provider_calls(
-    engine, custom_worker, fake_openai, caplog
+    engine, make_worker, fake_openai, caplog
 ):
     for context_id in CONTEXT_IDS:
         await make_state(engine, context_id=context_id)
@@ -53,7 +53,7 @@ async def test_fc03_rows_are_unlocked_and_no_session_idles_in_transaction_during
     fake_openai.script_embeddings(*embeddings)
     fake_openai.script_judge(*judgments)
 
-    async with custom_worker(database_pool_size=2, worker_concurrency=4) as worker:
+    async with make_worker(database_pool_size=2, worker_concurrency=4) as worker:
         responses = await asyncio.gather(
             *(
                 worker.post({"contextId": i, "userId": 7, "recordId": 70, "text": TEXT})

@@ -143,7 +143,7 @@ async def test_fc11_unknown_field_is_ignored_and_accepted(engine, worker, fake_o
 
 
 async def test_full_queue_answers_503_with_retry_after_and_queues_nothing(
-    engine, custom_worker, fake_openai
+    engine, make_worker, fake_openai
 ):
     for context_id in (1, 2, 3):
         await make_state(engine, context_id=context_id)
@@ -151,7 +151,7 @@ async def test_full_queue_answers_503_with_retry_after_and_queues_nothing(
     held = Scripted(block=release)
     fake_openai.script_embeddings(held)
 
-    async with custom_worker(queue_capacity=1, worker_concurrency=1) as worker:
+    async with make_worker(queue_capacity=1, worker_concurrency=1) as worker:
         try:
             first = await worker.post(body(1))
             await wait_for(held.entered)  # the only worker is busy with context 1

@@ -87,11 +87,11 @@ async def test_unencodable_text_is_202_then_embedding_failed_without_provider_ca
 
 
 async def test_text_longer_than_the_input_limit_fails_embedding_without_provider_calls(
-    engine, custom_worker, fake_openai
+    engine, make_worker, fake_openai
 ):
     await make_state(engine, context_id=1)
 
-    async with custom_worker(embedding_max_input_chars=10) as worker:
+    async with make_worker(embedding_max_input_chars=10) as worker:
         response = await worker.post(body(1, "조용한 카페, 콘센트 많음"))
         await worker.drain()
 
