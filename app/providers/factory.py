@@ -1,8 +1,8 @@
 """Builds the configured providers from ``Settings`` (composition helpers for ``main.py``).
 
 ``embedding_provider``: ``openai`` | ``hashing``; ``judge_provider``: ``openai`` | ``similarity``.
-The judge's ``profile`` must equal ``Settings.judge_profile``, the value stored as
-``model_profile`` with every analysis row (CONTRACT §4); a disagreement stops startup.
+Every judge gets ``Settings.judge_profile``, the one place that names it; it is stored as
+``model_profile`` with every analysis row (CONTRACT §4).
 """
 
 from __future__ import annotations
@@ -25,17 +25,9 @@ def build_embedding_provider(settings: Settings) -> EmbeddingProvider:
 
 
 def build_judge(settings: Settings) -> KeywordJudge:
-    """The judge named by ``settings.judge_provider``; raises ``ConfigurationError`` on a
-    profile that disagrees with ``settings.judge_profile``."""
-    judge: KeywordJudge
+    """The judge named by ``settings.judge_provider``."""
     if settings.judge_provider == "similarity":
-        judge = SimilarityJudge(settings.judge_similarity_threshold)
-    elif settings.judge_provider == "openai":
-        judge = OpenAIJudge.from_settings(settings)
-    else:
-        raise ConfigurationError(f"unknown judge provider {settings.judge_provider!r}")
-    if judge.profile != settings.judge_profile:
-        raise ConfigurationError(
-            f"judge profile {judge.profile!r} differs from settings {settings.judge_profile!r}"
-        )
-    return judge
+        return SimilarityJudge(settings.judge_similarity_threshold, profile=settings.judge_profile)
+    if settings.judge_provider == "openai":
+        return OpenAIJudge.from_settings(settings)
+    raise ConfigurationError(f"unknown judge provider {settings.judge_provider!r}")

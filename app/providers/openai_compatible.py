@@ -106,7 +106,7 @@ class OpenAIJudge(_ClientOwner):
 
     The schema's ``keywordId`` enum is exactly this request's candidate ids. The verdict is
     returned raw: ids outside the candidates and confidences outside 0..1 are the keyword
-    stage's to discard. ``profile`` is ``openai-chat-{model}`` (``Settings.judge_profile``).
+    stage's to discard. ``profile`` (``Settings.judge_profile``) is stored as ``model_profile``.
     """
 
     def __init__(
@@ -115,12 +115,13 @@ class OpenAIJudge(_ClientOwner):
         base_url: str,
         api_key: str,
         model: str,
+        profile: str,
         timeout_seconds: float,
         max_retries: int,
     ) -> None:
         super().__init__(base_url, api_key, timeout_seconds, max_retries)
         self.model = model
-        self.profile = f"openai-chat-{model}"
+        self.profile = profile
 
     @classmethod
     def from_settings(cls, settings: Settings) -> OpenAIJudge:
@@ -128,6 +129,7 @@ class OpenAIJudge(_ClientOwner):
             base_url=settings.judge_base_url,
             api_key=_secret(settings.judge_api_key, "PINLOG_JUDGE_API_KEY"),
             model=settings.judge_model,
+            profile=settings.judge_profile,
             timeout_seconds=settings.provider_timeout_seconds,
             max_retries=settings.provider_max_retries,
         )

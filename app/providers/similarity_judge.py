@@ -20,12 +20,12 @@ class SimilarityJudge:
     Confidence maps similarity linearly from ``[threshold, 1]`` onto ``[0.5, 1.0]``, clipped to
     that range and rounded to 3 decimals (the ``NUMERIC(4,3)`` column of §1). At most
     ``MAX_SELECTED`` are kept, highest similarity first (ties: lower id first). ``profile``
-    equals ``Settings.judge_profile`` for the ``similarity`` judge.
+    (``Settings.judge_profile``) is stored as ``model_profile`` with each judgment (§4).
     """
 
-    def __init__(self, threshold: float) -> None:
+    def __init__(self, threshold: float, *, profile: str) -> None:
         self.threshold = threshold
-        self.profile = f"local-similarity-judge-{threshold:g}-v1"
+        self.profile = profile
 
     async def judge(self, text: str, candidates: Sequence[JudgeCandidate]) -> JudgeVerdict:
         """Select by similarity; ``text`` is not read. Never raises for well-formed input."""

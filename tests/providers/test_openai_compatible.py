@@ -65,6 +65,7 @@ def _judge_with(fake: FakeOpenAI, *, max_retries: int) -> OpenAIJudge:
         base_url=fake.base_url,
         api_key=API_KEY,
         model="gpt-4o-mini",
+        profile="openai-chat-gpt-4o-mini",
         timeout_seconds=5.0,
         max_retries=max_retries,
     )
@@ -322,7 +323,6 @@ async def test_judge_parses_default_structured_answer(judge) -> None:
     verdict = await judge.judge("친구랑 조용한 카페", CANDIDATES)
 
     assert verdict == JudgeVerdict(selected=(JudgeSelection(12, 0.9),), unmatched_concepts=())
-    assert judge.profile == "openai-chat-gpt-4o-mini"
 
 
 async def test_judge_returns_out_of_candidate_ids_and_confidences_raw(fake, judge) -> None:

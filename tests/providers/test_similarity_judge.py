@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import pytest
-
 from app.providers.base import JudgeCandidate, JudgeSelection
 from app.providers.factory import build_embedding_provider, build_judge
 from app.providers.hashing import HashingEmbedder
 from app.providers.similarity_judge import SimilarityJudge
 from app.settings import OFFLINE_EMBEDDING_MODEL, OFFLINE_PROFILE, Settings
+
+PROFILE = "local-similarity-judge-test-v1"
 
 
 def _candidate(keyword_id: int, similarity: float) -> JudgeCandidate:
@@ -28,7 +28,7 @@ def _offline_settings(threshold: float) -> Settings:
 
 
 async def test_selects_candidates_at_or_above_threshold_highest_first() -> None:
-    judge = SimilarityJudge(0.4)
+    judge = SimilarityJudge(0.4, profile=PROFILE)
     candidates = [_candidate(1, 0.39), _candidate(2, 0.4), _candidate(3, 0.85), _candidate(4, 0.7)]
 
     verdict = await judge.judge("메모", candidates)
@@ -38,7 +38,7 @@ async def test_selects_candidates_at_or_above_threshold_highest_first() -> None:
 
 
 async def test_confidence_maps_threshold_to_half_and_one_to_one_rounded() -> None:
-    judge = SimilarityJudge(0.4)
+    judge = SimilarityJudge(0.4, profile=PROFILE)
     candidates = [_candidate(1, 0.4), _candidate(2, 0.7), _candidate(3, 1.0), _candidate(4, 1.0001)]
 
     verdict = await judge.judge("메모", candidates)
@@ -52,7 +52,7 @@ async def test_confidence_maps_threshold_to_half_and_one_to_one_rounded() -> Non
 
 
 async def test_selects_at_most_five() -> None:
-    judge = SimilarityJudge(0.1)
+    judge = SimilarityJudge(0.1, profile=PROFILE)
     candidates = [_candidate(i, 0.2 + i / 100) for i in range(1, 9)]
 
     verdict = await judge.judge("메모", candidates)
@@ -61,14 +61,11 @@ async def test_selects_at_most_five() -> None:
 
 
 async def test_nan_similarity_is_never_selected_fc04() -> None:
-    verdict = await SimilarityJudge(0.3).judge("메모", [_candidate(1, float("nan"))])
+    verdict = await SimilarityJudge(0.3, profile=PROFILE).judge(
+        "메모", [_candidate(1, float("nan"))]
+    )
 
     assert verdict.selected == ()
-
-
-@pytest.mark.parametrize("threshold", [0.3, 0.25, -0.5, 1.0])
-def test_profile_equals_settings_judge_profile(threshold: float) -> None:
-    assert SimilarityJudge(threshold).profile == _offline_settings(threshold).judge_profile
 
 
 def test_factory_builds_offline_providers_with_matching_profile() -> None:
