@@ -1,4 +1,4 @@
-"""The worker's error classes and their one classifier (CONTRACT §6).
+"""The worker's error classes (CONTRACT §6); ``service/stage_failure.py`` acts on them.
 
 Leaf module: imports nothing from the app. Messages are fixed short strings that name the
 layer; they never carry upstream bodies, user text, keys or endpoints (§6).
@@ -46,12 +46,3 @@ class InvalidInputError(PermanentError):
 
 class ConfigurationError(Exception):
     """Startup must stop: settings contradict each other or the database (§4, §5)."""
-
-
-def is_transient(exc: BaseException) -> bool:
-    """Classify an error for the pipeline: ``True`` transient, ``False`` permanent (§6).
-
-    Anything that is not a ``WorkerError`` is a bug of ours and is treated as transient so
-    the rescan can recover the stage once the bug is fixed (FC-01).
-    """
-    return not isinstance(exc, PermanentError)

@@ -31,16 +31,5 @@ class Stage(StrEnum):
         return self.name.lower()
 
 
-# Transitions the worker itself may perform (§2). The WHERE clauses in
-# repository/context_ai_state.py enforce them; this table documents and tests them.
-WORKER_TRANSITIONS: frozenset[tuple[Status, Status]] = frozenset(
-    {
-        (Status.PENDING, Status.PROCESSING),
-        (Status.PROCESSING, Status.PROCESSING),
-        (Status.PROCESSING, Status.COMPLETED),
-        (Status.PROCESSING, Status.FAILED),
-    }
-)
-
 # A stage in one of these statuses may still be claimed (§2 start/reclaim).
 CLAIMABLE: frozenset[Status] = frozenset({Status.PENDING, Status.PROCESSING})
