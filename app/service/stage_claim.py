@@ -1,7 +1,7 @@
 """Claiming one stage for a request: the shared front half of both stages (§2).
 
 0 rows is a normal outcome (DEBUG); a reclaim of a stale ``PROCESSING`` is logged at WARNING and
-counted; an error while claiming is settled by the §6 rules.
+counted. An error while claiming changed nothing: the stage is left as it was for the rescan.
 """
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ import logging
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app import metrics
+from app.errors import TransientError
 from app.repository import context_ai_state
 from app.repository.db import autocommit
-from app.service import stage_failure
 from app.states import Stage
 
 logger = logging.getLogger("app.service.pipeline")
@@ -28,8 +28,21 @@ async def claim_stage(
             claim = await context_ai_state.claim(
                 conn, stage, context_id, expiry_seconds=expiry_seconds
             )
+    except TransientError:
+        metrics.STAGE_OUTCOMES.labels(stage.label, "transient").inc()
+        logger.warning(
+            "%s claim failed, database unavailable: context_id=%d", stage.label, context_id
+        )
+        return False
     except Exception as exc:
-        await stage_failure.settle(engine, stage, context_id, exc)
+        metrics.STAGE_OUTCOMES.labels(stage.label, "transient").inc()
+        logger.error(
+            "unexpected error while claiming %s: context_id=%d cause=%s",
+            stage.label,
+            context_id,
+            type(exc).__name__,
+            exc_info=exc,
+        )
         return False
     if not claim.claimed:
         metrics.STAGE_OUTCOMES.labels(stage.label, "not_claimed").inc()
