@@ -10,8 +10,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from app import metrics
 from app.errors import PermanentError, ProfileMismatchError
 from app.providers.base import KeywordJudge
-from app.repository import context_ai_state, results
-from app.repository.db import autocommit
+from app.repository import results
+from app.repository.context_ai_state import ContextProgress
 from app.repository.results import SaveOutcome
 from app.service import context_text, stage_failure
 from app.service.circuit_breaker import CircuitBreaker
@@ -47,11 +47,14 @@ class KeywordStage:
         self._similarity_floor = similarity_floor
         self._max_input_chars = max_input_chars
 
-    async def run(self, request: ProcessRequest, vector: np.ndarray | None) -> None:
+    async def run(
+        self, request: ProcessRequest, progress: ContextProgress, vector: np.ndarray | None
+    ) -> None:
         """Judge and store keywords if this request may claim the stage.
 
-        ``vector``: float32 ``(dimension,)`` from the embedding stage, or ``None`` to re-read
-        the stored one. Never raises: errors are settled by the §6 rules.
+        ``vector``: float32 ``(dimension,)`` from the embedding stage, or ``None`` to use the
+        one the pre-check read in ``progress`` (no second read). Never raises: errors are
+        settled by the §6 rules.
         """
         context_id = request.context_id
         if not await claim_stage(
@@ -59,14 +62,16 @@ class KeywordStage:
         ):
             return
         try:
-            await self._judge_and_save(request, vector)
+            await self._judge_and_save(request, progress, vector)
         except Exception as exc:
             await stage_failure.settle(self._engine, STAGE, context_id, exc)
 
-    async def _judge_and_save(self, request: ProcessRequest, vector: np.ndarray | None) -> None:
+    async def _judge_and_save(
+        self, request: ProcessRequest, progress: ContextProgress, vector: np.ndarray | None
+    ) -> None:
         snapshot = self._presets.snapshot()  # one snapshot from candidates to save (§4)
         if vector is None:
-            vector = await self._stored_vector(request.context_id, snapshot.profile)
+            vector = self._stored_vector(progress, snapshot.profile)
         candidates = snapshot.candidates(vector, top_k=self._top_k, floor=self._similarity_floor)
         if candidates:
             text = context_text.prepare_for_embedding(request.text, max_chars=self._max_input_chars)
@@ -102,11 +107,10 @@ class KeywordStage:
             len(candidates),
         )
 
-    async def _stored_vector(self, context_id: int, profile: str) -> np.ndarray:
-        """The stored vector of another worker's embedding stage; same profile required (§5)."""
-        async with autocommit(self._engine) as conn:
-            progress = await context_ai_state.load_progress(conn, context_id)
-        if progress is None or progress.embedding is None:
+    @staticmethod
+    def _stored_vector(progress: ContextProgress, profile: str) -> np.ndarray:
+        """The vector the pre-check read; it must use the presets' profile (§5)."""
+        if progress.embedding is None:
             raise PermanentError("completed embedding has no stored vector")
         if progress.embedding_profile != profile:
             raise ProfileMismatchError(

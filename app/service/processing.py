@@ -79,4 +79,4 @@ class ContextProcessor:
         # the claim could only affect 0 rows, after waiting on the row lock for nothing.
         embedding_ready = vector is not None or progress.embedding_status is Status.COMPLETED
         if embedding_ready and progress.keyword_status in CLAIMABLE:
-            await self._keyword_stage.run(request, vector)
+            await self._keyword_stage.run(request, progress, vector)
