@@ -25,7 +25,7 @@ from app import embedded_postgres
 from app.repository.db import create_engine
 from app.settings import DatabaseSettings, Settings
 from demo import core_side
-from demo.run import PROCESS_PATH, _free_port, load_samples, offline_settings, prepare_database
+from demo.run import PROCESS_PATH, free_port, load_samples, offline_settings, prepare_database
 
 
 async def run(contexts: int, concurrency: int) -> None:
@@ -36,7 +36,7 @@ async def run(contexts: int, concurrency: int) -> None:
         database_url, worker_concurrency=concurrency, queue_capacity=contexts
     )
     await prepare_database(settings)
-    port = _free_port(0)
+    port = free_port(0)
     worker = await _start_worker(settings, port)
 
     samples = load_samples()

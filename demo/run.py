@@ -67,7 +67,7 @@ def offline_settings(
     return Settings(**values)
 
 
-def _free_port(preferred: int) -> int:
+def free_port(preferred: int) -> int:
     with socket.socket() as probe:
         try:
             probe.bind(("127.0.0.1", preferred))
@@ -152,7 +152,7 @@ async def run_demo(*, port: int, serve: bool, data_dir: Path) -> int:
     settings = offline_settings(database_url, secret)
     await prepare_database(settings)
 
-    port = _free_port(port)
+    port = free_port(port)
     server = uvicorn.Server(
         uvicorn.Config(create_app(settings), host="127.0.0.1", port=port, log_level="warning")
     )
