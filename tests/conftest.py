@@ -19,10 +19,10 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app import embedded_postgres
-from app.repository import migrations
+from app.repository import keyword_preset, migrations
 from app.repository.db import create_engine
 from tests.fake_openai import FakeOpenAI, Scripted
-from tests.harness import load_bundled_presets, running_worker, worker_settings
+from tests.harness import embed_bundled_presets, running_worker, worker_settings
 
 AI_TABLES = (
     "ai.context_keyword",
@@ -102,10 +102,18 @@ def fake_openai(fake_openai_server):
     return fake_openai_server
 
 
+@pytest.fixture(scope="session")
+async def bundled_preset_rows(engine, migrated_database, fake_openai_server):
+    """The bundled presets as embedded once per session by the real loader (fake server)."""
+    settings = worker_settings(migrated_database, fake_openai_server)
+    return await embed_bundled_presets(engine, settings, fake_openai_server)
+
+
 @pytest.fixture
-async def presets(engine, migrated_database, fake_openai):
-    """The bundled presets stored under the worker's profile (embedding calls forgotten)."""
-    await load_bundled_presets(engine, worker_settings(migrated_database, fake_openai), fake_openai)
+async def presets(engine, bundled_preset_rows, fake_openai):
+    """The bundled presets stored under the worker's profile; no embedding call is counted."""
+    async with engine.begin() as conn:
+        await keyword_preset.upsert_all(conn, bundled_preset_rows)
 
 
 @pytest.fixture

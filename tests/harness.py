@@ -21,6 +21,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.main import create_app
 from app.providers.openai_compatible import OpenAIEmbedder
+from app.repository import keyword_preset
+from app.repository.keyword_preset import PresetRow
 from app.service.preset_loader import load_presets, read_preset_file
 from app.service.processing import ContextProcessor
 from app.service.requests import ProcessRequest
@@ -54,14 +56,19 @@ def worker_settings(database_url: str, fake: FakeOpenAI, **overrides: Any) -> Se
     return Settings(**values)
 
 
-async def load_bundled_presets(engine: AsyncEngine, settings: Settings, fake: FakeOpenAI) -> None:
-    """Embed and store the bundled presets via the fake server, then forget those calls."""
+async def embed_bundled_presets(
+    engine: AsyncEngine, settings: Settings, fake: FakeOpenAI
+) -> list[PresetRow]:
+    """Load the bundled presets through the real loader and the fake server; return the
+    stored rows so later tests can restore them without embedding again."""
     embedder = OpenAIEmbedder.from_settings(settings)
     try:
         await load_presets(engine, embedder, read_preset_file(), settings.embedding_profile)
     finally:
         await embedder.aclose()
     fake.reset()
+    async with engine.connect() as conn:
+        return await keyword_preset.load_all(conn)
 
 
 @dataclass

@@ -406,34 +406,29 @@ async def test_fc10_nfd_and_nfc_queries_send_identical_nfc_text_and_return_ident
 # --------------------------------------------------------------------------- §6 mapping
 
 
-async def test_s6_provider_503_is_503_embedding_upstream_unavailable_without_upstream_text(
-    engine, worker, fake_openai, caplog
+@pytest.mark.parametrize(
+    ("upstream_status", "error_type", "status", "detail"),
+    [
+        (503, "server_error", 503, "embedding upstream unavailable"),
+        (401, "invalid_api_key", 502, "embedding upstream failed"),
+    ],
+    ids=["transient-503", "permanent-502"],
+)
+async def test_s6_provider_failure_maps_to_a_fixed_body_without_upstream_text(
+    engine, worker, fake_openai, caplog, upstream_status, error_type, status, detail
 ):
     await seed(engine, context_id=1, record_id=10, note=BEST)
     fake_openai.script_embeddings(
-        Scripted(status=503, json={"error": {"message": UPSTREAM_LEAK, "type": "server_error"}})
+        Scripted(
+            status=upstream_status,
+            json={"error": {"message": UPSTREAM_LEAK, "type": error_type}},
+        )
     )
 
     response = await search(worker)
 
-    assert response.status_code == 503
-    assert response.json() == {"detail": "embedding upstream unavailable"}
-    assert UPSTREAM_LEAK not in response.text
-    assert all(UPSTREAM_LEAK not in r.getMessage() for r in caplog.records if r.levelno >= 20)
-
-
-async def test_s6_provider_401_is_502_embedding_upstream_failed_without_upstream_text(
-    engine, worker, fake_openai, caplog
-):
-    await seed(engine, context_id=1, record_id=10, note=BEST)
-    fake_openai.script_embeddings(
-        Scripted(status=401, json={"error": {"message": UPSTREAM_LEAK, "type": "invalid_api_key"}})
-    )
-
-    response = await search(worker)
-
-    assert response.status_code == 502
-    assert response.json() == {"detail": "embedding upstream failed"}
+    assert response.status_code == status
+    assert response.json() == {"detail": detail}
     assert UPSTREAM_LEAK not in response.text
     assert all(UPSTREAM_LEAK not in r.getMessage() for r in caplog.records if r.levelno >= 20)
 
