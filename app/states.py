@@ -31,5 +31,17 @@ class Stage(StrEnum):
         return self.name.lower()
 
 
+# Transitions the worker itself may perform on one stage (§2). The WHERE clauses in
+# repository/context_ai_state.py enforce them; tests/repository/test_transition_table.py
+# drives every statement from every status and checks the outcome against this table.
+WORKER_TRANSITIONS: frozenset[tuple[Status, Status]] = frozenset(
+    {
+        (Status.PENDING, Status.PROCESSING),
+        (Status.PROCESSING, Status.PROCESSING),
+        (Status.PROCESSING, Status.COMPLETED),
+        (Status.PROCESSING, Status.FAILED),
+    }
+)
+
 # A stage in one of these statuses may still be claimed (§2 start/reclaim).
 CLAIMABLE: frozenset[Status] = frozenset({Status.PENDING, Status.PROCESSING})
