@@ -110,6 +110,25 @@ async def make_preset(
         )
 
 
+async def make_keyword(
+    engine: AsyncEngine,
+    *,
+    context_id: int,
+    keyword_id: int,
+    confidence: float = 0.8,
+    preset_version: int = 1,
+) -> None:
+    """A keyword row left by an earlier judgment."""
+    async with engine.begin() as conn:
+        await conn.execute(
+            text(
+                "INSERT INTO ai.context_keyword (context_id, keyword_id, confidence, "
+                "preset_version) VALUES (:id, :k, :c, :v)"
+            ),
+            {"id": context_id, "k": keyword_id, "c": confidence, "v": preset_version},
+        )
+
+
 async def cancel_context(engine: AsyncEngine, *, context_id: int) -> None:
     """The core side's delete (§9): is_deleted on the embedding, both statuses CANCELLED."""
     async with engine.begin() as conn:

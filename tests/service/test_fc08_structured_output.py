@@ -5,13 +5,12 @@ from __future__ import annotations
 import logging
 
 import pytest
-from sqlalchemy import text
 
 from app.providers.hashing import hash_embed
-from tests.builders import fetch_state, make_embedding, make_state
+from tests.builders import fetch_state, make_embedding, make_keyword, make_state
 from tests.fake_openai import Scripted, judge_body
 from tests.harness import PROFILE
-from tests.service.support import app_records, backdate, keyword_rows
+from tests.service.support import app_records, keyword_rows
 
 NOTE = "노트북 들고 공부하기 좋은 조용한 카페, 콘센트 많음"
 MODEL_OUTPUT_MARK = "zz-model-output-marker"
@@ -20,18 +19,14 @@ MODEL_OUTPUT_MARK = "zz-model-output-marker"
 async def seed_reclaimable_context_with_keyword(engine, keyword_id: int) -> None:
     """Embedding done, one keyword stored by an earlier judgment, keyword stage stale."""
     await make_state(
-        engine, context_id=1, embedding_status="COMPLETED", keyword_status="PROCESSING"
+        engine,
+        context_id=1,
+        embedding_status="COMPLETED",
+        keyword_status="PROCESSING",
+        updated_seconds_ago=3600,
     )
     await make_embedding(engine, context_id=1, embedding=hash_embed(NOTE, 1536), profile=PROFILE)
-    async with engine.begin() as conn:
-        await conn.execute(
-            text(
-                "INSERT INTO ai.context_keyword (context_id, keyword_id, confidence, "
-                "preset_version) VALUES (1, :k, 0.8, 1)"
-            ),
-            {"k": keyword_id},
-        )
-    await backdate(engine, 1, seconds=3600)
+    await make_keyword(engine, context_id=1, keyword_id=keyword_id)
 
 
 @pytest.mark.parametrize(
