@@ -9,7 +9,7 @@ from pathlib import Path
 import typer
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, help="PinLog AI worker.")
-db_app = typer.Typer(no_args_is_help=True, help="Database schema (migrations_stub/).")
+db_app = typer.Typer(no_args_is_help=True, help="Database schema (the ai migrations).")
 presets_app = typer.Typer(no_args_is_help=True, help="Keyword presets.")
 app.add_typer(db_app, name="db")
 app.add_typer(presets_app, name="presets")
@@ -42,8 +42,12 @@ def _settings():
 def db_upgrade(
     migrations_dir: Path | None = typer.Option(None, help="Directory of ordered *.sql files"),
 ) -> None:
-    """Apply pending migrations to PINLOG_DATABASE_URL; a second run applies nothing."""
-    from app.repository import migrations
+    """Apply pending ``ai`` migrations to PINLOG_DATABASE_URL; a second run applies nothing.
+
+    The ``core`` files are the core service's (``pinlog-core db upgrade``); the worker's role
+    needs privileges on ``ai`` only (§8).
+    """
+    import pinlog_schema
     from app.repository.db import create_engine
     from app.settings import DatabaseSettings
 
@@ -55,13 +59,17 @@ def db_upgrade(
     async def run() -> list[str]:
         engine = create_engine(url, with_vector_codec=False)
         try:
-            return await migrations.upgrade(
-                engine, migrations_dir or migrations.DEFAULT_MIGRATIONS_DIR
+            return await pinlog_schema.upgrade(
+                engine, scope=pinlog_schema.Scope.AI, directory=migrations_dir
             )
         finally:
             await engine.dispose()
 
-    applied = asyncio.run(run())
+    try:
+        applied = asyncio.run(run())
+    except pinlog_schema.MigrationError as exc:
+        typer.echo(f"migration error: {exc}", err=True)
+        raise typer.Exit(2) from None
     typer.echo(
         f"applied {len(applied)} migration(s)" + (f": {', '.join(applied)}" if applied else "")
     )

@@ -19,10 +19,10 @@ import httpx
 import uvicorn
 import yaml
 
+import pinlog_schema
 from app import embedded_postgres
 from app.main import create_app
 from app.providers.factory import build_embedding_provider
-from app.repository import migrations
 from app.repository.db import create_engine
 from app.service.preset_loader import load_presets, read_preset_file
 from app.settings import OFFLINE_EMBEDDING_MODEL, OFFLINE_PROFILE, DatabaseSettings, Settings
@@ -80,7 +80,7 @@ async def prepare_database(settings: Settings) -> None:
     """Apply migrations and load presets with the settings' embedding profile."""
     engine = create_engine(settings.database_url, with_vector_codec=False)
     try:
-        await migrations.upgrade(engine)
+        await pinlog_schema.upgrade(engine)
     finally:
         await engine.dispose()
     engine = create_engine(settings.database_url)

@@ -1,7 +1,8 @@
 """Session-wide database for the suite: ``PINLOG_TEST_DATABASE_URL`` or an embedded server.
 
-The schema is applied once from ``migrations_stub/``; every test starts from empty ai tables
-(TRUNCATE), so no test depends on another's order.
+The schema is applied once from ``pinlog_schema`` (every file, as ``pinlog-core db upgrade``);
+every test starts from empty ai and core tables (TRUNCATE), so no test depends on another's
+order.
 """
 
 from __future__ import annotations
@@ -18,19 +19,24 @@ from sqlalchemy import text
 from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+import pinlog_schema
 from app import embedded_postgres
-from app.repository import keyword_preset, migrations
+from app.repository import keyword_preset
 from app.repository.db import create_engine
 from tests.fake_openai import FakeOpenAI, Scripted
 from tests.harness import embed_bundled_presets, running_worker, worker_settings
 
-AI_TABLES = (
+CLEANED_TABLES = (
     "ai.context_keyword",
     "ai.context_keyword_analysis",
     "ai.context_embedding",
     "ai.context_ai_state",
     "ai.context_text_fingerprint",
     "ai.keyword_preset",
+    "core.context",
+    "core.record",
+    "core.place",
+    "core.member",
 )
 
 
@@ -46,7 +52,7 @@ def database_url(tmp_path_factory: pytest.TempPathFactory) -> str:
 async def migrated_database(database_url: str) -> str:
     engine = create_engine(database_url, with_vector_codec=False)
     try:
-        await migrations.upgrade(engine)
+        await pinlog_schema.upgrade(engine)
     finally:
         await engine.dispose()
     return database_url
@@ -60,12 +66,12 @@ async def engine(migrated_database: str) -> AsyncIterator[AsyncEngine]:
 
 
 @pytest.fixture(autouse=True)
-async def _clean_ai_schema(request: pytest.FixtureRequest) -> None:
+async def _clean_tables(request: pytest.FixtureRequest) -> None:
     if "engine" not in request.fixturenames:
         return
     engine: AsyncEngine = request.getfixturevalue("engine")
     async with engine.begin() as conn:
-        await conn.execute(text(f"TRUNCATE {', '.join(AI_TABLES)} CASCADE"))
+        await conn.execute(text(f"TRUNCATE {', '.join(CLEANED_TABLES)} CASCADE"))
 
 
 @pytest.fixture
@@ -86,7 +92,7 @@ async def empty_database(migrated_database: str) -> AsyncIterator[str]:
 
 @pytest.fixture
 def migrations_dir() -> Path:
-    return migrations.DEFAULT_MIGRATIONS_DIR
+    return pinlog_schema.runner.bundled_directory()
 
 
 @pytest.fixture(scope="session")

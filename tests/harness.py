@@ -95,24 +95,30 @@ class RunningWorker:
 
 
 @asynccontextmanager
-async def running_worker(settings: Settings) -> AsyncIterator[RunningWorker]:
-    app = create_app(settings)
+async def serving(app: FastAPI) -> AsyncIterator[str]:
+    """Serve ``app`` with real uvicorn on a free loopback port; yields its base URL."""
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
     server = uvicorn.Server(
         uvicorn.Config(app, log_config=None, access_log=False, timeout_graceful_shutdown=5)
     )
-    serving = asyncio.create_task(server.serve(sockets=[sock]))
+    serving_task = asyncio.create_task(server.serve(sockets=[sock]))
     try:
         while not server.started:
-            if serving.done():
-                await serving
-                raise RuntimeError("worker did not start")
+            if serving_task.done():
+                await serving_task
+                raise RuntimeError("server did not start")
             await asyncio.sleep(0.01)
-        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=30) as client:
-            yield RunningWorker(app, settings, client)
+        yield f"http://127.0.0.1:{port}"
     finally:
         server.should_exit = True
-        await serving
+        await serving_task
         sock.close()
+
+
+@asynccontextmanager
+async def running_worker(settings: Settings) -> AsyncIterator[RunningWorker]:
+    app = create_app(settings)
+    async with serving(app) as base_url, httpx.AsyncClient(base_url=base_url, timeout=30) as client:
+        yield RunningWorker(app, settings, client)

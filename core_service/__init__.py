@@ -1,0 +1,1 @@
+"""The PinLog core service: owns members, records and contexts; dispatches and rescans (§9)."""

@@ -1,0 +1,1 @@
+"""The client-facing HTTP API of the core service."""

@@ -1,0 +1,128 @@
+"""Routes of the client API. No SQL and no decisions: services do the work, ``main.py`` maps
+their errors to statuses (422 validation, 401 token, 404 not yours or missing, 409 state)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Path, Response, status
+from fastapi.responses import JSONResponse
+
+from core_service.api.dependencies import Lifecycle, MemberId, Reader, Search
+from core_service.api.schemas import (
+    BIGINT_MAX,
+    ContextBody,
+    ContextIdOnly,
+    ContextItem,
+    CreatedRecord,
+    CreateRecordBody,
+    KeywordItem,
+    PlaceItem,
+    RecordItem,
+    SearchBody,
+    SearchResultItem,
+    SearchResults,
+)
+
+Id = Annotated[int, Path(ge=1, le=BIGINT_MAX)]
+
+router = APIRouter(prefix="/api/v1")
+
+
+@router.post("/records", status_code=status.HTTP_201_CREATED)
+async def create_record(
+    body: CreateRecordBody, member_id: MemberId, lifecycle: Lifecycle
+) -> JSONResponse:
+    """201 with a new record, 200 when the context joined the member's record for the place."""
+    created = await lifecycle.create_record(
+        member_id=member_id,
+        external_place_id=body.external_place_id,
+        place_name=body.place_name,
+        body=body.body,
+    )
+    payload = CreatedRecord(record_id=created.record_id, context_id=created.context_id)
+    return JSONResponse(
+        payload.model_dump(by_alias=True),
+        status_code=status.HTTP_201_CREATED if created.record_created else status.HTTP_200_OK,
+    )
+
+
+@router.post(
+    "/records/{record_id}/contexts",
+    status_code=status.HTTP_201_CREATED,
+    response_model=ContextIdOnly,
+    response_model_by_alias=True,
+)
+async def add_context(
+    record_id: Id, body: ContextBody, member_id: MemberId, lifecycle: Lifecycle
+) -> ContextIdOnly:
+    context_id = await lifecycle.add_context(
+        member_id=member_id, record_id=record_id, body=body.body
+    )
+    return ContextIdOnly(context_id=context_id)
+
+
+@router.put("/contexts/{context_id}", response_model=ContextIdOnly, response_model_by_alias=True)
+async def modify_context(
+    context_id: Id, body: ContextBody, member_id: MemberId, lifecycle: Lifecycle
+) -> ContextIdOnly:
+    """The ``contextId`` to use from now on (the old one for an unchanged body)."""
+    modified = await lifecycle.modify_context(
+        member_id=member_id, context_id=context_id, body=body.body
+    )
+    return ContextIdOnly(context_id=modified.context_id)
+
+
+@router.delete("/contexts/{context_id}", status_code=status.HTTP_204_NO_CONTENT)
+async def delete_context(context_id: Id, member_id: MemberId, lifecycle: Lifecycle) -> Response:
+    await lifecycle.delete_context(member_id=member_id, context_id=context_id)
+    return Response(status_code=status.HTTP_204_NO_CONTENT)
+
+
+@router.delete("/records/{record_id}", status_code=status.HTTP_204_NO_CONTENT)
+async def delete_record(record_id: Id, member_id: MemberId, lifecycle: Lifecycle) -> Response:
+    await lifecycle.delete_record(member_id=member_id, record_id=record_id)
+    return Response(status_code=status.HTTP_204_NO_CONTENT)
+
+
+@router.delete("/members/me", status_code=status.HTTP_204_NO_CONTENT)
+async def withdraw(member_id: MemberId, lifecycle: Lifecycle) -> Response:
+    await lifecycle.withdraw_member(member_id)
+    return Response(status_code=status.HTTP_204_NO_CONTENT)
+
+
+@router.get(
+    "/records/{record_id}",
+    response_model=RecordItem,
+    response_model_by_alias=True,
+    response_model_exclude_none=True,
+)
+async def get_record(record_id: Id, member_id: MemberId, reader: Reader) -> RecordItem:
+    """Owner: bodies and PUBLIC + PRIVATE_ONLY keywords; others: neither bodies nor private."""
+    view = await reader.get(viewer_id=member_id, record_id=record_id)
+    return RecordItem(
+        record_id=view.record_id,
+        place=PlaceItem(external_place_id=view.external_place_id, name=view.place_name),
+        contexts=[
+            ContextItem(context_id=c.context_id, body=c.body, created_at=c.created_at)
+            for c in view.contexts
+        ],
+        keywords=[
+            KeywordItem(code=k.code, display_name=k.display_name, category=k.category)
+            for k in view.keywords
+        ],
+    )
+
+
+@router.post("/search", response_model=SearchResults, response_model_by_alias=True)
+async def search(body: SearchBody, member_id: MemberId, service: Search) -> SearchResults:
+    """The member's own records closest to the query (§7), best first."""
+    hits = await service.search(member_id=member_id, query=body.query, limit=body.limit)
+    return SearchResults(
+        results=[
+            SearchResultItem(
+                record_id=h.record_id, context_id=h.context_id, similarity=h.similarity
+            )
+            for h in hits
+        ]
+    )

@@ -1,0 +1,99 @@
+"""Request and response bodies of the client API (JSON, camelCase).
+
+Strict types: ids are JSON integers, text fields JSON strings; unknown fields are ignored.
+The note body's own rules (blank, 500 characters after normalisation) are the domain's
+(``service/context_body.py``), so the API, the domain and the database CHECK agree; here a raw
+body is only bounded so that a huge payload is refused before any work.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated
+
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, field_validator
+
+BIGINT_MAX = 2**63 - 1
+RAW_TEXT_MAX = 10_000  # characters before normalisation; the stored limit is 500 after it
+
+RawText = Annotated[StrictStr, Field(max_length=RAW_TEXT_MAX)]
+
+
+class _Body(BaseModel):
+    model_config = ConfigDict(extra="ignore", frozen=True, populate_by_name=False)
+
+
+class CreateRecordBody(_Body):
+    """``POST /api/v1/records``."""
+
+    external_place_id: Annotated[
+        StrictStr, Field(alias="externalPlaceId", min_length=1, max_length=100)
+    ]
+    place_name: Annotated[StrictStr, Field(alias="placeName", min_length=1, max_length=200)]
+    body: RawText
+
+    @field_validator("external_place_id", "place_name")
+    @classmethod
+    def _not_blank(cls, value: str) -> str:
+        stripped = value.strip()
+        if not stripped:
+            raise ValueError("must not be blank")
+        return stripped
+
+
+class ContextBody(_Body):
+    """``POST /api/v1/records/{recordId}/contexts`` and ``PUT /api/v1/contexts/{contextId}``."""
+
+    body: RawText
+
+
+class SearchBody(_Body):
+    """``POST /api/v1/search``: a body, so the query never lands in access logs (§6)."""
+
+    query: RawText
+    limit: Annotated[StrictInt, Field(ge=1, le=100)] = 20
+
+
+class CreatedRecord(BaseModel):
+    record_id: int = Field(serialization_alias="recordId")
+    context_id: int = Field(serialization_alias="contextId")
+
+
+class ContextIdOnly(BaseModel):
+    context_id: int = Field(serialization_alias="contextId")
+
+
+class ContextItem(BaseModel):
+    """``body`` is absent from another member's view."""
+
+    context_id: int = Field(serialization_alias="contextId")
+    body: str | None = None
+    created_at: datetime = Field(serialization_alias="createdAt")
+
+
+class KeywordItem(BaseModel):
+    code: str
+    display_name: str = Field(serialization_alias="displayName")
+    category: str
+
+
+class PlaceItem(BaseModel):
+    external_place_id: str = Field(serialization_alias="externalPlaceId")
+    name: str
+
+
+class RecordItem(BaseModel):
+    record_id: int = Field(serialization_alias="recordId")
+    place: PlaceItem
+    contexts: list[ContextItem]
+    keywords: list[KeywordItem]
+
+
+class SearchResultItem(BaseModel):
+    record_id: int = Field(serialization_alias="recordId")
+    context_id: int = Field(serialization_alias="contextId")
+    similarity: float
+
+
+class SearchResults(BaseModel):
+    results: list[SearchResultItem]

@@ -1,0 +1,181 @@
+"""The ``pinlog-core`` command: ``db upgrade``, ``serve``, ``rescan --once``, ``token``."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+import typer
+
+app = typer.Typer(no_args_is_help=True, add_completion=False, help="PinLog core service.")
+db_app = typer.Typer(no_args_is_help=True, help="Database schema (every migration).")
+app.add_typer(db_app, name="db")
+
+LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+EXIT_CONFIGURATION = 2
+EXIT_DATABASE = 3
+
+
+def _configure_logging(level: str = "INFO") -> None:
+    logging.basicConfig(level=level, format=LOG_FORMAT)
+    logging.getLogger("httpx").setLevel(logging.WARNING)
+
+
+def _load(settings_class):
+    """Read settings or exit 2 with one line per problem (never a value, never a trace)."""
+    from pydantic import ValidationError
+
+    from core_service.settings import describe_errors
+
+    try:
+        return settings_class()
+    except ValidationError as exc:
+        for line in describe_errors(exc):
+            typer.echo(f"configuration error: {line}", err=True)
+        raise typer.Exit(EXIT_CONFIGURATION) from None
+
+
+def _run_with_database(coroutine):
+    """Run ``coroutine``; a database that cannot be reached exits 3 with one line."""
+    from sqlalchemy import exc as sa_exc
+
+    from core_service.errors import UnavailableError
+    from core_service.repository.db import is_retryable
+
+    try:
+        return asyncio.run(coroutine)
+    except UnavailableError:
+        typer.echo("database error: database unavailable", err=True)
+        raise typer.Exit(EXIT_DATABASE) from None
+    except (sa_exc.SQLAlchemyError, OSError) as exc:
+        if not is_retryable(exc) and not isinstance(exc, OSError):
+            raise
+        typer.echo(f"database error: cannot reach the database ({type(exc).__name__})", err=True)
+        raise typer.Exit(EXIT_DATABASE) from None
+
+
+@db_app.command("upgrade")
+def db_upgrade() -> None:
+    """Apply every pending migration (core and ai) to PINLOG_CORE_DATABASE_URL."""
+    import pinlog_schema
+    from core_service.repository.db import create_engine
+    from core_service.settings import CoreDatabaseSettings
+
+    _configure_logging()
+    url = _load(CoreDatabaseSettings).database_url
+
+    async def run() -> list[str]:
+        engine = create_engine(url)
+        try:
+            return await pinlog_schema.upgrade(engine, scope=pinlog_schema.Scope.ALL)
+        finally:
+            await engine.dispose()
+
+    try:
+        applied = _run_with_database(run())
+    except pinlog_schema.MigrationError as exc:
+        typer.echo(f"migration error: {exc}", err=True)
+        raise typer.Exit(EXIT_CONFIGURATION) from None
+    typer.echo(
+        f"applied {len(applied)} migration(s)" + (f": {', '.join(applied)}" if applied else "")
+    )
+
+
+@app.command()
+def serve(
+    host: str = typer.Option("127.0.0.1", help="Interface to bind"),
+    port: int = typer.Option(8080, help="TCP port"),
+    no_rescan: bool = typer.Option(False, "--no-rescan", help="Do not run the rescan loop"),
+) -> None:
+    """Serve the client API and run the rescan loop (settings from PINLOG_CORE_*)."""
+    import uvicorn
+
+    from core_service.main import create_app
+    from core_service.settings import CoreSettings
+
+    _configure_logging()
+    settings = _load(CoreSettings)
+    uvicorn.run(
+        create_app(settings, run_rescan_loop=not no_rescan),
+        host=host,
+        port=port,
+        log_config=None,
+        timeout_keep_alive=30,
+    )
+
+
+@app.command()
+def rescan(once: bool = typer.Option(False, "--once", help="One finalize + rescan pass")) -> None:
+    """One finalize + rescan pass; prints its counts."""
+    from core_service.main import build_scheduler, build_worker_client
+    from core_service.metrics import CoreMetrics
+    from core_service.repository.db import create_engine
+    from core_service.service.dispatch import WorkerDispatcher
+    from core_service.settings import CoreSettings
+
+    if not once:
+        raise typer.BadParameter(
+            "only --once is supported; `serve` runs the loop", param_hint="--once"
+        )
+    _configure_logging()
+    settings = _load(CoreSettings)
+
+    async def run():
+        engine = create_engine(settings.database_url, pool_size=2)
+        client = build_worker_client(settings)
+        try:
+            metrics = CoreMetrics()
+            scheduler = build_scheduler(
+                settings, engine, WorkerDispatcher(client, metrics), metrics
+            )
+            return await scheduler.run_once()
+        finally:
+            await client.aclose()
+            await engine.dispose()
+
+    report = _run_with_database(run())
+    typer.echo(
+        f"closed {report.blocked_closed} blocked keyword stage(s), finalized {report.finalized}, "
+        f"claimed {report.claimed}, dispatched {report.dispatched}, "
+        f"dispatch failed {report.dispatch_failed}, skipped deleted {report.skipped_deleted}, "
+        f"skipped missing {report.skipped_missing}"
+    )
+
+
+@app.command()
+def token(member: int = typer.Option(..., "--member", min=1, help="Member id")) -> None:
+    """Print a bearer token for member N (created if it does not exist), on one line."""
+    from core_service.repository import member as member_repository
+    from core_service.repository.db import create_engine, transaction
+    from core_service.repository.member import MemberState
+    from core_service.service.member_tokens import issue_token
+    from core_service.settings import TokenSettings
+
+    settings = _load(TokenSettings)
+
+    async def run() -> MemberState:
+        engine = create_engine(settings.database_url, pool_size=1)
+        try:
+            async with transaction(engine) as conn:
+                return await member_repository.ensure(conn, member)
+        finally:
+            await engine.dispose()
+
+    if _run_with_database(run()) is not MemberState.ACTIVE:
+        typer.echo(f"member {member} has withdrawn; no token issued", err=True)
+        raise typer.Exit(1)
+    typer.echo(
+        issue_token(
+            member,
+            secret=settings.jwt_secret.get_secret_value(),
+            ttl_seconds=settings.token_ttl_seconds,
+        )
+    )
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()

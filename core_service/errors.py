@@ -1,0 +1,41 @@
+"""Errors of the core service; ``main.py`` maps each class to one HTTP status.
+
+Leaf module: imports nothing from the service. Messages are fixed or describe the input's
+shape, never its text (a note must not be echoed, §6).
+"""
+
+from __future__ import annotations
+
+
+class CoreError(Exception):
+    """Base class of every error the core service maps to an HTTP status."""
+
+
+class InvalidBodyError(CoreError, ValueError):
+    """A note body that cannot be stored (blank, too long, unencodable): HTTP 422."""
+
+
+class NotFoundError(CoreError):
+    """No such record or context for this member, or one of another member: HTTP 404.
+
+    Existence of other members' data is never revealed, so both cases share one message.
+    """
+
+    def __init__(self, what: str) -> None:
+        super().__init__(f"{what} not found")
+
+
+class ConflictError(CoreError):
+    """The change contradicts the current state (already deleted, last context): HTTP 409."""
+
+
+class UnauthenticatedError(CoreError):
+    """A missing, malformed, expired or revoked bearer token: HTTP 401."""
+
+
+class UnavailableError(CoreError):
+    """A dependency (database, worker) cannot answer now; retrying later may help: HTTP 503."""
+
+
+class UpstreamError(CoreError):
+    """The worker refused a request in a way retrying will not fix: HTTP 502."""

@@ -1,0 +1,180 @@
+"""Composition root of the core service: ``create_app()`` builds everything in the lifespan.
+
+Run with ``pinlog-core serve`` (or ``uvicorn --factory core_service.main:create_app``).
+The rescan loop runs inside the service; ``pinlog-core rescan --once`` runs one pass.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack, asynccontextmanager
+
+import httpx
+from fastapi import FastAPI, Request, Response
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from sqlalchemy import text
+
+from core_service.api.routes import router
+from core_service.errors import (
+    ConflictError,
+    CoreError,
+    InvalidBodyError,
+    NotFoundError,
+    UnauthenticatedError,
+    UnavailableError,
+    UpstreamError,
+)
+from core_service.metrics import CoreMetrics
+from core_service.repository.context_ai_state import Expiries
+from core_service.repository.db import create_engine
+from core_service.service.dispatch import WorkerDispatcher
+from core_service.service.lifecycle import ContextLifecycle
+from core_service.service.member_tokens import TokenAuthenticator
+from core_service.service.personal_search import PersonalSearch
+from core_service.service.record_reads import RecordReader
+from core_service.service.rescan import RescanScheduler
+from core_service.settings import CoreSettings
+
+logger = logging.getLogger(__name__)
+
+# Seconds that in-flight after-commit dispatches get at shutdown; the rest are left to the rescan.
+DISPATCH_DRAIN_SECONDS = 2.0
+RETRY_AFTER_SECONDS = "5"
+READINESS_TIMEOUT_SECONDS = 1.0
+
+
+def build_worker_client(settings: CoreSettings) -> httpx.AsyncClient:
+    """The one pooled HTTP client to the worker. Idle connections are dropped after 2 s, before
+    the server's keep-alive (uvicorn: 5 s) closes them under a request."""
+    return httpx.AsyncClient(
+        base_url=settings.worker_base_url,
+        headers={"X-Internal-Secret": settings.internal_secret.get_secret_value()},
+        timeout=httpx.Timeout(
+            settings.dispatch_read_timeout_seconds,
+            connect=settings.dispatch_connect_timeout_seconds,
+        ),
+        limits=httpx.Limits(max_connections=32, max_keepalive_connections=16, keepalive_expiry=2.0),
+    )
+
+
+def build_scheduler(settings: CoreSettings, engine, dispatcher, metrics) -> RescanScheduler:
+    return RescanScheduler(
+        engine,
+        dispatcher,
+        metrics,
+        expiries=Expiries(settings.pending_expiry_seconds, settings.processing_expiry_seconds),
+        max_retry=settings.max_retry,
+        batch_size=settings.batch_size,
+        period_seconds=settings.rescan_period_seconds,
+    )
+
+
+def create_app(settings: CoreSettings | None = None, *, run_rescan_loop: bool = True) -> FastAPI:
+    """Build the core service. ``run_rescan_loop=False`` leaves rescans to the caller (tests,
+    deployments that run ``pinlog-core rescan --once`` from a scheduler instead)."""
+    settings = settings or CoreSettings()
+    metrics = CoreMetrics()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        async with AsyncExitStack() as stack:
+            engine = create_engine(settings.database_url, pool_size=settings.database_pool_size)
+            stack.push_async_callback(engine.dispose)
+            client = build_worker_client(settings)
+            stack.push_async_callback(client.aclose)
+            dispatcher = WorkerDispatcher(client, metrics)
+            stack.push_async_callback(dispatcher.drain, DISPATCH_DRAIN_SECONDS)
+            app.state.engine = engine
+            app.state.lifecycle = ContextLifecycle(engine, dispatcher, metrics)
+            app.state.reader = RecordReader(engine)
+            app.state.search = PersonalSearch(
+                engine, client, embedding_profile=settings.embedding_profile
+            )
+            app.state.authenticator = TokenAuthenticator(
+                engine, secret=settings.jwt_secret.get_secret_value()
+            )
+            if run_rescan_loop:
+                stop = asyncio.Event()
+                scheduler = build_scheduler(settings, engine, dispatcher, metrics)
+                loop_task = asyncio.create_task(scheduler.run_forever(stop))
+
+                async def stop_loop() -> None:
+                    stop.set()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await loop_task
+
+                stack.push_async_callback(stop_loop)
+            logger.info(
+                "core service ready: worker=%s rescan every %gs",
+                settings.worker_base_url,
+                settings.rescan_period_seconds,
+            )
+            yield
+
+    app = FastAPI(title="PinLog core service", lifespan=lifespan, docs_url=None, redoc_url=None)
+    app.state.metrics = metrics
+    app.include_router(router)
+    app.add_exception_handler(RequestValidationError, _validation_error)
+    app.add_exception_handler(CoreError, _core_error)
+
+    @app.get("/healthz")
+    async def healthz() -> dict[str, str]:
+        """Liveness: the process answers."""
+        return {"status": "ok"}
+
+    @app.get("/readyz")
+    async def readyz(request: Request) -> JSONResponse:
+        """Readiness: the database answers within 1 s."""
+        try:
+            async with asyncio.timeout(READINESS_TIMEOUT_SECONDS):
+                async with request.app.state.engine.connect() as conn:
+                    await conn.execute(text("SELECT 1"))
+        except Exception:
+            return JSONResponse(
+                {"status": "unavailable", "problems": ["database"]}, status_code=503
+            )
+        return JSONResponse({"status": "ready"})
+
+    @app.get("/metrics")
+    async def prometheus_metrics() -> Response:
+        return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
+    return app
+
+
+async def _validation_error(_request: Request, exc: RequestValidationError) -> JSONResponse:
+    """422 naming each failing field, never echoing the input (it may be the note, §6)."""
+    detail = [
+        {"loc": list(error.get("loc", ())), "msg": error.get("msg", ""), "type": error.get("type")}
+        for error in exc.errors()
+    ]
+    return JSONResponse({"detail": detail}, status_code=422)
+
+
+# The one place mapping the core's errors to HTTP statuses; anything else is a bug: 500.
+_ERROR_STATUSES: tuple[tuple[type[CoreError], int], ...] = (
+    (InvalidBodyError, 422),
+    (UnauthenticatedError, 401),
+    (NotFoundError, 404),
+    (ConflictError, 409),
+    (UpstreamError, 502),
+    (UnavailableError, 503),
+)
+
+
+async def _core_error(_request: Request, exc: Exception) -> JSONResponse:
+    for error_class, status in _ERROR_STATUSES:
+        if isinstance(exc, error_class):
+            headers = {}
+            if status == 401:
+                headers["WWW-Authenticate"] = "Bearer"
+            elif status == 503:
+                headers["Retry-After"] = RETRY_AFTER_SECONDS
+            return JSONResponse({"detail": str(exc)}, status_code=status, headers=headers)
+    logger.error("unmapped core error %s", type(exc).__name__)
+    return JSONResponse({"detail": "internal error"}, status_code=500)

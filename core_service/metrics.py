@@ -1,0 +1,39 @@
+"""Prometheus metrics of the core service, on a registry owned by one app instance.
+
+A registry per instance keeps tests isolated (two apps in one process never share counts).
+Labels never carry ids or text.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter
+
+
+class CoreMetrics:
+    """Counters of lifecycle operations, dispatches, rescans and finalized stages."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry or CollectorRegistry()
+        self.lifecycle_operations = Counter(
+            "pinlog_core_lifecycle_operations_total",
+            "Context lifecycle operations by operation and outcome",
+            ["operation", "outcome"],
+            registry=self.registry,
+        )
+        self.dispatches = Counter(
+            "pinlog_core_dispatches_total",
+            "Requests to the worker's process endpoint by origin and result",
+            ["origin", "result"],
+            registry=self.registry,
+        )
+        self.rescan_claims = Counter(
+            "pinlog_core_rescan_claims_total",
+            "Stale state rows claimed by the rescan (one retry spent each)",
+            registry=self.registry,
+        )
+        self.finalized = Counter(
+            "pinlog_core_finalized_total",
+            "State rows closed by the finalizer, by reason",
+            ["reason"],
+            registry=self.registry,
+        )

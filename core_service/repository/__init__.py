@@ -1,0 +1,1 @@
+"""Core repositories: one module per table, each statement a named ``text()`` constant."""

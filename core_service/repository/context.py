@@ -1,0 +1,197 @@
+"""``core.context``: immutable note bodies; an edit is a new row (§0 principle 1, §9).
+
+There is no statement that changes ``body``: bodies are written once by ``insert``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+# A new context; origin_created_at is carried over by an edit, else now().
+INSERT_CONTEXT = text(
+    """
+    INSERT INTO core.context (record_id, member_id, body, origin_created_at)
+    VALUES (:record_id, :member_id, :body, coalesce(CAST(:origin_created_at AS timestamptz), now()))
+    RETURNING id
+    """
+)
+
+# Who owns a context and where it lives, without a lock (the lock order needs the record first).
+FIND_CONTEXT = text(
+    """
+    SELECT record_id, member_id, deleted_at IS NOT NULL AS deleted
+    FROM core.context WHERE id = :context_id
+    """
+)
+
+# Lock a context for a modify or a delete, after its record (docs/lock-order.md).
+LOCK_CONTEXT = text(
+    """
+    SELECT body, origin_created_at, deleted_at IS NOT NULL AS deleted
+    FROM core.context WHERE id = :context_id
+    FOR UPDATE
+    """
+)
+
+# Active contexts of a record (the last-context guard runs under the record's lock).
+COUNT_ACTIVE_IN_RECORD = text(
+    "SELECT count(*) FROM core.context WHERE record_id = :record_id AND deleted_at IS NULL"
+)
+
+# Lock the active contexts of some records, in id order, and return their ids.
+LOCK_ACTIVE_IN_RECORDS = text(
+    """
+    SELECT id FROM core.context
+    WHERE record_id = ANY(CAST(:record_ids AS bigint[])) AND deleted_at IS NULL
+    ORDER BY id
+    FOR UPDATE
+    """
+)
+
+# Soft-delete contexts (already locked by this transaction).
+SOFT_DELETE_CONTEXTS = text(
+    """
+    UPDATE core.context SET deleted_at = now()
+    WHERE id = ANY(CAST(:context_ids AS bigint[])) AND deleted_at IS NULL
+    """
+)
+
+# What a dispatch sends, plus the AI statuses, for contexts picked by the rescan (§9 step 5).
+LOAD_FOR_DISPATCH = text(
+    """
+    SELECT c.id AS context_id, c.member_id, c.record_id, c.body,
+           c.deleted_at IS NOT NULL AS deleted,
+           p.external_place_id, p.name AS place_name,
+           s.embedding_status, s.keyword_status
+    FROM core.context AS c
+    JOIN core.record AS r ON r.id = c.record_id
+    JOIN core.place AS p ON p.id = r.place_id
+    LEFT JOIN ai.context_ai_state AS s ON s.context_id = c.id
+    WHERE c.id = ANY(CAST(:context_ids AS bigint[]))
+    ORDER BY c.id
+    """
+)
+
+# Which of these contexts are active, owned by the member, under an active record of theirs.
+FILTER_ACTIVE_OWNED = text(
+    """
+    SELECT c.id FROM core.context AS c
+    JOIN core.record AS r ON r.id = c.record_id
+    WHERE c.id = ANY(CAST(:context_ids AS bigint[]))
+      AND c.member_id = :member_id AND r.member_id = :member_id
+      AND c.deleted_at IS NULL AND r.deleted_at IS NULL
+    """
+)
+
+
+@dataclass(frozen=True, slots=True)
+class ContextOwner:
+    record_id: int
+    member_id: int
+    deleted: bool
+
+
+@dataclass(frozen=True, slots=True)
+class LockedContext:
+    body: str
+    origin_created_at: datetime
+    deleted: bool
+
+
+@dataclass(frozen=True, slots=True)
+class DispatchSource:
+    """A context as the rescan re-reads it; statuses are ``None`` without a state row."""
+
+    context_id: int
+    member_id: int
+    record_id: int
+    body: str
+    deleted: bool
+    external_place_id: str
+    place_name: str
+    embedding_status: str | None
+    keyword_status: str | None
+
+
+async def insert(
+    conn: AsyncConnection,
+    *,
+    record_id: int,
+    member_id: int,
+    body: str,
+    origin_created_at: datetime | None = None,
+) -> int:
+    """Insert a context with an already normalised ``body``; return its new id."""
+    params = {
+        "record_id": record_id,
+        "member_id": member_id,
+        "body": body,
+        "origin_created_at": origin_created_at,
+    }
+    return int((await conn.execute(INSERT_CONTEXT, params)).scalar_one())
+
+
+async def find(conn: AsyncConnection, context_id: int) -> ContextOwner | None:
+    """Owner, record and deletion of a context, unlocked; ``None`` if it never existed."""
+    row = (await conn.execute(FIND_CONTEXT, {"context_id": context_id})).one_or_none()
+    return None if row is None else ContextOwner(row.record_id, row.member_id, row.deleted)
+
+
+async def lock(conn: AsyncConnection, context_id: int) -> LockedContext:
+    """``FOR UPDATE`` an existing context and read its body (contexts are never removed)."""
+    row = (await conn.execute(LOCK_CONTEXT, {"context_id": context_id})).one()
+    return LockedContext(row.body, row.origin_created_at, row.deleted)
+
+
+async def count_active_in_record(conn: AsyncConnection, record_id: int) -> int:
+    result = await conn.execute(COUNT_ACTIVE_IN_RECORD, {"record_id": record_id})
+    return int(result.scalar_one())
+
+
+async def lock_active_in_records(conn: AsyncConnection, record_ids: Sequence[int]) -> list[int]:
+    """Lock and return the ids of the active contexts of ``record_ids``, in id order."""
+    result = await conn.execute(LOCK_ACTIVE_IN_RECORDS, {"record_ids": list(record_ids)})
+    return [int(context_id) for context_id in result.scalars()]
+
+
+async def soft_delete(conn: AsyncConnection, context_ids: Sequence[int]) -> int:
+    """Set ``deleted_at`` on still-active contexts among ``context_ids``; rows changed."""
+    result = await conn.execute(SOFT_DELETE_CONTEXTS, {"context_ids": list(context_ids)})
+    return result.rowcount
+
+
+async def load_for_dispatch(
+    conn: AsyncConnection, context_ids: Sequence[int]
+) -> list[DispatchSource]:
+    """The contexts among ``context_ids`` that exist in core, with their AI statuses."""
+    result = await conn.execute(LOAD_FOR_DISPATCH, {"context_ids": list(context_ids)})
+    return [
+        DispatchSource(
+            context_id=row.context_id,
+            member_id=row.member_id,
+            record_id=row.record_id,
+            body=row.body,
+            deleted=row.deleted,
+            external_place_id=row.external_place_id,
+            place_name=row.place_name,
+            embedding_status=row.embedding_status,
+            keyword_status=row.keyword_status,
+        )
+        for row in result
+    ]
+
+
+async def filter_active_owned(
+    conn: AsyncConnection, *, member_id: int, context_ids: Sequence[int]
+) -> set[int]:
+    """The subset of ``context_ids`` the member may be shown now (search re-check, §7)."""
+    params = {"member_id": member_id, "context_ids": list(context_ids)}
+    return {
+        int(context_id)
+        for context_id in (await conn.execute(FILTER_ACTIVE_OWNED, params)).scalars()
+    }

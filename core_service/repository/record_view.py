@@ -1,0 +1,115 @@
+"""Reading records as a member sees them: active contexts and aggregated keywords (§9).
+
+One statement for any number of records. Keyword rules are whitelists in SQL: the context is
+active, its ``keyword_status = 'COMPLETED'``, the preset is active, and its visibility is
+``PUBLIC``, or ``PRIVATE_ONLY`` when the viewer owns the record. Bodies are read only for the
+owner. Empty lists are ``[]``, never ``null``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+LOAD_RECORD_VIEWS = text(
+    """
+    SELECT r.id AS record_id, r.member_id, p.external_place_id, p.name AS place_name,
+           coalesce((
+               SELECT json_agg(json_build_object(
+                          'contextId', c.id,
+                          'body', CASE WHEN r.member_id = :viewer_id THEN c.body END,
+                          'createdAt', c.created_at)
+                      ORDER BY c.created_at, c.id)
+               FROM core.context AS c
+               WHERE c.record_id = r.id AND c.deleted_at IS NULL
+           ), '[]') AS contexts,
+           coalesce((
+               SELECT json_agg(json_build_object(
+                          'code', k.code, 'displayName', k.display_name, 'category', k.category)
+                      ORDER BY k.best DESC, k.code)
+               FROM (
+                   SELECT kp.code, kp.display_name, kp.category, max(ck.confidence) AS best
+                   FROM core.context AS c
+                   JOIN ai.context_ai_state AS s ON s.context_id = c.id
+                   JOIN ai.context_keyword AS ck ON ck.context_id = c.id
+                   JOIN ai.keyword_preset AS kp ON kp.id = ck.keyword_id
+                   WHERE c.record_id = r.id AND c.deleted_at IS NULL
+                     AND s.keyword_status = 'COMPLETED'
+                     AND kp.is_active
+                     AND (kp.visibility = 'PUBLIC'
+                          OR (kp.visibility = 'PRIVATE_ONLY' AND r.member_id = :viewer_id))
+                   GROUP BY kp.code, kp.display_name, kp.category
+               ) AS k
+           ), '[]') AS keywords
+    FROM core.record AS r
+    JOIN core.place AS p ON p.id = r.place_id
+    WHERE r.id = ANY(CAST(:record_ids AS bigint[])) AND r.deleted_at IS NULL
+    ORDER BY r.id
+    """
+)
+
+
+@dataclass(frozen=True, slots=True)
+class ContextView:
+    context_id: int
+    body: str | None  # None unless the viewer owns the record
+    created_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class KeywordView:
+    code: str
+    display_name: str
+    category: str
+
+
+@dataclass(frozen=True, slots=True)
+class RecordView:
+    record_id: int
+    member_id: int
+    external_place_id: str
+    place_name: str
+    contexts: tuple[ContextView, ...]
+    keywords: tuple[KeywordView, ...]
+
+
+def _decode(value: object) -> list[dict]:
+    # asyncpg returns json as text unless a codec is registered.
+    return json.loads(value) if isinstance(value, str) else list(value or [])
+
+
+async def load(
+    conn: AsyncConnection, *, viewer_id: int, record_ids: Sequence[int]
+) -> list[RecordView]:
+    """The active records among ``record_ids`` as ``viewer_id`` may see them, by id."""
+    params = {"viewer_id": viewer_id, "record_ids": list(record_ids)}
+    views = []
+    for row in await conn.execute(LOAD_RECORD_VIEWS, params):
+        contexts = tuple(
+            ContextView(
+                context_id=int(item["contextId"]),
+                body=item["body"],
+                created_at=datetime.fromisoformat(item["createdAt"]),
+            )
+            for item in _decode(row.contexts)
+        )
+        keywords = tuple(
+            KeywordView(item["code"], item["displayName"], item["category"])
+            for item in _decode(row.keywords)
+        )
+        views.append(
+            RecordView(
+                record_id=row.record_id,
+                member_id=row.member_id,
+                external_place_id=row.external_place_id,
+                place_name=row.place_name,
+                contexts=contexts,
+                keywords=keywords,
+            )
+        )
+    return views

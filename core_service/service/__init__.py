@@ -1,0 +1,1 @@
+"""Core service logic: lifecycle transactions, dispatch, rescan, reads, search, tokens."""

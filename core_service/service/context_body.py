@@ -1,0 +1,64 @@
+"""The one normalisation of a note body (§9 "normalise the same way bodies are normalised").
+
+``normalize_body`` is used on save, on modify (to compare with the stored body) and mirrored by
+the ``context_body_normalised`` CHECK of ``core.context``, so the API, the domain and the
+database agree on what a body is:
+
+- Unicode NFC (decomposed Hangul from iOS/macOS equals its composed form);
+- ``TRIMMED_CHARACTERS`` removed from both ends: Python's white space plus invisible format
+  characters and Hangul fillers, which render as nothing at the edge of a note;
+- at least 1 and at most ``MAX_BODY_CHARACTERS`` code points afterwards.
+
+Interior characters are kept as written.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+
+from core_service.errors import InvalidBodyError
+
+MAX_BODY_CHARACTERS = 500
+
+# Listed in the same order in the CHECK of 0005_core_tables.sql; a test compares them.
+TRIMMED_CHARACTERS = (
+    "\t\n\x0b\x0c\r\x1c\x1d\x1e\x1f \x85\xa0\u1680"
+    "\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a"
+    "\u2028\u2029\u202f\u205f\u3000"
+    "\u200b\u200c\u200d\u2060\ufeff\u00ad\u180e"
+    "\u115f\u1160\u3164\uffa0"
+)
+
+_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
+
+
+def normalize_body(raw: str, *, field: str = "body") -> str:
+    """The body as stored: NFC, edges trimmed, 1..500 characters.
+
+    Raises ``InvalidBodyError`` (HTTP 422) with a message that names ``field`` and the rule,
+    never the text: NUL or lone surrogates (PostgreSQL cannot store them), blank, too long.
+    Search queries go through the same rules (``field="query"``).
+    """
+    if _UNSTORABLE.search(raw):
+        raise InvalidBodyError(
+            f"{field} contains characters that cannot be stored (NUL or a lone surrogate)"
+        )
+    normalised = unicodedata.normalize("NFC", raw).strip(TRIMMED_CHARACTERS)
+    if not normalised:
+        raise InvalidBodyError(f"{field} is blank")
+    if len(normalised) > MAX_BODY_CHARACTERS:
+        raise InvalidBodyError(
+            f"{field} has {len(normalised)} characters after normalisation; "
+            f"at most {MAX_BODY_CHARACTERS} are allowed"
+        )
+    return normalised
+
+
+def is_same_body(stored: str, requested: str) -> bool:
+    """True when ``requested`` normalises to ``stored`` (a no-op edit, §9 Modify).
+
+    ``stored`` is already normalised (the CHECK guarantees it). Raises ``InvalidBodyError``
+    for a ``requested`` body that could not be stored.
+    """
+    return normalize_body(requested) == stored

@@ -1,0 +1,103 @@
+"""After-commit requests to the worker's ``POST /internal/v1/context/process`` (§9).
+
+A dispatch is never part of a transaction and never writes state: any failure (connection
+refused, timeout, non-2xx including the worker's 503) is logged at WARNING without the note
+and left to the rescan, which finds the row still ``PENDING``. One shared ``httpx`` client
+with a connection pool and short timeouts (connect 1 s, read 3 s by default).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass
+from enum import StrEnum
+
+import httpx
+
+from core_service.metrics import CoreMetrics
+
+logger = logging.getLogger(__name__)
+
+PROCESS_PATH = "/internal/v1/context/process"
+
+
+@dataclass(frozen=True, slots=True)
+class DispatchRequest:
+    """What the worker needs for one context (§3); ``body`` is the stored, normalised note."""
+
+    context_id: int
+    member_id: int
+    record_id: int
+    body: str
+    external_place_id: str
+    place_name: str
+
+    def as_json(self) -> dict[str, object]:
+        return {
+            "contextId": self.context_id,
+            "userId": self.member_id,
+            "recordId": self.record_id,
+            "text": self.body,
+            "placeMeta": {"externalPlaceId": self.external_place_id, "name": self.place_name},
+        }
+
+
+class DispatchResult(StrEnum):
+    ACCEPTED = "accepted"  # 2xx: queued by the worker
+    REFUSED = "refused"  # any other status, e.g. 503 queue full
+    UNREACHABLE = "unreachable"  # connection error or timeout
+
+
+class WorkerDispatcher:
+    """Sends process requests; ``dispatch`` awaits one, ``dispatch_soon`` runs it in the
+    background so a slow or dead worker never delays a user's response."""
+
+    def __init__(self, client: httpx.AsyncClient, metrics: CoreMetrics) -> None:
+        self._client = client
+        self._metrics = metrics
+        self._in_flight: set[asyncio.Task[DispatchResult]] = set()
+
+    async def dispatch(self, request: DispatchRequest, *, origin: str) -> DispatchResult:
+        """POST one request; never raises for worker or network faults (they are logged).
+
+        ``origin`` labels the metric: ``commit`` (after a create or edit) or ``rescan``.
+        """
+        try:
+            response = await self._client.post(PROCESS_PATH, json=request.as_json())
+        except httpx.HTTPError as exc:
+            result = DispatchResult.UNREACHABLE
+            logger.warning(
+                "dispatch of context %d failed (%s); left PENDING for the rescan",
+                request.context_id,
+                type(exc).__name__,
+            )
+        else:
+            if response.is_success:
+                result = DispatchResult.ACCEPTED
+            else:
+                result = DispatchResult.REFUSED
+                logger.warning(
+                    "dispatch of context %d refused with HTTP %d; left PENDING for the rescan",
+                    request.context_id,
+                    response.status_code,
+                )
+        self._metrics.dispatches.labels(origin, result.value).inc()
+        return result
+
+    def dispatch_soon(self, request: DispatchRequest) -> None:
+        """Start ``dispatch`` in the background (after a commit) and return at once."""
+        task = asyncio.create_task(self.dispatch(request, origin="commit"))
+        self._in_flight.add(task)
+        task.add_done_callback(self._in_flight.discard)
+
+    async def drain(self, timeout_seconds: float) -> None:
+        """Wait up to ``timeout_seconds`` for background dispatches, then cancel the rest
+        (their contexts stay ``PENDING``; the rescan re-requests them)."""
+        if not self._in_flight:
+            return
+        _done, pending = await asyncio.wait(set(self._in_flight), timeout=timeout_seconds)
+        for task in pending:
+            task.cancel()
+        if pending:
+            await asyncio.gather(*pending, return_exceptions=True)

@@ -1,0 +1,272 @@
+"""Context lifecycle transactions of the core service (§9), in one lock order.
+
+Lock order (docs/lock-order.md), the same in every transaction of both services that touches
+more than one of these rows: ``core.member`` -> ``core.record`` -> ``core.context`` ->
+``ai.context_ai_state`` -> ``ai.context_embedding`` -> ``ai.context_keyword``. The worker's
+saves lock the state row before writing result rows; a cancellation here does the same, so a
+delete racing a save waits instead of deadlocking, and never leaves a live vector under a
+``CANCELLED`` state. Per-record operations lock the record first, which serialises them and
+makes the last-context guard and record deletion race-free.
+
+Every change commits first and dispatches afterwards; the dispatch is never part of the
+transaction (§9 "After-commit dispatch").
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from core_service.errors import ConflictError, NotFoundError, UnauthenticatedError, UnavailableError
+from core_service.metrics import CoreMetrics
+from core_service.repository import (
+    context,
+    context_ai_state,
+    context_embedding,
+    member,
+    place,
+    record,
+)
+from core_service.repository.db import transaction
+from core_service.service.context_body import is_same_body, normalize_body
+from core_service.service.dispatch import DispatchRequest, WorkerDispatcher
+
+logger = logging.getLogger(__name__)
+
+# A record deleted between our conflicting insert and our lock: try the get-or-create again.
+_RECORD_RACE_ATTEMPTS = 3
+
+
+@dataclass(frozen=True, slots=True)
+class CreatedContext:
+    """``record_created``: a new record (HTTP 201) or the member's existing one (200)."""
+
+    record_id: int
+    context_id: int
+    record_created: bool
+
+
+@dataclass(frozen=True, slots=True)
+class ModifiedContext:
+    """``context_id`` is the id to use from now on; ``replaced`` is False for a no-op edit."""
+
+    context_id: int
+    replaced: bool
+
+
+class _Unchanged(Exception):
+    """Rolls a no-op edit back (its record lock touched ``updated_at``); stays in this module."""
+
+
+class ContextLifecycle:
+    """Create, add, modify, delete contexts; delete records; withdraw members (§9)."""
+
+    def __init__(
+        self, engine: AsyncEngine, dispatcher: WorkerDispatcher, metrics: CoreMetrics
+    ) -> None:
+        self._engine = engine
+        self._dispatcher = dispatcher
+        self._metrics = metrics
+
+    async def create_record(
+        self, *, member_id: int, external_place_id: str, place_name: str, body: str
+    ) -> CreatedContext:
+        """Get or create the member's active record for the place and add a first (or
+        further) context with its ``PENDING`` state, in one transaction (§9 Create).
+
+        Raises ``InvalidBodyError`` (422), ``UnauthenticatedError`` (401: withdrawn member),
+        ``UnavailableError`` (503).
+        """
+        stored_body = normalize_body(body)
+        async with transaction(self._engine) as conn:
+            if not await member.lock_active(conn, member_id):
+                raise UnauthenticatedError("member is not active")
+            place_id = await place.get_or_create(
+                conn, external_place_id=external_place_id, name=place_name
+            )
+            record_id, record_created = await self._active_record(conn, member_id, place_id)
+            context_id = await self._insert_context(conn, member_id, record_id, stored_body)
+        self._count("create", "record_created" if record_created else "context_added")
+        self._dispatcher.dispatch_soon(
+            DispatchRequest(
+                context_id, member_id, record_id, stored_body, external_place_id, place_name
+            )
+        )
+        return CreatedContext(record_id, context_id, record_created)
+
+    async def add_context(self, *, member_id: int, record_id: int, body: str) -> int:
+        """Add a context to an active record of the member; the new context id.
+
+        Raises ``InvalidBodyError`` (422), ``NotFoundError`` (404: missing, deleted or another
+        member's record), ``UnavailableError`` (503).
+        """
+        stored_body = normalize_body(body)
+        async with transaction(self._engine) as conn:
+            record_place = await record.touch_active(conn, record_id=record_id, member_id=member_id)
+            if record_place is None:
+                raise NotFoundError("record")
+            context_id = await self._insert_context(conn, member_id, record_id, stored_body)
+        self._count("add", "added")
+        self._dispatcher.dispatch_soon(
+            DispatchRequest(
+                context_id,
+                member_id,
+                record_id,
+                stored_body,
+                record_place.external_place_id,
+                record_place.name,
+            )
+        )
+        return context_id
+
+    async def modify_context(
+        self, *, member_id: int, context_id: int, body: str
+    ) -> ModifiedContext:
+        """Edit = create the new context, then delete the old one, in one transaction (§9).
+
+        An unchanged body (after normalisation) is a no-op: the old id, state untouched, no
+        dispatch. Nothing is inherited by the new context; ``origin_created_at`` is carried.
+        Raises ``InvalidBodyError`` (422), ``NotFoundError`` (404: never existed or another
+        member's), ``ConflictError`` (409: already deleted), ``UnavailableError`` (503).
+        """
+        stored_body = normalize_body(body)
+        try:
+            async with transaction(self._engine) as conn:
+                owner = await self._own_live_context(conn, member_id, context_id)
+                record_place = await record.touch_active(
+                    conn, record_id=owner.record_id, member_id=member_id
+                )
+                if record_place is None:
+                    raise ConflictError("context is already deleted")
+                old = await context.lock(conn, context_id)
+                if old.deleted:
+                    raise ConflictError("context is already deleted")
+                if is_same_body(old.body, stored_body):
+                    raise _Unchanged
+                new_id = await self._insert_context(
+                    conn, member_id, owner.record_id, stored_body, old.origin_created_at
+                )
+                await _cancel(conn, [context_id])
+        except _Unchanged:
+            self._count("modify", "unchanged")
+            return ModifiedContext(context_id, replaced=False)
+        self._count("modify", "replaced")
+        self._dispatcher.dispatch_soon(
+            DispatchRequest(
+                new_id,
+                member_id,
+                owner.record_id,
+                stored_body,
+                record_place.external_place_id,
+                record_place.name,
+            )
+        )
+        return ModifiedContext(new_id, replaced=True)
+
+    async def delete_context(self, *, member_id: int, context_id: int) -> None:
+        """Soft-delete one context and cancel its AI work (§9 Delete).
+
+        Raises ``NotFoundError`` (404), ``ConflictError`` (409: already deleted, or the
+        record's last active context), ``UnavailableError`` (503).
+        """
+        async with transaction(self._engine) as conn:
+            owner = await self._own_live_context(conn, member_id, context_id)
+            if (
+                await record.touch_active(conn, record_id=owner.record_id, member_id=member_id)
+                is None
+            ):
+                raise ConflictError("context is already deleted")
+            if (await context.lock(conn, context_id)).deleted:
+                raise ConflictError("context is already deleted")
+            if await context.count_active_in_record(conn, owner.record_id) <= 1:
+                raise ConflictError(
+                    "context is the last active one of its record; delete the record instead"
+                )
+            await _cancel(conn, [context_id])
+        self._count("delete", "deleted")
+
+    async def delete_record(self, *, member_id: int, record_id: int) -> int:
+        """Soft-delete a record and cancel every active context of it in bulk; their count.
+
+        Raises ``NotFoundError`` (404: missing, already deleted or another member's record),
+        ``UnavailableError`` (503).
+        """
+        async with transaction(self._engine) as conn:
+            if not await record.delete(conn, record_id=record_id, member_id=member_id):
+                raise NotFoundError("record")
+            context_ids = await context.lock_active_in_records(conn, [record_id])
+            await _cancel(conn, context_ids)
+        self._count("delete_record", "deleted")
+        return len(context_ids)
+
+    async def withdraw_member(self, member_id: int) -> int:
+        """Withdraw the member: every record and context soft-deleted, all AI work cancelled,
+        in one transaction; the number of contexts cancelled.
+
+        Raises ``UnauthenticatedError`` (401: not active), ``UnavailableError`` (503).
+        """
+        async with transaction(self._engine) as conn:
+            if not await member.withdraw(conn, member_id):
+                raise UnauthenticatedError("member is not active")
+            record_ids = await record.delete_all_of_member(conn, member_id)
+            context_ids = await context.lock_active_in_records(conn, record_ids)
+            await _cancel(conn, context_ids)
+        self._count("withdraw", "withdrawn")
+        return len(context_ids)
+
+    async def _active_record(
+        self, conn: AsyncConnection, member_id: int, place_id: int
+    ) -> tuple[int, bool]:
+        for _attempt in range(_RECORD_RACE_ATTEMPTS):
+            created = await record.insert_if_absent(conn, member_id=member_id, place_id=place_id)
+            if created is not None:
+                return created, True
+            existing = await record.touch_active_of_place(
+                conn, member_id=member_id, place_id=place_id
+            )
+            if existing is not None:
+                return existing, False
+        raise UnavailableError("record is changing concurrently; try again")
+
+    @staticmethod
+    async def _insert_context(
+        conn: AsyncConnection, member_id: int, record_id: int, body: str, origin_created_at=None
+    ) -> int:
+        context_id = await context.insert(
+            conn,
+            record_id=record_id,
+            member_id=member_id,
+            body=body,
+            origin_created_at=origin_created_at,
+        )
+        await context_ai_state.insert_pending(
+            conn, context_id=context_id, user_id=member_id, record_id=record_id
+        )
+        return context_id
+
+    @staticmethod
+    async def _own_live_context(
+        conn: AsyncConnection, member_id: int, context_id: int
+    ) -> context.ContextOwner:
+        owner = await context.find(conn, context_id)
+        if owner is None or owner.member_id != member_id:
+            raise NotFoundError("context")
+        if owner.deleted:
+            raise ConflictError("context is already deleted")
+        return owner
+
+    def _count(self, operation: str, outcome: str) -> None:
+        self._metrics.lifecycle_operations.labels(operation, outcome).inc()
+
+
+async def _cancel(conn: AsyncConnection, context_ids: Sequence[int]) -> None:
+    """Soft-delete contexts, cancel both stages, hide their vectors: one statement per table,
+    in lock order (context -> state -> embedding). Keyword rows stay; reads filter them."""
+    if not context_ids:
+        return
+    await context.soft_delete(conn, context_ids)
+    await context_ai_state.cancel(conn, context_ids)
+    await context_embedding.mark_deleted(conn, context_ids)

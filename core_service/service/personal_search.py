@@ -1,0 +1,79 @@
+"""Personal search for a member (§7): the worker ranks, the core re-checks.
+
+The worker's ``POST /internal/v1/search`` is called with the member as ``userId`` and the
+embedding profile the core is configured with; every hit is then re-checked in core (the
+member owns the record and the context, neither is deleted) before it is shown.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+import httpx
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from core_service.errors import UnavailableError, UpstreamError
+from core_service.repository import context
+from core_service.repository.db import read_only
+from core_service.service.context_body import normalize_body
+
+logger = logging.getLogger(__name__)
+
+SEARCH_PATH = "/internal/v1/search"
+# Embedding the query is a provider call: allow it more than a dispatch's 3 s.
+SEARCH_TIMEOUT = httpx.Timeout(10.0, connect=1.0)
+
+
+@dataclass(frozen=True, slots=True)
+class SearchHit:
+    """One record's best context; ``similarity`` is cosine in -1..1."""
+
+    record_id: int
+    context_id: int
+    similarity: float
+
+
+class PersonalSearch:
+    def __init__(
+        self, engine: AsyncEngine, client: httpx.AsyncClient, *, embedding_profile: str
+    ) -> None:
+        self._engine = engine
+        self._client = client
+        self._profile = embedding_profile
+
+    async def search(self, *, member_id: int, query: str, limit: int) -> list[SearchHit]:
+        """Up to ``limit`` of the member's own live records, best first.
+
+        Raises ``InvalidBodyError`` (422: blank or over-long query), ``UnavailableError``
+        (503: worker or database unavailable), ``UpstreamError`` (502: the worker refused).
+        """
+        normalised = normalize_body(query, field="query")
+        payload = {
+            "userId": member_id,
+            "query": normalised,
+            "limit": limit,
+            "embeddingProfile": self._profile,
+        }
+        try:
+            response = await self._client.post(SEARCH_PATH, json=payload, timeout=SEARCH_TIMEOUT)
+        except httpx.HTTPError as exc:
+            logger.warning("search: worker unreachable (%s)", type(exc).__name__)
+            raise UnavailableError("search unavailable") from exc
+        if response.status_code == 503:
+            raise UnavailableError("search unavailable")
+        if response.status_code != 200:
+            # 422 here means the profiles disagree: a deployment error, logged loudly.
+            logger.error("search: worker answered HTTP %d", response.status_code)
+            raise UpstreamError("search failed")
+        hits = [
+            SearchHit(int(item["recordId"]), int(item["contextId"]), float(item["similarity"]))
+            for item in response.json()["results"]
+        ]
+        if not hits:
+            return []
+        async with read_only(self._engine) as conn:
+            allowed = await context.filter_active_owned(
+                conn, member_id=member_id, context_ids=[hit.context_id for hit in hits]
+            )
+        return [hit for hit in hits if hit.context_id in allowed]

@@ -1,0 +1,196 @@
+"""The rescan scheduler and the finalizer (§9 "Rescan scheduler"), ``run_once`` plus a loop.
+
+Each run: (1) finalize: close keyword stages that can never run (embedding ``FAILED``), then
+fail the unfinished stages of stale rows whose retries are spent; (2) claim stale rows with
+retries left (``FOR UPDATE SKIP LOCKED``), spend one retry each, commit; (3) re-read each
+claimed context in core; (4) skip deleted ones (WARNING when their state is not
+``CANCELLED``); (5) dispatch the rest through the normal entry point and wait for the answers.
+
+Safe with several instances at once: claims skip rows locked by another instance, and a row
+just claimed carries a fresh ``rescanned_at``, so it is not claimed again until the expiry has
+passed once more (docs/rescan.md explains why ``updated_at`` is left to the worker).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from dataclasses import dataclass
+
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from core_service.errors import UnavailableError
+from core_service.metrics import CoreMetrics
+from core_service.repository import context, context_ai_state
+from core_service.repository.context_ai_state import Expiries
+from core_service.repository.db import read_only, transaction
+from core_service.service.dispatch import DispatchRequest, DispatchResult, WorkerDispatcher
+
+logger = logging.getLogger(__name__)
+
+# Dispatches of one run in flight at once: bounded, so a batch never floods the worker.
+_DISPATCH_CONCURRENCY = 8
+# Finalizer batches per run: bounded, so one run cannot spin forever on a huge backlog.
+_MAX_FINALIZER_BATCHES = 100
+
+
+@dataclass(frozen=True, slots=True)
+class RescanReport:
+    """Counts of one run (rows, not stages)."""
+
+    blocked_closed: int = 0
+    finalized: int = 0
+    claimed: int = 0
+    dispatched: int = 0
+    dispatch_failed: int = 0
+    skipped_deleted: int = 0
+    skipped_missing: int = 0
+
+    @property
+    def anything_happened(self) -> bool:
+        return any((self.blocked_closed, self.finalized, self.claimed, self.skipped_missing))
+
+
+class RescanScheduler:
+    """Re-requests stale work and fails exhausted work (§9); tests call ``run_once``."""
+
+    def __init__(
+        self,
+        engine: AsyncEngine,
+        dispatcher: WorkerDispatcher,
+        metrics: CoreMetrics,
+        *,
+        expiries: Expiries,
+        max_retry: int,
+        batch_size: int,
+        period_seconds: float,
+    ) -> None:
+        self._engine = engine
+        self._dispatcher = dispatcher
+        self._metrics = metrics
+        self._expiries = expiries
+        self._max_retry = max_retry
+        self._batch_size = batch_size
+        self._period_seconds = period_seconds
+
+    async def run_once(self) -> RescanReport:
+        """One finalize + rescan pass. Raises ``UnavailableError`` if the database is down."""
+        blocked_closed = await self._finalize_in_batches(self._close_blocked)
+        finalized = await self._finalize_in_batches(self._finalize_exhausted)
+        async with transaction(self._engine) as conn:
+            claimed = await context_ai_state.claim_stale(
+                conn,
+                expiries=self._expiries,
+                max_retry=self._max_retry,
+                batch_size=self._batch_size,
+            )
+        self._metrics.rescan_claims.inc(len(claimed))
+        if not claimed:
+            return RescanReport(blocked_closed, finalized)
+        async with read_only(self._engine) as conn:
+            sources = await context.load_for_dispatch(
+                conn, [context_id for context_id, _ in claimed]
+            )
+        requests, skipped_deleted = [], 0
+        for source in sources:
+            if source.deleted:
+                skipped_deleted += 1
+                if (source.embedding_status, source.keyword_status) != ("CANCELLED", "CANCELLED"):
+                    logger.warning(
+                        "rescan skipped deleted context %d whose state is not CANCELLED "
+                        "(embedding=%s keyword=%s)",
+                        source.context_id,
+                        source.embedding_status,
+                        source.keyword_status,
+                    )
+                continue
+            requests.append(
+                DispatchRequest(
+                    source.context_id,
+                    source.member_id,
+                    source.record_id,
+                    source.body,
+                    source.external_place_id,
+                    source.place_name,
+                )
+            )
+        known = {source.context_id for source in sources}
+        missing = [context_id for context_id, _ in claimed if context_id not in known]
+        if missing:
+            logger.warning(
+                "rescan found %d state row(s) without a core context, not dispatched: %s",
+                len(missing),
+                missing[:10],
+            )
+        results = await self._dispatch_all(requests)
+        failed = sum(result is not DispatchResult.ACCEPTED for result in results)
+        return RescanReport(
+            blocked_closed=blocked_closed,
+            finalized=finalized,
+            claimed=len(claimed),
+            dispatched=len(results) - failed,
+            dispatch_failed=failed,
+            skipped_deleted=skipped_deleted,
+            skipped_missing=len(missing),
+        )
+
+    async def run_forever(self, stop: asyncio.Event) -> None:
+        """Run every ``period_seconds`` until ``stop`` is set; a failing run is logged and the
+        loop goes on (the next period retries)."""
+        while not stop.is_set():
+            try:
+                report = await self.run_once()
+            except UnavailableError:
+                logger.warning("rescan skipped: database unavailable")
+            except Exception:
+                logger.exception("rescan run failed")
+            else:
+                if report.anything_happened:
+                    logger.info("rescan: %s", report)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), timeout=self._period_seconds)
+
+    async def _finalize_in_batches(self, one_batch) -> int:
+        total = 0
+        for _ in range(_MAX_FINALIZER_BATCHES):
+            async with transaction(self._engine) as conn:
+                closed = await one_batch(conn)
+            total += closed
+            if closed < self._batch_size:
+                break
+        return total
+
+    async def _close_blocked(self, conn) -> int:
+        closed = await context_ai_state.close_blocked_keyword_stages(
+            conn, batch_size=self._batch_size
+        )
+        if closed:
+            self._metrics.finalized.labels("embedding_failed").inc(len(closed))
+            logger.info("closed %d keyword stage(s) whose embedding stage failed", len(closed))
+        return len(closed)
+
+    async def _finalize_exhausted(self, conn) -> int:
+        failed = await context_ai_state.finalize_exhausted(
+            conn,
+            expiries=self._expiries,
+            max_retry=self._max_retry,
+            batch_size=self._batch_size,
+        )
+        if failed:
+            self._metrics.finalized.labels("retries_exhausted").inc(len(failed))
+            logger.warning(
+                "finalizer failed the unfinished stages of %d context(s) with no retries left: %s",
+                len(failed),
+                failed[:10],
+            )
+        return len(failed)
+
+    async def _dispatch_all(self, requests: list[DispatchRequest]) -> list[DispatchResult]:
+        limit = asyncio.Semaphore(_DISPATCH_CONCURRENCY)
+
+        async def one(request: DispatchRequest) -> DispatchResult:
+            async with limit:
+                return await self._dispatcher.dispatch(request, origin="rescan")
+
+        return list(await asyncio.gather(*(one(request) for request in requests)))

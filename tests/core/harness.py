@@ -1,0 +1,74 @@
+"""A running core service for tests: the real app on real uvicorn, talking to a real worker
+(or ``FakeWorker``) over HTTP, against the session database."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+from fastapi import FastAPI
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from core_service.main import build_scheduler, create_app
+from core_service.repository import member
+from core_service.repository.db import transaction
+from core_service.service.member_tokens import issue_token
+from core_service.service.rescan import RescanScheduler
+from core_service.settings import CoreSettings
+from tests.harness import PROFILE, SECRET, serving
+
+JWT_SECRET = "test-jwt-secret-0123456789abcdef0123456789"
+
+
+def core_settings(database_url: str, worker_base_url: str, **overrides: Any) -> CoreSettings:
+    values: dict[str, Any] = {
+        "database_url": database_url,
+        "worker_base_url": worker_base_url,
+        "internal_secret": SECRET,
+        "jwt_secret": JWT_SECRET,
+        "embedding_profile": PROFILE,
+    }
+    values.update(overrides)
+    return CoreSettings(**values)
+
+
+async def make_member(engine: AsyncEngine, member_id: int) -> None:
+    async with transaction(engine) as conn:
+        await member.ensure(conn, member_id)
+
+
+def bearer(member_id: int, *, ttl_seconds: int = 3600) -> dict[str, str]:
+    token = issue_token(member_id, secret=JWT_SECRET, ttl_seconds=ttl_seconds)
+    return {"Authorization": f"Bearer {token}"}
+
+
+@dataclass
+class RunningCore:
+    app: FastAPI
+    settings: CoreSettings
+    client: httpx.AsyncClient
+    base_url: str
+
+    def scheduler(self) -> RescanScheduler:
+        """A scheduler sharing this app's engine and dispatcher, as the loop would run it."""
+        state = self.app.state
+        return build_scheduler(
+            self.settings, state.engine, state.lifecycle._dispatcher, self.app.state.metrics
+        )
+
+    async def create(self, member_id: int, body: str, *, place: str = "place-1", name: str = "카페"):
+        return await self.client.post(
+            "/api/v1/records",
+            json={"externalPlaceId": place, "placeName": name, "body": body},
+            headers=bearer(member_id),
+        )
+
+
+@asynccontextmanager
+async def running_core(settings: CoreSettings) -> AsyncIterator[RunningCore]:
+    app = create_app(settings, run_rescan_loop=False)
+    async with serving(app) as base_url, httpx.AsyncClient(base_url=base_url, timeout=30) as client:
+        yield RunningCore(app, settings, client, base_url)

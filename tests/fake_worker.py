@@ -1,0 +1,42 @@
+"""A real local HTTP server that speaks the worker's internal API, for core-service tests.
+
+It records every ``POST /internal/v1/context/process`` body and answers by mode: ``accept``
+(202), ``refuse`` (503 with ``Retry-After``, as a full worker queue does) or ``hang`` (never
+answers until released), so the core's dispatch and rescan are tested over real TCP.
+Runs on the test's event loop (``tests.harness.serving``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any, Literal
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route
+
+Mode = Literal["accept", "refuse", "hang"]
+
+
+class FakeWorker:
+    def __init__(self, secret: str) -> None:
+        self.secret = secret
+        self.mode: Mode = "accept"
+        self.requests: list[dict[str, Any]] = []
+        self.release = asyncio.Event()
+        self.app = Starlette(routes=[Route("/internal/v1/context/process", self._process, methods=["POST"])])
+
+    def context_ids(self) -> list[int]:
+        return [body["contextId"] for body in self.requests]
+
+    async def _process(self, request: Request) -> JSONResponse:
+        if request.headers.get("X-Internal-Secret") != self.secret:
+            return JSONResponse({"detail": "unauthorized"}, status_code=401)
+        body = await request.json()
+        self.requests.append(body)
+        if self.mode == "refuse":
+            return JSONResponse({"detail": "worker queue full"}, status_code=503, headers={"Retry-After": "5"})
+        if self.mode == "hang":
+            await self.release.wait()
+        return JSONResponse({"contextId": body["contextId"]}, status_code=202)
