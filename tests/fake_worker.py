@@ -25,7 +25,9 @@ class FakeWorker:
         self.mode: Mode = "accept"
         self.requests: list[dict[str, Any]] = []
         self.release = asyncio.Event()
-        self.app = Starlette(routes=[Route("/internal/v1/context/process", self._process, methods=["POST"])])
+        self.app = Starlette(
+            routes=[Route("/internal/v1/context/process", self._process, methods=["POST"])]
+        )
 
     def context_ids(self) -> list[int]:
         return [body["contextId"] for body in self.requests]
@@ -36,7 +38,9 @@ class FakeWorker:
         body = await request.json()
         self.requests.append(body)
         if self.mode == "refuse":
-            return JSONResponse({"detail": "worker queue full"}, status_code=503, headers={"Retry-After": "5"})
+            return JSONResponse(
+                {"detail": "worker queue full"}, status_code=503, headers={"Retry-After": "5"}
+            )
         if self.mode == "hang":
             await self.release.wait()
         return JSONResponse({"contextId": body["contextId"]}, status_code=202)

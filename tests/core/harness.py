@@ -59,7 +59,9 @@ class RunningCore:
             self.settings, state.engine, state.lifecycle._dispatcher, self.app.state.metrics
         )
 
-    async def create(self, member_id: int, body: str, *, place: str = "place-1", name: str = "카페"):
+    async def create(
+        self, member_id: int, body: str, *, place: str = "place-1", name: str = "카페"
+    ):
         return await self.client.post(
             "/api/v1/records",
             json={"externalPlaceId": place, "placeName": name, "body": body},

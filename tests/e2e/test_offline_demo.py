@@ -8,6 +8,7 @@ import sys
 
 from sqlalchemy import text
 
+import pinlog_schema
 from demo.run import feed_and_report, load_samples, offline_settings, prepare_database
 from tests.harness import running_worker
 
@@ -43,8 +44,10 @@ async def test_cli_db_upgrade_twice_applies_then_nothing(empty_database):
     first_code, first_out = await _run(command, env)
     second_code, second_out = await _run(command, env)
 
+    ai_files = pinlog_schema.discover(scope=pinlog_schema.Scope.AI)
     assert first_code == 0, first_out
-    assert "applied 4 migration(s)" in first_out
+    assert f"applied {len(ai_files)} migration(s)" in first_out
+    assert not any(file.is_core for file in ai_files)
     assert second_code == 0, second_out
     assert second_out.strip() == "applied 0 migration(s)"
 
