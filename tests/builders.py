@@ -130,19 +130,20 @@ async def make_keyword(
 
 
 async def cancel_context(engine: AsyncEngine, *, context_id: int) -> None:
-    """The core side's delete (§9): is_deleted on the embedding, both statuses CANCELLED."""
+    """The core side's delete (§9) in the documented lock order (docs/lock-order.md): both
+    statuses CANCELLED first, then is_deleted on the embedding."""
     async with engine.begin() as conn:
         await conn.execute(
             text(
-                "UPDATE ai.context_embedding SET is_deleted = true, updated_at = now() "
-                "WHERE context_id = :id"
+                "UPDATE ai.context_ai_state SET embedding_status = 'CANCELLED', "
+                "keyword_status = 'CANCELLED', updated_at = now() WHERE context_id = :id"
             ),
             {"id": context_id},
         )
         await conn.execute(
             text(
-                "UPDATE ai.context_ai_state SET embedding_status = 'CANCELLED', "
-                "keyword_status = 'CANCELLED', updated_at = now() WHERE context_id = :id"
+                "UPDATE ai.context_embedding SET is_deleted = true, updated_at = now() "
+                "WHERE context_id = :id"
             ),
             {"id": context_id},
         )
@@ -169,3 +170,17 @@ async def count_rows(engine: AsyncEngine, table: str, context_id: int) -> int:
                 text(f"SELECT count(*) FROM {table} WHERE context_id = :id"), {"id": context_id}
             )
         ).scalar_one()
+
+
+async def set_statuses(
+    engine: AsyncEngine, *, context_id: int, embedding_status: str, keyword_status: str
+) -> None:
+    """Move an existing state row to the given statuses, as finished work would leave it."""
+    async with engine.begin() as conn:
+        await conn.execute(
+            text(
+                "UPDATE ai.context_ai_state SET embedding_status = :e, keyword_status = :k, "
+                "updated_at = now() WHERE context_id = :id"
+            ),
+            {"id": context_id, "e": embedding_status, "k": keyword_status},
+        )

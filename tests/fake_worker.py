@@ -25,6 +25,7 @@ class FakeWorker:
         self.mode: Mode = "accept"
         self.requests: list[dict[str, Any]] = []
         self.release = asyncio.Event()
+        self._arrived = asyncio.Condition()
         self.app = Starlette(
             routes=[Route("/internal/v1/context/process", self._process, methods=["POST"])]
         )
@@ -32,11 +33,18 @@ class FakeWorker:
     def context_ids(self) -> list[int]:
         return [body["contextId"] for body in self.requests]
 
+    async def wait_for_requests(self, count: int, timeout_seconds: float = 5.0) -> None:
+        """Return once ``count`` process requests have arrived; ``TimeoutError`` otherwise."""
+        async with asyncio.timeout(timeout_seconds), self._arrived:
+            await self._arrived.wait_for(lambda: len(self.requests) >= count)
+
     async def _process(self, request: Request) -> JSONResponse:
         if request.headers.get("X-Internal-Secret") != self.secret:
             return JSONResponse({"detail": "unauthorized"}, status_code=401)
         body = await request.json()
-        self.requests.append(body)
+        async with self._arrived:
+            self.requests.append(body)
+            self._arrived.notify_all()
         if self.mode == "refuse":
             return JSONResponse(
                 {"detail": "worker queue full"}, status_code=503, headers={"Retry-After": "5"}
