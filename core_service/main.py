@@ -90,6 +90,7 @@ def create_app(settings: CoreSettings | None = None, *, run_rescan_loop: bool = 
             dispatcher = WorkerDispatcher(client, metrics)
             stack.push_async_callback(dispatcher.drain, DISPATCH_DRAIN_SECONDS)
             app.state.engine = engine
+            app.state.dispatcher = dispatcher
             app.state.lifecycle = ContextLifecycle(engine, dispatcher, metrics)
             app.state.reader = RecordReader(engine)
             app.state.search = PersonalSearch(

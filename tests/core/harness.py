@@ -55,9 +55,7 @@ class RunningCore:
     def scheduler(self) -> RescanScheduler:
         """A scheduler sharing this app's engine and dispatcher, as the loop would run it."""
         state = self.app.state
-        return build_scheduler(
-            self.settings, state.engine, state.lifecycle._dispatcher, self.app.state.metrics
-        )
+        return build_scheduler(self.settings, state.engine, state.dispatcher, state.metrics)
 
     async def create(
         self, member_id: int, body: str, *, place: str = "place-1", name: str = "카페"
