@@ -6,7 +6,7 @@ default. Errors name the variable and never print a value.
 
 from __future__ import annotations
 
-from pydantic import Field, SecretStr, ValidationError, model_validator
+from pydantic import Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 # ai.context_ai_state.retry_count has CHECK (retry_count BETWEEN 0 AND 3) (§1): a larger
@@ -46,23 +46,28 @@ class CoreSettings(BaseSettings):
     dispatch_connect_timeout_seconds: float = Field(default=1.0, gt=0, le=30)
     dispatch_read_timeout_seconds: float = Field(default=3.0, gt=0, le=60)
 
-    @model_validator(mode="after")
-    def _check_consistency(self) -> CoreSettings:
-        if not self.database_url.startswith("postgresql+asyncpg://"):
-            raise ValueError("PINLOG_CORE_DATABASE_URL must be a postgresql+asyncpg:// URL")
-        if not self.worker_base_url.startswith(("http://", "https://")):
-            raise ValueError("PINLOG_CORE_WORKER_BASE_URL must be an http:// or https:// URL")
-        for name, secret in (
-            ("INTERNAL_SECRET", self.internal_secret),
-            ("JWT_SECRET", self.jwt_secret),
-        ):
-            value = secret.get_secret_value()
-            if value != value.strip():
-                raise ValueError(
-                    f"PINLOG_CORE_{name} has surrounding white space (a trailing newline "
-                    "from a file?); remove it"
-                )
-        return self
+    # Field validators, not one model validator: every problem is reported at once.
+    @field_validator("database_url")
+    @classmethod
+    def _asyncpg_url(cls, value: str) -> str:
+        if not value.startswith("postgresql+asyncpg://"):
+            raise ValueError("must be a postgresql+asyncpg:// URL")
+        return value
+
+    @field_validator("worker_base_url")
+    @classmethod
+    def _http_url(cls, value: str) -> str:
+        if not value.startswith(("http://", "https://")):
+            raise ValueError("must be an http:// or https:// URL")
+        return value.rstrip("/")
+
+    @field_validator("internal_secret", "jwt_secret")
+    @classmethod
+    def _no_surrounding_space(cls, value: SecretStr) -> SecretStr:
+        secret = value.get_secret_value()
+        if secret != secret.strip():
+            raise ValueError("has surrounding white space (a trailing newline from a file?)")
+        return value
 
 
 class CoreDatabaseSettings(BaseSettings):

@@ -173,14 +173,21 @@ async def count_rows(engine: AsyncEngine, table: str, context_id: int) -> int:
 
 
 async def set_statuses(
-    engine: AsyncEngine, *, context_id: int, embedding_status: str, keyword_status: str
+    engine: AsyncEngine,
+    *,
+    context_id: int,
+    embedding_status: str,
+    keyword_status: str,
+    retry_count: int | None = None,
 ) -> None:
-    """Move an existing state row to the given statuses, as finished work would leave it."""
+    """Move an existing state row to the given statuses (and retry count), as finished or
+    crashed work would leave it."""
     async with engine.begin() as conn:
         await conn.execute(
             text(
                 "UPDATE ai.context_ai_state SET embedding_status = :e, keyword_status = :k, "
-                "updated_at = now() WHERE context_id = :id"
+                "retry_count = coalesce(:r, retry_count), updated_at = now() "
+                "WHERE context_id = :id"
             ),
-            {"id": context_id, "e": embedding_status, "k": keyword_status},
+            {"id": context_id, "e": embedding_status, "k": keyword_status, "r": retry_count},
         )
