@@ -75,19 +75,32 @@ async def _clean_tables(request: pytest.FixtureRequest) -> None:
 
 
 @pytest.fixture
-async def empty_database(migrated_database: str) -> AsyncIterator[str]:
-    """A brand-new database on the test server, dropped afterwards."""
-    name = f"migration_{uuid.uuid4().hex[:12]}"
+async def make_empty_database(migrated_database: str):
+    """``await make_empty_database()``: a brand-new database URL on the test server; every
+    database made is dropped afterwards."""
     admin = create_engine(migrated_database, with_vector_codec=False)
+    made: list[str] = []
+
+    async def factory() -> str:
+        name = f"migration_{uuid.uuid4().hex[:12]}"
+        async with admin.connect() as conn:
+            conn = await conn.execution_options(isolation_level="AUTOCOMMIT")
+            await conn.execute(text(f'CREATE DATABASE "{name}"'))
+        made.append(name)
+        return make_url(migrated_database).set(database=name).render_as_string(hide_password=False)
+
+    yield factory
     async with admin.connect() as conn:
         conn = await conn.execution_options(isolation_level="AUTOCOMMIT")
-        await conn.execute(text(f'CREATE DATABASE "{name}"'))
-    url = make_url(migrated_database).set(database=name).render_as_string(hide_password=False)
-    yield url
-    async with admin.connect() as conn:
-        conn = await conn.execution_options(isolation_level="AUTOCOMMIT")
-        await conn.execute(text(f'DROP DATABASE "{name}" WITH (FORCE)'))
+        for name in made:
+            await conn.execute(text(f'DROP DATABASE "{name}" WITH (FORCE)'))
     await admin.dispose()
+
+
+@pytest.fixture
+async def empty_database(make_empty_database) -> str:
+    """A brand-new database on the test server, dropped afterwards."""
+    return await make_empty_database()
 
 
 @pytest.fixture
