@@ -107,7 +107,7 @@ def serve(
 @app.command()
 def rescan(once: bool = typer.Option(False, "--once", help="One finalize + rescan pass")) -> None:
     """One finalize + rescan pass; prints its counts."""
-    from core_service.main import build_scheduler, build_worker_client
+    from core_service.main import build_scheduler, build_worker_endpoints
     from core_service.metrics import CoreMetrics
     from core_service.repository.db import create_engine
     from core_service.service.dispatch import WorkerDispatcher
@@ -122,15 +122,13 @@ def rescan(once: bool = typer.Option(False, "--once", help="One finalize + resca
 
     async def run():
         engine = create_engine(settings.database_url, pool_size=2)
-        client = build_worker_client(settings)
+        endpoints = build_worker_endpoints(settings)
         try:
             metrics = CoreMetrics()
-            scheduler = build_scheduler(
-                settings, engine, WorkerDispatcher(client, metrics), metrics
-            )
-            return await scheduler.run_once()
+            dispatcher = WorkerDispatcher(endpoints, metrics)
+            return await build_scheduler(settings, engine, dispatcher, metrics).run_once()
         finally:
-            await client.aclose()
+            await endpoints.aclose()
             await engine.dispose()
 
     report = _run_with_database(run())

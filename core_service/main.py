@@ -12,7 +12,6 @@ import logging
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 
-import httpx
 from fastapi import FastAPI, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
@@ -38,6 +37,7 @@ from core_service.service.member_tokens import TokenAuthenticator
 from core_service.service.personal_search import PersonalSearch
 from core_service.service.record_reads import RecordReader
 from core_service.service.rescan import RescanScheduler
+from core_service.service.worker_endpoints import WorkerEndpoints
 from core_service.settings import CoreSettings
 
 logger = logging.getLogger(__name__)
@@ -48,17 +48,13 @@ RETRY_AFTER_SECONDS = "5"
 READINESS_TIMEOUT_SECONDS = 1.0
 
 
-def build_worker_client(settings: CoreSettings) -> httpx.AsyncClient:
-    """The one pooled HTTP client to the worker. Idle connections are dropped after 2 s, before
-    the server's keep-alive (uvicorn: 5 s) closes them under a request."""
-    return httpx.AsyncClient(
-        base_url=settings.worker_base_url,
-        headers={"X-Internal-Secret": settings.internal_secret.get_secret_value()},
-        timeout=httpx.Timeout(
-            settings.dispatch_read_timeout_seconds,
-            connect=settings.dispatch_connect_timeout_seconds,
-        ),
-        limits=httpx.Limits(max_connections=32, max_keepalive_connections=16, keepalive_expiry=2.0),
+def build_worker_endpoints(settings: CoreSettings) -> WorkerEndpoints:
+    """One pooled HTTP client per worker instance named in ``WORKER_BASE_URL``."""
+    return WorkerEndpoints.connect(
+        settings.worker_base_urls,
+        internal_secret=settings.internal_secret.get_secret_value(),
+        connect_timeout_seconds=settings.dispatch_connect_timeout_seconds,
+        read_timeout_seconds=settings.dispatch_read_timeout_seconds,
     )
 
 
@@ -85,16 +81,16 @@ def create_app(settings: CoreSettings | None = None, *, run_rescan_loop: bool = 
         async with AsyncExitStack() as stack:
             engine = create_engine(settings.database_url, pool_size=settings.database_pool_size)
             stack.push_async_callback(engine.dispose)
-            client = build_worker_client(settings)
-            stack.push_async_callback(client.aclose)
-            dispatcher = WorkerDispatcher(client, metrics)
+            endpoints = build_worker_endpoints(settings)
+            stack.push_async_callback(endpoints.aclose)
+            dispatcher = WorkerDispatcher(endpoints, metrics)
             stack.push_async_callback(dispatcher.drain, DISPATCH_DRAIN_SECONDS)
             app.state.engine = engine
             app.state.dispatcher = dispatcher
             app.state.lifecycle = ContextLifecycle(engine, dispatcher, metrics)
             app.state.reader = RecordReader(engine)
             app.state.search = PersonalSearch(
-                engine, client, embedding_profile=settings.embedding_profile
+                engine, endpoints, embedding_profile=settings.embedding_profile
             )
             app.state.authenticator = TokenAuthenticator(
                 engine, secret=settings.jwt_secret.get_secret_value()

@@ -22,7 +22,9 @@ class CoreSettings(BaseSettings):
     )
 
     database_url: str = Field(description="postgresql+asyncpg://user:pass@host/db")
-    worker_base_url: str = Field(description="Base URL of the AI worker, e.g. http://ai:8000")
+    worker_base_url: str = Field(
+        description="Base URL of the AI worker, or several comma-separated (round robin)"
+    )
     internal_secret: SecretStr = Field(
         min_length=16, description="X-Internal-Secret shared with the worker (§8)"
     )
@@ -56,10 +58,11 @@ class CoreSettings(BaseSettings):
 
     @field_validator("worker_base_url")
     @classmethod
-    def _http_url(cls, value: str) -> str:
-        if not value.startswith(("http://", "https://")):
-            raise ValueError("must be an http:// or https:// URL")
-        return value.rstrip("/")
+    def _http_urls(cls, value: str) -> str:
+        urls = [url.strip().rstrip("/") for url in value.split(",")]
+        if not all(url.startswith(("http://", "https://")) for url in urls):
+            raise ValueError("must be http:// or https:// URLs, separated by commas")
+        return ",".join(urls)
 
     @field_validator("internal_secret", "jwt_secret")
     @classmethod
@@ -68,6 +71,11 @@ class CoreSettings(BaseSettings):
         if secret != secret.strip():
             raise ValueError("has surrounding white space (a trailing newline from a file?)")
         return value
+
+    @property
+    def worker_base_urls(self) -> tuple[str, ...]:
+        """The worker instances, in round-robin order."""
+        return tuple(self.worker_base_url.split(","))
 
 
 class CoreDatabaseSettings(BaseSettings):

@@ -1,9 +1,10 @@
 """After-commit requests to the worker's ``POST /internal/v1/context/process`` (§9).
 
-A dispatch is never part of a transaction and never writes state: any failure (connection
-refused, timeout, non-2xx including the worker's 503) is logged at WARNING without the note
-and left to the rescan, which finds the row still ``PENDING``. One shared ``httpx`` client
-with a connection pool and short timeouts (connect 1 s, read 3 s by default).
+A dispatch is never part of a transaction and never writes state. It tries the worker
+instances in turn (``WorkerEndpoints``); when every one refused or failed (connection refused,
+timeout, non-2xx including the worker's 503), it logs one WARNING without the note and leaves
+the row ``PENDING`` for the rescan. Pooled clients with short timeouts (connect 1 s, read 3 s
+by default).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from enum import StrEnum
 import httpx
 
 from core_service.metrics import CoreMetrics
+from core_service.service.worker_endpoints import WorkerEndpoints
 
 logger = logging.getLogger(__name__)
 
@@ -53,35 +55,42 @@ class WorkerDispatcher:
     """Sends process requests; ``dispatch`` awaits one, ``dispatch_soon`` runs it in the
     background so a slow or dead worker never delays a user's response."""
 
-    def __init__(self, client: httpx.AsyncClient, metrics: CoreMetrics) -> None:
-        self._client = client
+    def __init__(self, endpoints: WorkerEndpoints, metrics: CoreMetrics) -> None:
+        self._endpoints = endpoints
         self._metrics = metrics
         self._in_flight: set[asyncio.Task[DispatchResult]] = set()
 
     async def dispatch(self, request: DispatchRequest, *, origin: str) -> DispatchResult:
-        """POST one request; never raises for worker or network faults (they are logged).
+        """POST one request to the first worker instance that accepts it; never raises for
+        worker or network faults (they are logged).
 
         ``origin`` labels the metric: ``commit`` (after a create or edit) or ``rescan``.
         """
-        try:
-            response = await self._client.post(PROCESS_PATH, json=request.as_json())
-        except httpx.HTTPError as exc:
-            result = DispatchResult.UNREACHABLE
+        result, causes = DispatchResult.UNREACHABLE, []
+        for client in self._endpoints.in_turn():
+            try:
+                response = await client.post(PROCESS_PATH, json=request.as_json())
+            except httpx.HTTPError as exc:
+                causes.append(type(exc).__name__)
+                continue
+            if response.is_success:
+                result = DispatchResult.ACCEPTED
+                break
+            result = DispatchResult.REFUSED
+            causes.append(f"HTTP {response.status_code}")
+        if result is not DispatchResult.ACCEPTED:
             logger.warning(
                 "dispatch of context %d failed (%s); left PENDING for the rescan",
                 request.context_id,
-                type(exc).__name__,
+                ", ".join(causes),
             )
-        else:
-            if response.is_success:
-                result = DispatchResult.ACCEPTED
-            else:
-                result = DispatchResult.REFUSED
-                logger.warning(
-                    "dispatch of context %d refused with HTTP %d; left PENDING for the rescan",
-                    request.context_id,
-                    response.status_code,
-                )
+        elif causes:
+            logger.info(
+                "dispatch of context %d skipped %d worker(s) (%s)",
+                request.context_id,
+                len(causes),
+                ", ".join(causes),
+            )
         self._metrics.dispatches.labels(origin, result.value).inc()
         return result
 

@@ -17,6 +17,7 @@ from core_service.errors import UnavailableError, UpstreamError
 from core_service.repository import context
 from core_service.repository.db import read_only
 from core_service.service.context_body import normalize_body
+from core_service.service.worker_endpoints import WorkerEndpoints
 
 logger = logging.getLogger(__name__)
 
@@ -36,10 +37,10 @@ class SearchHit:
 
 class PersonalSearch:
     def __init__(
-        self, engine: AsyncEngine, client: httpx.AsyncClient, *, embedding_profile: str
+        self, engine: AsyncEngine, endpoints: WorkerEndpoints, *, embedding_profile: str
     ) -> None:
         self._engine = engine
-        self._client = client
+        self._endpoints = endpoints
         self._profile = embedding_profile
 
     async def search(self, *, member_id: int, query: str, limit: int) -> list[SearchHit]:
@@ -55,17 +56,7 @@ class PersonalSearch:
             "limit": limit,
             "embeddingProfile": self._profile,
         }
-        try:
-            response = await self._client.post(SEARCH_PATH, json=payload, timeout=SEARCH_TIMEOUT)
-        except httpx.HTTPError as exc:
-            logger.warning("search: worker unreachable (%s)", type(exc).__name__)
-            raise UnavailableError("search unavailable") from exc
-        if response.status_code == 503:
-            raise UnavailableError("search unavailable")
-        if response.status_code != 200:
-            # 422 here means the profiles disagree: a deployment error, logged loudly.
-            logger.error("search: worker answered HTTP %d", response.status_code)
-            raise UpstreamError("search failed")
+        response = await self._ask_a_worker(payload)
         hits = [
             SearchHit(int(item["recordId"]), int(item["contextId"]), float(item["similarity"]))
             for item in response.json()["results"]
@@ -77,3 +68,21 @@ class PersonalSearch:
                 conn, member_id=member_id, context_ids=[hit.context_id for hit in hits]
             )
         return [hit for hit in hits if hit.context_id in allowed]
+
+    async def _ask_a_worker(self, payload: dict[str, object]) -> httpx.Response:
+        """The first 200 from the worker instances in turn; an instance that is unreachable or
+        answers 503 is skipped. ``UnavailableError`` when none answered, ``UpstreamError`` for
+        any other status (422 means the embedding profiles disagree: a deployment error)."""
+        for client in self._endpoints.in_turn():
+            try:
+                response = await client.post(SEARCH_PATH, json=payload, timeout=SEARCH_TIMEOUT)
+            except httpx.HTTPError as exc:
+                logger.warning("search: a worker is unreachable (%s)", type(exc).__name__)
+                continue
+            if response.status_code == 503:
+                continue
+            if response.status_code != 200:
+                logger.error("search: worker answered HTTP %d", response.status_code)
+                raise UpstreamError("search failed")
+            return response
+        raise UnavailableError("search unavailable")

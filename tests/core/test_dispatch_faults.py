@@ -93,3 +93,23 @@ async def test_worker_answering_503_leaves_pending_for_the_rescan(
     warnings = _dispatch_warnings(caplog)
     assert [r.getMessage().count("HTTP 503") for r in warnings] == [1, 1]
     assert 'pinlog_core_dispatches_total{origin="commit",result="refused"} 2.0' in metrics
+
+
+async def test_several_workers_are_used_in_turn_and_a_dead_one_is_skipped(
+    make_core, engine, caplog
+):
+    from tests.fake_worker import FakeWorker
+    from tests.harness import SECRET, serving
+
+    first, second = FakeWorker(SECRET), FakeWorker(SECRET)
+    async with serving(first.app) as first_url, serving(second.app) as second_url:
+        dead = f"http://127.0.0.1:{_unused_port()}"
+        async with make_core(f"{first_url}, {dead},{second_url}/") as core:
+            for index in range(6):
+                created = await core.create(1, f"메모 {index}", place=f"p{index}")
+                assert created.status_code == 201
+            await core.app.state.dispatcher.drain(5)
+
+    assert len(first.requests) + len(second.requests) == 6
+    assert len(first.requests) >= 2 and len(second.requests) >= 2
+    assert _dispatch_warnings(caplog) == []  # a skipped replica is not a failed dispatch

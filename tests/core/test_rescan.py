@@ -10,7 +10,7 @@ import pytest
 from pydantic import ValidationError
 from sqlalchemy import text
 
-from core_service.main import build_scheduler, build_worker_client
+from core_service.main import build_scheduler, build_worker_endpoints
 from core_service.metrics import CoreMetrics
 from core_service.repository.db import create_engine
 from core_service.service.dispatch import WorkerDispatcher
@@ -244,16 +244,16 @@ async def test_two_schedulers_at_once_never_double_claim_or_double_dispatch(
         await facts.backdate(engine, context_id, PENDING_STALE)
     settings = core_settings(migrated_database, fake_worker.base_url, batch_size=20)
     engines = [create_engine(migrated_database, pool_size=2) for _ in range(2)]
-    clients = [build_worker_client(settings) for _ in range(2)]
+    endpoint_sets = [build_worker_endpoints(settings) for _ in range(2)]
     try:
         schedulers = [
             build_scheduler(settings, e, WorkerDispatcher(c, CoreMetrics()), CoreMetrics())
-            for e, c in zip(engines, clients, strict=True)
+            for e, c in zip(engines, endpoint_sets, strict=True)
         ]
         rounds = [await asyncio.gather(*(s.run_once() for s in schedulers)) for _ in range(2)]
     finally:
-        for client in clients:
-            await client.aclose()
+        for endpoints in endpoint_sets:
+            await endpoints.aclose()
         for each in engines:
             await each.dispose()
 

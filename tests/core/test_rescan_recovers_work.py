@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 
-from core_service.main import build_scheduler, build_worker_client
+from core_service.main import build_scheduler, build_worker_endpoints
 from core_service.metrics import CoreMetrics
 from core_service.service.dispatch import WorkerDispatcher
 from tests.builders import set_statuses
@@ -28,12 +28,12 @@ async def _wait_for(engine, context_id, statuses):
 async def _rescan_to(worker, core):
     """A scheduler on the core's database whose dispatcher talks to the real ``worker``."""
     settings = core.settings.model_copy(update={"worker_base_url": str(worker.client.base_url)})
-    client = build_worker_client(settings)
+    endpoints = build_worker_endpoints(settings)
     metrics = CoreMetrics()
     scheduler = build_scheduler(
-        settings, core.app.state.engine, WorkerDispatcher(client, metrics), metrics
+        settings, core.app.state.engine, WorkerDispatcher(endpoints, metrics), metrics
     )
-    return scheduler, client
+    return scheduler, endpoints
 
 
 async def test_scenario_8_a_stage_left_processing_by_a_dead_worker_is_reclaimed_and_completed(
@@ -46,12 +46,12 @@ async def test_scenario_8_a_stage_left_processing_by_a_dead_worker_is_reclaimed_
         engine, context_id=context_id, embedding_status="PROCESSING", keyword_status="PENDING"
     )
     await facts.backdate(engine, context_id, PROCESSING_STALE)
-    scheduler, client = await _rescan_to(worker, core_with_fake_worker)
+    scheduler, endpoints = await _rescan_to(worker, core_with_fake_worker)
     try:
         report = await scheduler.run_once()
         await _wait_for(engine, context_id, ("COMPLETED", "COMPLETED"))
     finally:
-        await client.aclose()
+        await endpoints.aclose()
 
     assert (report.claimed, report.dispatched) == (1, 1)
     assert (await facts.state(engine, context_id)).retry_count == 1
@@ -68,7 +68,7 @@ async def test_scenario_18_a_context_deleted_after_the_rescan_picked_it_stores_n
     await facts.backdate(engine, context_id, 301)
     held = hold()
     fake_openai.script_embeddings(held)
-    scheduler, client = await _rescan_to(worker, core_with_fake_worker)
+    scheduler, endpoints = await _rescan_to(worker, core_with_fake_worker)
     try:
         report = await scheduler.run_once()
         await arrived(held)  # the worker runs the rescanned context's embedding call
@@ -78,7 +78,7 @@ async def test_scenario_18_a_context_deleted_after_the_rescan_picked_it_stores_n
         release(held)
         await worker.drain()
     finally:
-        await client.aclose()
+        await endpoints.aclose()
 
     assert report.dispatched == 1 and deleted.status_code == 204
     assert (await facts.state(engine, context_id)).statuses == ("CANCELLED", "CANCELLED")
