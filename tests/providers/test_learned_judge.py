@@ -74,8 +74,9 @@ async def test_chooses_only_among_the_candidates_it_is_given():
 
 async def test_a_facility_only_note_gets_no_keyword():
     codes = [c for c, p in PRESETS.items() if p.is_active and p.visibility != "BLOCKED"]
+    note = "카드 결제 안 되고 현금만 받아요"
 
-    verdict = await _judge().judge("카드 결제 안 되고 현금만 받아요", [_candidate(c) for c in codes])
+    verdict = await _judge().judge(note, [_candidate(c) for c in codes])
 
     assert verdict.selected == ()
 

@@ -28,9 +28,12 @@ async def test_korean_meaning_not_shared_characters_decides_similarity():
     """'유모차 끌고 딸기 체험' shares no word with '아이와 함께' but means it; a note about
     hangover soup shares the character '아' only by accident."""
     embedder = UseMultilingualEmbedder()
-    note, kids, hangover = await embedder.embed(
-        ["유모차 끌고 아기랑 딸기 따기 체험", "아이를 데리고 가기 좋은 곳", "술 마신 다음 날 해장국"]
-    )
+    texts = [
+        "유모차 끌고 아기랑 딸기 따기 체험",
+        "아이를 데리고 가기 좋은 곳",
+        "술 마신 다음 날 해장국",
+    ]
+    note, kids, hangover = await embedder.embed(texts)
 
     assert float(note @ kids) > float(note @ hangover) + 0.1
 
