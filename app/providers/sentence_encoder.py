@@ -76,7 +76,9 @@ class SentenceEncoder:
             else:
                 self._pending.append((text, future))
             futures.append(future)
-        if self._pending and (self._drainer is None or self._drainer.done()):
+        drainer = self._drainer
+        # A drainer of another (finished) loop never runs again: start one on this loop.
+        if self._pending and (drainer is None or drainer.done() or drainer.get_loop() is not loop):
             self._drainer = asyncio.create_task(self._drain())
         rows = await asyncio.gather(*futures)
         return np.vstack(rows)
