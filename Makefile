@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: venv run test lint format bench clean
+.PHONY: venv run test lint format bench eval clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -30,6 +30,9 @@ format: venv
 
 bench: venv
 	$(BIN)/python -m bench.pipeline_throughput
+
+eval: venv
+	$(BIN)/python -m bench.keyword_quality
 
 clean:
 	rm -rf $(VENV) .pgdata .pytest_cache .ruff_cache

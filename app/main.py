@@ -32,6 +32,7 @@ from app.service.keyword_stage import KeywordStage
 from app.service.presets import PresetCache
 from app.service.processing import ContextProcessor
 from app.service.search import SearchService
+from app.service.vector_columns import check_vector_columns
 from app.service.worker_pool import WorkerPool
 from app.settings import Settings
 
@@ -42,7 +43,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     """Build the worker app; settings are read from the environment when not given.
 
     Startup raises ``ConfigurationError`` when no usable presets exist for the profile (§4)
-    and ``pydantic.ValidationError`` for contradictory or missing settings (§5).
+    or the ai.* vector columns are not of ``Settings.vector_dimension`` (§5), and
+    ``pydantic.ValidationError`` for contradictory or missing settings (§5).
     """
     settings = settings or Settings()
 
@@ -55,6 +57,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             stack.push_async_callback(embedder.aclose)
             judge = build_judge(settings)
             stack.push_async_callback(judge.aclose)
+            await check_vector_columns(engine, settings.vector_dimension)
             presets = PresetCache(engine, settings.embedding_profile)
             await presets.reload()
             embedding_breaker = _breaker("embedding provider", settings)
@@ -65,7 +68,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                     embedder,
                     embedding_breaker,
                     profile=settings.embedding_profile,
-                    dimension=settings.embedding_dimension,
+                    dimension=settings.vector_dimension,  # stored, zero-padded (§5)
                     expiry_seconds=settings.processing_expiry_seconds,
                     max_input_chars=settings.embedding_max_input_chars,
                 ),
@@ -90,7 +93,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             app.state.pool = pool
             app.state.processor = processor
             app.state.presets = presets
-            app.state.readiness = Readiness(engine, presets)
+            app.state.readiness = Readiness(engine, presets, offline=settings.offline)
             app.state.search = SearchService(
                 engine,
                 embedder,
@@ -99,7 +102,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                 max_input_chars=settings.embedding_max_input_chars,
             )
             logger.info(
-                "worker ready: profile=%s judge=%s concurrency=%d",
+                "worker ready: mode=%s profile=%s judge=%s concurrency=%d",
+                "offline" if settings.offline else "online",
                 settings.embedding_profile,
                 settings.judge_profile,
                 settings.worker_concurrency,

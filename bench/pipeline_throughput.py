@@ -104,11 +104,14 @@ async def _start_worker(settings: Settings, port: int) -> asyncio.subprocess.Pro
     """``pinlog-ai serve`` in its own process, configured through its environment."""
     env = {**os.environ, "PINLOG_WORKER_CONCURRENCY": str(settings.worker_concurrency)}
     for name in (
+        "offline",
         "database_url",
         "embedding_provider",
         "embedding_model",
         "embedding_profile",
+        "embedding_dimension",
         "judge_provider",
+        "keyword_top_k",
         "keyword_similarity_floor",
         "judge_similarity_threshold",
         "queue_capacity",

@@ -1,7 +1,7 @@
 """``pinlog-ai demo`` (the README's ``make run``): the whole path, offline, on real parts.
 
 Embedded PostgreSQL (unless ``PINLOG_DATABASE_URL`` is set) -> migrations -> presets embedded
-with the offline hashing provider -> the worker served over HTTP -> every bundled sample note
+with the offline encoder -> the worker served over HTTP -> every bundled sample note
 created as the core side does (``PENDING`` state committed, then the POST) -> a table of the
 results -> keep serving until interrupted.
 """
@@ -25,7 +25,7 @@ from app.main import create_app
 from app.providers.factory import build_embedding_provider
 from app.repository.db import create_engine
 from app.service.preset_loader import load_presets, read_preset_file
-from app.settings import OFFLINE_EMBEDDING_MODEL, OFFLINE_PROFILE, DatabaseSettings, Settings
+from app.settings import DatabaseSettings, Settings
 from demo import core_side, table
 
 SAMPLES = Path(__file__).with_name("sample_contexts.yaml")
@@ -48,20 +48,12 @@ def load_samples(path: Path = SAMPLES) -> list[Sample]:
 def offline_settings(
     database_url: str, internal_secret: str | None = None, **overrides: object
 ) -> Settings:
-    """Development settings: hashing embedder and similarity judge, no network, no keys.
-
-    The floor and threshold are lower than the production defaults because character
-    n-gram cosines run lower than those of a trained model (related notes score 0.15-0.4).
-    """
+    """Development settings: the ``PINLOG_OFFLINE`` switch (local encoder and learned judge,
+    no network, no keys; ``app.settings.OFFLINE_DEFAULTS``); explicit settings still win."""
     values: dict[str, object] = {
         "database_url": database_url,
         "internal_secret": internal_secret or secrets.token_urlsafe(24),
-        "embedding_provider": "hashing",
-        "embedding_model": OFFLINE_EMBEDDING_MODEL,
-        "embedding_profile": OFFLINE_PROFILE,
-        "judge_provider": "similarity",
-        "keyword_similarity_floor": 0.12,
-        "judge_similarity_threshold": 0.15,
+        "offline": True,
     }
     values.update(overrides)
     return Settings(**values)

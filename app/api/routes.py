@@ -83,11 +83,17 @@ async def healthz() -> dict[str, str]:
 
 @router.get("/readyz")
 async def readyz(readiness: ReadinessCheck) -> JSONResponse:
-    """Readiness: database reachable and presets loaded; 503 naming what is missing."""
+    """Readiness: database reachable and presets loaded; 503 naming what is missing.
+
+    ``mode`` is ``offline`` when the worker runs with ``PINLOG_OFFLINE`` (local models).
+    """
     problems = await readiness.problems()
     if problems:
-        return JSONResponse({"status": "unavailable", "problems": problems}, status_code=503)
-    return JSONResponse({"status": "ready"})
+        return JSONResponse(
+            {"status": "unavailable", "problems": problems, "mode": readiness.mode},
+            status_code=503,
+        )
+    return JSONResponse({"status": "ready", "mode": readiness.mode})
 
 
 @router.get("/metrics")

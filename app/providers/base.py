@@ -14,7 +14,10 @@ import numpy as np
 
 @dataclass(frozen=True, slots=True)
 class JudgeCandidate:
-    """One preset offered to the judge (§4 judge input); ``similarity`` is cosine, -1..1."""
+    """One preset offered to the judge (§4 judge input); ``similarity`` is cosine, -1..1.
+
+    ``code`` lets a trained judge find its weights; it is not part of the LLM prompt.
+    """
 
     id: int
     display_name: str
@@ -22,6 +25,7 @@ class JudgeCandidate:
     description: str
     examples: tuple[str, ...]
     similarity: float
+    code: str = ""
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,8 +1,10 @@
 """Builds the configured providers from ``Settings`` (composition helpers for ``main.py``).
 
-``embedding_provider``: ``openai`` | ``hashing``; ``judge_provider``: ``openai`` | ``similarity``.
-Every judge gets ``Settings.judge_profile``, the one place that names it; it is stored as
-``model_profile`` with every analysis row (CONTRACT §4).
+``embedding_provider``: ``openai`` | ``hashing`` | ``use-multilingual``; ``judge_provider``:
+``openai`` | ``similarity`` | ``learned``. An embedder whose model dimension is below the
+database column's (``Settings.vector_dimension``) is wrapped in ``ZeroPaddedEmbedder``, so every
+embedder built here returns float32 ``(vector_dimension,)``. Every judge gets
+``Settings.judge_profile``, stored as ``model_profile`` with every analysis row (CONTRACT §4).
 """
 
 from __future__ import annotations
@@ -11,17 +13,30 @@ from app.errors import ConfigurationError
 from app.providers.base import EmbeddingProvider, KeywordJudge
 from app.providers.hashing import HashingEmbedder
 from app.providers.openai_compatible import OpenAIEmbedder, OpenAIJudge
+from app.providers.padding import ZeroPaddedEmbedder
 from app.providers.similarity_judge import SimilarityJudge
-from app.settings import Settings
+from app.settings import LEARNED_JUDGE_REVISION, Settings
 
 
 def build_embedding_provider(settings: Settings) -> EmbeddingProvider:
-    """The embedder named by ``settings.embedding_provider``, of ``embedding_dimension``."""
+    """The embedder named by ``settings.embedding_provider``, padded to ``vector_dimension``.
+
+    ``use-multilingual`` loads the sentence encoder (once per process, ~2 s, blocking).
+    """
+    embedder: EmbeddingProvider
     if settings.embedding_provider == "hashing":
-        return HashingEmbedder(settings.embedding_dimension)
-    if settings.embedding_provider == "openai":
-        return OpenAIEmbedder.from_settings(settings)
-    raise ConfigurationError(f"unknown embedding provider {settings.embedding_provider!r}")
+        embedder = HashingEmbedder(settings.embedding_dimension)
+    elif settings.embedding_provider == "openai":
+        embedder = OpenAIEmbedder.from_settings(settings)
+    elif settings.embedding_provider == "use-multilingual":
+        from app.providers.sentence_encoder import UseMultilingualEmbedder
+
+        embedder = UseMultilingualEmbedder()
+    else:
+        raise ConfigurationError(f"unknown embedding provider {settings.embedding_provider!r}")
+    if embedder.dimension < settings.vector_dimension:
+        return ZeroPaddedEmbedder(embedder, settings.vector_dimension)
+    return embedder
 
 
 def build_judge(settings: Settings) -> KeywordJudge:
@@ -30,4 +45,15 @@ def build_judge(settings: Settings) -> KeywordJudge:
         return SimilarityJudge(settings.judge_similarity_threshold, profile=settings.judge_profile)
     if settings.judge_provider == "openai":
         return OpenAIJudge.from_settings(settings)
+    if settings.judge_provider == "learned":
+        from app.providers.learned_judge import LearnedJudge, load_model
+        from app.providers.sentence_encoder import shared_encoder
+
+        return LearnedJudge(
+            shared_encoder(),
+            load_model(),
+            fallback_threshold=settings.judge_similarity_threshold,
+            profile=settings.judge_profile,
+            revision=LEARNED_JUDGE_REVISION,
+        )
     raise ConfigurationError(f"unknown judge provider {settings.judge_provider!r}")

@@ -9,9 +9,12 @@ from app.service.presets import PresetCache
 
 
 class Readiness:
-    def __init__(self, engine: AsyncEngine, presets: PresetCache) -> None:
+    """Readiness of one worker; ``offline`` (``PINLOG_OFFLINE``) is reported by ``/readyz``."""
+
+    def __init__(self, engine: AsyncEngine, presets: PresetCache, *, offline: bool = False) -> None:
         self._engine = engine
         self._presets = presets
+        self.mode = "offline" if offline else "online"
 
     async def problems(self) -> list[str]:
         """Empty when ready; otherwise short fixed strings naming each failing part."""

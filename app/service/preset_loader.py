@@ -22,6 +22,7 @@ from app.providers.base import EmbeddingProvider
 from app.repository import keyword_preset
 from app.repository.db import transaction
 from app.repository.keyword_preset import PresetRow
+from app.service.vector_columns import check_vector_columns
 
 logger = logging.getLogger(__name__)
 
@@ -99,8 +100,11 @@ async def load_presets(
     """Bring ``ai.keyword_preset`` in line with ``preset_file`` under ``profile``.
 
     Raises ``PresetFileError`` when an id's code differs from the stored one (codes are
-    immutable), and provider errors from the embedding call (made outside any transaction).
+    immutable), ``ConfigurationError`` when the embedder's vectors (``embedder.dimension``,
+    padded) do not fit the vector columns, and provider errors from the embedding call (made
+    outside any transaction).
     """
+    await check_vector_columns(engine, embedder.dimension)
     async with transaction(engine) as conn:
         stored = {row.id: row for row in await keyword_preset.load_all(conn)}
     for entry in preset_file.presets:

@@ -53,6 +53,7 @@ def _candidate(preset: PresetRow, similarity: float) -> JudgeCandidate:
         description=preset.description,
         examples=preset.examples,
         similarity=similarity,
+        code=preset.code,
     )
 
 

@@ -21,7 +21,7 @@ async def test_readyz_answers_200_when_database_and_presets_are_ready(worker):
     response = await worker.client.get("/readyz")
 
     assert response.status_code == 200
-    assert response.json() == {"status": "ready"}
+    assert response.json() == {"status": "ready", "mode": "online"}
 
 
 async def test_metrics_expose_stage_outcomes_counter(engine, worker):
