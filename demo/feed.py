@@ -83,7 +83,7 @@ def load_changes(path: Path = SAMPLES) -> Changes:
     )
 
 
-async def member_tokens(database_url: str, jwt_secret: str, member_ids: set[int]) -> dict:
+async def member_tokens(database_url: str, jwt_secret: str, member_ids: set[int]) -> dict[int, str]:
     """``{member_id: "Bearer ..."}``, creating members as ``pinlog-core token`` does."""
     engine = create_engine(database_url, pool_size=1)
     try:

@@ -18,6 +18,7 @@ import time
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
+from pathlib import Path
 
 import httpx
 import uvicorn
@@ -186,7 +187,7 @@ async def feed_and_report(
         await engine.dispose()
 
 
-async def run_demo(*, port: int, core_port: int, serve: bool, data_dir) -> int:
+async def run_demo(*, port: int, core_port: int, serve: bool, data_dir: Path) -> int:
     """Run the demo; returns a process exit code (0 when every live context completed)."""
     started = time.monotonic()
     given = DatabaseSettings()
