@@ -130,16 +130,19 @@ def serve(
 
 @app.command()
 def demo(
-    port: int = typer.Option(8765, help="Preferred port; a free one is used if taken"),
+    port: int = typer.Option(8765, help="Worker's preferred port; a free one if taken"),
+    core_port: int = typer.Option(8766, help="Core service's preferred port; a free one if taken"),
     serve_after: bool = typer.Option(True, "--serve/--no-serve", help="Keep serving"),
     data_dir: Path = typer.Option(Path(".pgdata"), help="Embedded PostgreSQL data directory"),
 ) -> None:
-    """Offline end-to-end run on sample notes (see README)."""
+    """Offline end-to-end run of both services on sample notes (see README)."""
     from demo.run import run_demo
 
     _configure_logging("WARNING")
     try:
-        code = asyncio.run(run_demo(port=port, serve=serve_after, data_dir=data_dir.resolve()))
+        code = asyncio.run(
+            run_demo(port=port, core_port=core_port, serve=serve_after, data_dir=data_dir.resolve())
+        )
     except KeyboardInterrupt:
         code = 0
     raise typer.Exit(code)

@@ -24,8 +24,11 @@ import httpx
 from app import embedded_postgres
 from app.repository.db import create_engine
 from app.settings import DatabaseSettings, Settings
-from demo import core_side
-from demo.run import PROCESS_PATH, free_port, load_samples, offline_settings, prepare_database
+from bench import state_rows
+from demo.feed import load_samples
+from demo.run import free_port, offline_settings, prepare_database
+
+PROCESS_PATH = "/internal/v1/context/process"
 
 
 async def run(contexts: int, concurrency: int) -> None:
@@ -41,14 +44,13 @@ async def run(contexts: int, concurrency: int) -> None:
 
     samples = load_samples()
     engine = create_engine(database_url, pool_size=2)
-    first_id = await core_side.next_context_id(engine)
-    ids = list(range(first_id, first_id + contexts))
+    ids = await state_rows.reserve_context_ids(engine, contexts)
     posted_at: dict[int, float] = {}
     completed_at: dict[int, float] = {}
     poller = asyncio.create_task(_poll_completions(engine, posted_at, completed_at, len(ids)))
     headers = {"X-Internal-Secret": settings.internal_secret.get_secret_value()}
     for context_id in ids:  # the core side's commits come first, outside the measurement
-        await core_side.create_pending_state(engine, context_id)
+        await state_rows.create_pending_state(engine, context_id)
     senders = asyncio.Semaphore(16)
     started = time.perf_counter()
     async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", headers=headers) as client:
@@ -94,9 +96,10 @@ async def _poll_completions(
         pending = [i for i in posted_at if i not in completed_at]
         if pending:
             now = time.perf_counter()
-            for result in await core_side.load_results(engine, pending):
-                if result.keyword_status not in ("PENDING", "PROCESSING"):
-                    completed_at[result.context_id] = now
+            statuses = await state_rows.keyword_statuses(engine, pending)
+            for context_id, keyword_status in statuses.items():
+                if keyword_status not in ("PENDING", "PROCESSING"):
+                    completed_at[context_id] = now
         await asyncio.sleep(0.02)
 
 

@@ -1,9 +1,12 @@
-"""``pinlog-ai demo`` (the README's ``make run``): the whole path, offline, on real parts.
+"""``pinlog-ai demo`` (the README's ``make run``): both services, offline, on real parts.
 
-Embedded PostgreSQL (unless ``PINLOG_DATABASE_URL`` is set) -> migrations -> presets embedded
-with the offline encoder -> the worker served over HTTP -> every bundled sample note
-created as the core side does (``PENDING`` state committed, then the POST) -> a table of the
-results -> keep serving until interrupted.
+Embedded PostgreSQL (unless ``PINLOG_DATABASE_URL`` is set) -> every migration (core and ai,
+as ``pinlog-core db upgrade``) -> presets embedded with the offline encoder
+(``PINLOG_OFFLINE``) -> the AI worker and the core service served over HTTP in this process
+-> the bundled sample notes sent to the core's client API with member tokens: creates, then
+edits (one whitespace-only, a no-op) and deletes (§9) -> wait for the worker -> a table of
+every context, replaced and deleted ones included, and the keywords a record shows to its
+owner and to another member -> keep serving until interrupted.
 """
 
 from __future__ import annotations
@@ -12,12 +15,14 @@ import asyncio
 import secrets
 import socket
 import time
+from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
 import uvicorn
-import yaml
+from fastapi import FastAPI
 
 import pinlog_schema
 from app import embedded_postgres
@@ -26,23 +31,12 @@ from app.providers.factory import build_embedding_provider
 from app.repository.db import create_engine
 from app.service.preset_loader import load_presets, read_preset_file
 from app.settings import DatabaseSettings, Settings
-from demo import core_side, table
+from core_service.main import create_app as create_core_app
+from core_service.settings import CoreSettings
+from demo.feed import DemoClient, FeedOutcome, load_changes, load_samples, member_tokens
+from demo.report import ContextResult, load_results, render_results, wait_until_finished
 
-SAMPLES = Path(__file__).with_name("sample_contexts.yaml")
-PROCESS_PATH = "/internal/v1/context/process"
-
-
-@dataclass(frozen=True, slots=True)
-class Sample:
-    user_id: int
-    record_id: int
-    place: str
-    text: str
-
-
-def load_samples(path: Path = SAMPLES) -> list[Sample]:
-    entries = yaml.safe_load(path.read_text(encoding="utf-8"))["contexts"]
-    return [Sample(e["user_id"], e["record_id"], e["place"], e["text"]) for e in entries]
+WAIT_SECONDS = 300.0
 
 
 def offline_settings(
@@ -59,6 +53,17 @@ def offline_settings(
     return Settings(**values)
 
 
+def core_settings_for(settings: Settings, worker_base_url: str, jwt_secret: str) -> CoreSettings:
+    """The core service's settings matching the worker's: same database, secret, profile."""
+    return CoreSettings(
+        database_url=settings.database_url,
+        worker_base_url=worker_base_url,
+        internal_secret=settings.internal_secret,
+        jwt_secret=jwt_secret,
+        embedding_profile=settings.embedding_profile,
+    )
+
+
 def free_port(preferred: int) -> int:
     with socket.socket() as probe:
         try:
@@ -69,10 +74,10 @@ def free_port(preferred: int) -> int:
 
 
 async def prepare_database(settings: Settings) -> None:
-    """Apply migrations and load presets with the settings' embedding profile."""
+    """Apply every migration (core and ai) and load presets with the settings' profile."""
     engine = create_engine(settings.database_url, with_vector_codec=False)
     try:
-        await pinlog_schema.upgrade(engine)
+        await pinlog_schema.upgrade(engine, scope=pinlog_schema.Scope.ALL)
     finally:
         await engine.dispose()
     engine = create_engine(settings.database_url)
@@ -84,56 +89,98 @@ async def prepare_database(settings: Settings) -> None:
         await engine.dispose()
 
 
-async def feed_and_report(
-    settings: Settings, base_url: str, samples: list[Sample], *, wait_seconds: float = 300
-) -> list[core_side.ContextResult]:
-    """Create each sample as the core side would, POST it, wait, and read the results."""
-    engine = create_engine(settings.database_url, pool_size=2)
-    headers = {"X-Internal-Secret": settings.internal_secret.get_secret_value()}
+@dataclass
+class RunningServices:
+    """Both services served in this process; ``closed`` finishes when either stops."""
+
+    worker_url: str
+    core_url: str
+    core_settings: CoreSettings
+    servers: tuple[uvicorn.Server, uvicorn.Server]
+    tasks: tuple[asyncio.Task, asyncio.Task]
+
+    async def closed(self) -> None:
+        await asyncio.wait(self.tasks, return_when=asyncio.FIRST_COMPLETED)
+
+
+@asynccontextmanager
+async def both_services(
+    settings: Settings, *, worker_port: int = 0, core_port: int = 0, jwt_secret: str
+) -> AsyncIterator[RunningServices]:
+    """Serve the worker and the core service on loopback (``0``: any free port)."""
+    worker_port, core_port = free_port(worker_port), free_port(core_port)
+    worker_url = f"http://127.0.0.1:{worker_port}"
+    core_settings = core_settings_for(settings, worker_url, jwt_secret)
+    async with AsyncExitStack() as stack:
+        # The worker first: the core dispatches to it as soon as a note is saved.
+        worker = await stack.enter_async_context(_serving(create_app(settings), worker_port))
+        core = await stack.enter_async_context(_serving(create_core_app(core_settings), core_port))
+        yield RunningServices(
+            worker_url,
+            f"http://127.0.0.1:{core_port}",
+            core_settings,
+            (worker[0], core[0]),
+            (worker[1], core[1]),
+        )
+
+
+@asynccontextmanager
+async def _serving(app: FastAPI, port: int) -> AsyncIterator[tuple[uvicorn.Server, asyncio.Task]]:
+    server = uvicorn.Server(
+        uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", log_config=None)
+    )
+    task = asyncio.create_task(server.serve())
     try:
-        first_id = await core_side.next_context_id(engine)
-        ids = [first_id + offset for offset in range(len(samples))]
-        async with httpx.AsyncClient(base_url=base_url, headers=headers, timeout=10) as client:
-            for context_id, sample in zip(ids, samples, strict=True):
-                await core_side.create_pending_state(engine, context_id)
-                body = {
-                    "contextId": context_id,
-                    "userId": sample.user_id,
-                    "recordId": sample.record_id,
-                    "text": sample.text,
-                    "placeMeta": {"name": sample.place},
-                }
-                response = await client.post(PROCESS_PATH, json=body)
-                while response.status_code == 503:  # queue full: honour Retry-After
-                    await asyncio.sleep(float(response.headers.get("Retry-After", "1")))
-                    response = await client.post(PROCESS_PATH, json=body)
-                response.raise_for_status()
-        async with asyncio.timeout(wait_seconds):
-            while await core_side.count_unfinished(engine, ids):  # noqa: ASYNC110 - polls the database
-                await asyncio.sleep(0.2)
-        return await core_side.load_results(engine, ids)
+        while not server.started:
+            if task.done():
+                await task
+                raise RuntimeError("a demo server did not start")
+            await asyncio.sleep(0.05)
+        yield server, task
+    finally:
+        server.should_exit = True
+        await task
+
+
+async def feed_and_report(
+    services: RunningServices, *, wait_seconds: float = WAIT_SECONDS
+) -> tuple[FeedOutcome, list[ContextResult], list[str]]:
+    """Send the samples through the core's API, wait for the worker, read everything back.
+
+    Returns what became of each context, their results, and lines comparing the keywords
+    some records show to their owner and to another member.
+    """
+    samples, changes = load_samples(), load_changes()
+    members = {sample.user_id for sample in samples}
+    tokens = await member_tokens(
+        services.core_settings.database_url,
+        services.core_settings.jwt_secret.get_secret_value(),
+        members,
+    )
+    engine = create_engine(services.core_settings.database_url, pool_size=2)
+    try:
+        async with httpx.AsyncClient(base_url=services.core_url, timeout=10) as http:
+            client = DemoClient(http, tokens)
+            outcome = await client.feed(samples, changes)
+            live = [line.context_id for line in outcome.lines if line.live]
+            await wait_until_finished(engine, live, limit_seconds=wait_seconds)
+            views = []
+            for index in changes.views:
+                owner = samples[index].user_id
+                other = min(members - {owner})
+                record_id = outcome.record_ids[index]
+                mine, theirs = await client.keyword_views(record_id, owner, other)
+                views.append(
+                    f"record {record_id} ({samples[index].place}): owner (member {owner}) sees "
+                    f"[{', '.join(mine)}]; member {other} sees [{', '.join(theirs)}]"
+                )
+        return outcome, await load_results(engine, outcome.lines), views
     finally:
         await engine.dispose()
 
 
-def render_results(samples: list[Sample], results: list[core_side.ContextResult]) -> str:
-    rows = [
-        [
-            str(result.context_id),
-            str(sample.user_id),
-            sample.place,
-            result.embedding_status,
-            result.keyword_status,
-            ", ".join(result.keywords) or "-",
-        ]
-        for sample, result in zip(samples, results, strict=True)
-    ]
-    headers = ["context", "user", "place", "embedding", "keyword", "keywords"]
-    return table.render(headers, rows)
-
-
-async def run_demo(*, port: int, serve: bool, data_dir: Path) -> int:
-    """Run the demo; returns a process exit code (0 when every context completed)."""
+async def run_demo(*, port: int, core_port: int, serve: bool, data_dir: Path) -> int:
+    """Run the demo; returns a process exit code (0 when every live context completed)."""
     started = time.monotonic()
     given = DatabaseSettings()
     database_url = given.database_url
@@ -144,36 +191,35 @@ async def run_demo(*, port: int, serve: bool, data_dir: Path) -> int:
     settings = offline_settings(database_url, secret)
     await prepare_database(settings)
 
-    port = free_port(port)
-    server = uvicorn.Server(
-        uvicorn.Config(create_app(settings), host="127.0.0.1", port=port, log_level="warning")
-    )
-    serving = asyncio.create_task(server.serve())
-    while not server.started:
-        if serving.done():
-            return await serving or 1
-        await asyncio.sleep(0.05)
-    base_url = f"http://127.0.0.1:{port}"
-
-    samples = load_samples()
-    results = await feed_and_report(settings, base_url, samples)
-    print(render_results(samples, results))
-    completed = sum(r.embedding_status == r.keyword_status == "COMPLETED" for r in results)
-    with_keywords = sum(bool(r.keywords) for r in results)
-    print(
-        f"\n{len(results)} contexts: {completed} COMPLETED in both stages, "
-        f"{with_keywords} with at least one keyword; "
-        f"{time.monotonic() - started:.1f} s from start to this table."
-    )
-    if serve:
-        print(f"worker serving on {base_url} (Ctrl-C to stop)", flush=True)
-        if secret is None:
-            # A throwaway development secret, so the API can be tried by hand.
-            print(
-                f"X-Internal-Secret for this run: {settings.internal_secret.get_secret_value()}",
-                flush=True,
-            )
-    else:
-        server.should_exit = True
-    await serving
-    return 0 if completed == len(results) else 1
+    jwt_secret = secrets.token_urlsafe(32)
+    async with both_services(
+        settings, worker_port=port, core_port=core_port, jwt_secret=jwt_secret
+    ) as services:
+        outcome, results, views = await feed_and_report(services)
+        print(render_results(results))
+        print()
+        for line in (*outcome.events, *views):
+            print(line)
+        live = [r for r in results if r.fate == "live"]
+        completed = sum(r.embedding_status == r.keyword_status == "COMPLETED" for r in live)
+        cancelled = sum(
+            r.embedding_status == r.keyword_status == "CANCELLED" for r in results if r not in live
+        )
+        print(
+            f"\n{len(results)} contexts: {len(live)} live ({completed} COMPLETED in both "
+            f"stages, {sum(bool(r.keywords) for r in live)} with at least one keyword), "
+            f"{len(results) - len(live)} replaced or deleted ({cancelled} CANCELLED); "
+            f"{time.monotonic() - started:.1f} s from start to this table."
+        )
+        if serve:
+            token = (await member_tokens(database_url, jwt_secret, {1}))[1]
+            print(f"\ncore service on {services.core_url}, worker on {services.worker_url}")
+            print(f"Authorization header of member 1 for this run: {token}")
+            if secret is None:
+                # A throwaway development secret, so the worker's API can be tried by hand.
+                print(
+                    f"X-Internal-Secret for this run: {settings.internal_secret.get_secret_value()}"
+                )
+            print("serving until Ctrl-C", flush=True)
+            await services.closed()
+    return 0 if completed == len(live) else 1

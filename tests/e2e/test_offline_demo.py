@@ -9,22 +9,33 @@ import sys
 from sqlalchemy import text
 
 import pinlog_schema
-from demo.run import feed_and_report, load_samples, offline_settings, prepare_database
-from tests.harness import running_worker
+from demo.feed import load_changes, load_samples
+from demo.run import both_services, feed_and_report, offline_settings, prepare_database
+
+JWT_SECRET = "demo-test-jwt-secret-0123456789abcdef"
 
 
-async def test_every_sample_context_completes_both_stages_offline(engine, migrated_database):
+async def test_samples_flow_through_the_core_service_and_the_worker_offline(
+    engine, migrated_database
+):
     settings = offline_settings(migrated_database)
     await prepare_database(settings)
-    samples = load_samples()
+    samples, changes = load_samples(), load_changes()
 
-    async with running_worker(settings) as worker:
-        results = await feed_and_report(settings, str(worker.client.base_url), samples)
+    async with both_services(settings, jwt_secret=JWT_SECRET) as services:
+        outcome, results, views = await feed_and_report(services)
 
-    assert len(results) == len(samples) >= 60
-    assert {(r.embedding_status, r.keyword_status) for r in results} == {("COMPLETED", "COMPLETED")}
-    with_keywords = sum(bool(r.keywords) for r in results)
-    assert with_keywords >= len(samples) // 2, with_keywords
+    live = [r for r in results if r.fate == "live"]
+    gone = [r for r in results if r.fate != "live"]
+    assert len(results) == len(samples) + len(changes.edits) >= 60
+    assert {(r.embedding_status, r.keyword_status) for r in live} == {("COMPLETED", "COMPLETED")}
+    assert {(r.embedding_status, r.keyword_status) for r in gone} == {("CANCELLED", "CANCELLED")}
+    fates = sorted(r.fate.split(" ")[0] for r in gone)
+    assert fates == ["deleted", "record", "replaced", "replaced"], fates
+    assert sum(bool(r.keywords) for r in live) >= len(live) // 2
+    assert any("whitespace-only edit" in event and "no-op" in event for event in outcome.events)
+    assert any(": 409 " in event for event in outcome.events)  # the last-context guard
+    assert len(views) == len(changes.views)
     async with engine.connect() as conn:
         blocked_used = (
             await conn.execute(
@@ -34,7 +45,11 @@ async def test_every_sample_context_completes_both_stages_offline(engine, migrat
                 )
             )
         ).scalar_one()
+        active_contexts = (
+            await conn.execute(text("SELECT count(*) FROM core.context WHERE deleted_at IS NULL"))
+        ).scalar_one()
     assert blocked_used == 0
+    assert active_contexts == len(live)
 
 
 async def test_cli_db_upgrade_twice_applies_then_nothing(empty_database):
