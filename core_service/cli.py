@@ -11,14 +11,24 @@ app = typer.Typer(no_args_is_help=True, add_completion=False, help="PinLog core 
 db_app = typer.Typer(no_args_is_help=True, help="Database schema (every migration).")
 app.add_typer(db_app, name="db")
 
-LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 EXIT_CONFIGURATION = 2
 EXIT_DATABASE = 3
 
 
-def _configure_logging(level: str = "INFO") -> None:
-    logging.basicConfig(level=level, format=LOG_FORMAT)
-    logging.getLogger("httpx").setLevel(logging.WARNING)
+def _configure_logging() -> None:
+    """JSON lines or text per ``PINLOG_CORE_LOG_FORMAT`` (a bad value falls back to text)."""
+    from pydantic import ValidationError
+
+    import pinlog_logging
+    from core_service.settings import LoggingSettings
+
+    try:
+        chosen = LoggingSettings()
+    except ValidationError:
+        pinlog_logging.configure("text")
+        logging.getLogger(__name__).warning("PINLOG_CORE_LOG_FORMAT or _LOG_LEVEL invalid")
+        return
+    pinlog_logging.configure(chosen.log_format, chosen.log_level)
 
 
 def _load(settings_class):

@@ -6,6 +6,8 @@ default. Errors name the variable and never print a value.
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
@@ -76,6 +78,16 @@ class CoreSettings(BaseSettings):
     def worker_base_urls(self) -> tuple[str, ...]:
         """The worker instances, in round-robin order."""
         return tuple(self.worker_base_url.split(","))
+
+
+class LoggingSettings(BaseSettings):
+    """How every ``pinlog-core`` command logs: ``json`` (one object per line, the default for
+    deployments) or ``text`` (one readable line)."""
+
+    model_config = SettingsConfigDict(env_prefix="PINLOG_CORE_", extra="ignore", frozen=True)
+
+    log_format: Literal["json", "text"] = "json"
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
 
 
 class CoreDatabaseSettings(BaseSettings):

@@ -18,6 +18,7 @@ import httpx
 
 from core_service.metrics import CoreMetrics
 from core_service.service.worker_endpoints import WorkerEndpoints
+from pinlog_logging import log_context
 
 logger = logging.getLogger(__name__)
 
@@ -66,6 +67,12 @@ class WorkerDispatcher:
 
         ``origin`` labels the metric: ``commit`` (after a create or edit) or ``rescan``.
         """
+        with log_context(context_id=request.context_id):
+            result = await self._first_acceptance(request)
+        self._metrics.dispatches.labels(origin, result.value).inc()
+        return result
+
+    async def _first_acceptance(self, request: DispatchRequest) -> DispatchResult:
         result, causes = DispatchResult.UNREACHABLE, []
         for client in self._endpoints.in_turn():
             try:
@@ -91,7 +98,6 @@ class WorkerDispatcher:
                 len(causes),
                 ", ".join(causes),
             )
-        self._metrics.dispatches.labels(origin, result.value).inc()
         return result
 
     def dispatch_soon(self, request: DispatchRequest) -> None:

@@ -1,0 +1,56 @@
+"""Log lines of both services (``pinlog_logging``): JSON objects with the context fields, or
+readable text, one record per line."""
+
+from __future__ import annotations
+
+import json
+import logging
+
+import pytest
+
+import pinlog_logging
+
+
+@pytest.fixture
+def restore_root_logging():
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    yield
+    for handler in list(root.handlers):
+        root.removeHandler(handler)
+    for handler in handlers:
+        root.addHandler(handler)
+    root.setLevel(level)
+
+
+def test_json_lines_carry_level_logger_and_the_active_context(restore_root_logging, capfd):
+    pinlog_logging.configure("json")
+    log = logging.getLogger("pinlog.test")
+
+    with pinlog_logging.log_context(context_id=42), pinlog_logging.log_context(stage="keyword"):
+        log.warning("stage left for the rescan: %s", "TimeoutError")
+    log.info("outside")
+
+    lines = [json.loads(line) for line in capfd.readouterr().err.splitlines()]
+    assert [(r["level"], r["logger"], r["message"]) for r in lines] == [
+        ("WARNING", "pinlog.test", "stage left for the rescan: TimeoutError"),
+        ("INFO", "pinlog.test", "outside"),
+    ]
+    assert (lines[0]["context_id"], lines[0]["stage"]) == (42, "keyword")
+    assert "context_id" not in lines[1]
+    assert lines[0]["timestamp"]
+
+
+def test_text_lines_append_the_context_and_keep_a_traceback_below(restore_root_logging, capfd):
+    pinlog_logging.configure("text")
+    log = logging.getLogger("pinlog.test")
+
+    with pinlog_logging.log_context(context_id=7):
+        try:
+            raise ValueError("boom")
+        except ValueError:
+            log.exception("failed")
+
+    first, *rest = capfd.readouterr().err.splitlines()
+    assert first.endswith("ERROR pinlog.test: failed context_id=7")
+    assert rest[0].startswith("Traceback")
