@@ -8,6 +8,7 @@ order.
 from __future__ import annotations
 
 import os
+import tempfile
 import threading
 import uuid
 from collections.abc import AsyncIterator
@@ -41,11 +42,14 @@ CLEANED_TABLES = (
 
 
 @pytest.fixture(scope="session")
-def database_url(tmp_path_factory: pytest.TempPathFactory) -> str:
+def database_url() -> str:
     url = os.environ.get("PINLOG_TEST_DATABASE_URL")
     if url:
         return url
-    return embedded_postgres.start(tmp_path_factory.mktemp("pg") / "data", delete_on_exit=True)
+    # Not under pytest's numbered temp directories: a concurrent pytest session on the same
+    # machine prunes old ones and could delete a running server's data directory.
+    data_dir = Path(tempfile.mkdtemp(prefix="pinlog-test-pg-")) / "data"
+    return embedded_postgres.start(data_dir, delete_on_exit=True)
 
 
 @pytest.fixture(scope="session")
