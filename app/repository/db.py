@@ -1,9 +1,10 @@
 """Engine construction, transactions, and driver-error translation at the boundary (§6).
 
 Vectors cross the driver as ``numpy.ndarray`` (pgvector's asyncpg codec, registered per
-connection). Connection loss, lock and serialization failures, timeouts and pool exhaustion
-become ``TransientError("database unavailable")``; every other driver error propagates as is
-(a bug of ours, HTTP 500).
+connection). A lock wait past ``lock_timeout`` becomes ``DatabaseLockTimeout("database lock
+timeout")`` (the database is up, a row is busy); connection loss, serialization failures,
+timeouts and pool exhaustion become ``TransientError("database unavailable")``; every other
+driver error propagates as is (a bug of ours, HTTP 500).
 """
 
 from __future__ import annotations
@@ -18,11 +19,12 @@ from sqlalchemy import event, text
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
-from app.errors import TransientError
+from app.errors import DatabaseLockTimeout, TransientError
 
 # SQLSTATEs that mean "try again later": connection exceptions (08), serialization failure,
 # deadlock, lock not available, statement timeout / cancel, server shutdown, resources (53).
 _TRANSIENT_SQLSTATE_PREFIXES = ("08", "40001", "40P01", "55P03", "57014", "57P0", "53")
+_LOCK_NOT_AVAILABLE = "55P03"
 
 
 def create_engine(
@@ -79,11 +81,17 @@ def is_transient_database_error(exc: BaseException) -> bool:
     if isinstance(exc, sa_exc.DBAPIError):
         if exc.connection_invalidated:
             return True
-        sqlstate = getattr(exc.orig, "sqlstate", None) or getattr(exc.orig, "pgcode", None)
+        sqlstate = _sqlstate(exc)
         if sqlstate is None:
             return isinstance(exc, sa_exc.OperationalError | sa_exc.InterfaceError)
-        return str(sqlstate).startswith(_TRANSIENT_SQLSTATE_PREFIXES)
+        return sqlstate.startswith(_TRANSIENT_SQLSTATE_PREFIXES)
     return False
+
+
+def _sqlstate(exc: BaseException) -> str | None:
+    orig = getattr(exc, "orig", None)
+    sqlstate = getattr(orig, "sqlstate", None) or getattr(orig, "pgcode", None)
+    return None if sqlstate is None else str(sqlstate)
 
 
 @asynccontextmanager
@@ -91,6 +99,8 @@ async def _translated() -> AsyncIterator[None]:
     try:
         yield
     except (sa_exc.SQLAlchemyError, OSError, ConnectionError, TimeoutError) as exc:
+        if _sqlstate(exc) == _LOCK_NOT_AVAILABLE:
+            raise DatabaseLockTimeout("database lock timeout") from exc
         if is_transient_database_error(exc):
             raise TransientError("database unavailable") from exc
         raise

@@ -19,7 +19,7 @@ from app.service.requests import ProcessRequest
 from app.service.stage_claim import claim_stage
 from app.states import Stage, Status
 
-logger = logging.getLogger("app.service.pipeline")
+logger = logging.getLogger(__name__)
 STAGE = Stage.EMBEDDING
 
 

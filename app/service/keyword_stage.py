@@ -21,7 +21,7 @@ from app.service.requests import ProcessRequest
 from app.service.stage_claim import claim_stage
 from app.states import Stage
 
-logger = logging.getLogger("app.service.pipeline")
+logger = logging.getLogger(__name__)
 STAGE = Stage.KEYWORD
 
 

@@ -16,7 +16,7 @@ from app.repository import context_ai_state
 from app.repository.db import autocommit
 from app.states import Stage
 
-logger = logging.getLogger("app.service.pipeline")
+logger = logging.getLogger(__name__)
 
 
 async def claim_stage(
@@ -28,10 +28,16 @@ async def claim_stage(
             claim = await context_ai_state.claim(
                 conn, stage, context_id, expiry_seconds=expiry_seconds
             )
-    except TransientError:
+    except TransientError as exc:
+        # The message names the cause: "database lock timeout" (a row busy elsewhere) is not
+        # "database unavailable" (§6, issue 7 item 9).
         metrics.STAGE_OUTCOMES.labels(stage.label, "transient").inc()
         logger.warning(
-            "%s claim failed, database unavailable: context_id=%d", stage.label, context_id
+            "%s claim failed, stage unchanged: context_id=%d cause=%s reason=%s",
+            stage.label,
+            context_id,
+            type(exc).__name__,
+            exc,
         )
         return False
     except Exception as exc:
