@@ -5,9 +5,11 @@ The SDK performs the short bounded retries inside one call (``max_retries``; it 
 ``Retry-After`` up to its own cap and gives up on longer waits, FC-07). Bodies are read as raw
 JSON and validated here instead of being trusted to SDK models (FC-01, FC-05, FC-08).
 
-Errors: ``TransientError`` (timeout, connection, 408/409/429/5xx), ``ProviderProtocolError``
-(2xx with a malformed body), ``PermanentError`` (other 4xx, wrong dimension, zero vector,
-refused/truncated/invalid judgment). Messages are fixed strings naming the layer and at most
+Errors (classified by ``app.failure_policy``): ``TransientError`` (timeout, connection,
+408/409/429/5xx), ``ProviderProtocolError`` (2xx with a malformed body), ``ProviderRefusedError``
+(401/403/404, wrong dimension: the breaker counts these), ``PermanentError`` (other 4xx, zero
+vector, refused/truncated judgment), ``InvalidOutputError`` (a judgment still invalid after the
+re-ask). Messages are fixed strings naming the layer and at most
 the status code: never the upstream body, the URL or the key (§6).
 """
 
@@ -20,18 +22,11 @@ import numpy as np
 import openai
 from pydantic import SecretStr
 
-from app.errors import (
-    ConfigurationError,
-    PermanentError,
-    TransientError,
-    WorkerError,
-)
+from app import failure_policy
+from app.errors import ConfigurationError, TransientError
 from app.providers import openai_wire
 from app.providers.base import JudgeCandidate, JudgeVerdict
 from app.settings import Settings
-
-# Statuses the upstream may answer differently next time; every other 4xx is our request's fault.
-_TRANSIENT_STATUSES = frozenset({408, 409, 429})
 
 JUDGE_SYSTEM_PROMPT = (
     "You assign keywords to a personal note about a place. The user message is JSON with the "
@@ -183,19 +178,14 @@ async def _call(layer: str, request: Awaitable[Any]) -> Any:
     except openai.APIConnectionError:
         raise TransientError(f"{layer} upstream unreachable") from None
     except openai.APIStatusError as exc:
-        raise _status_error(layer, exc.status_code, _retry_after(exc)) from None
+        code = exc.code if isinstance(exc.code, str) else None
+        raise failure_policy.status_error(
+            layer, exc.status_code, code=code, retry_after=_retry_after(exc)
+        ) from None
     try:
         return raw.http_response.json()
     except (ValueError, RecursionError):  # RecursionError: absurdly deep nesting
         raise openai_wire.malformed(layer, "not JSON") from None
-
-
-def _status_error(layer: str, status: int, retry_after: float | None = None) -> WorkerError:
-    transient = status in _TRANSIENT_STATUSES or status >= 500
-    message = f"{layer} upstream {status}"
-    if retry_after is not None:
-        message += f" (retry-after {retry_after:g} s)"  # a number we parsed, not upstream text
-    return (TransientError if transient else PermanentError)(message)
 
 
 def _retry_after(exc: openai.APIStatusError) -> float | None:

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from app.errors import PermanentError, ProviderProtocolError
+from app.errors import PermanentError, ProviderProtocolError, ProviderRefusedError
 from app.providers.base import JudgeCandidate, JudgeSelection, JudgeVerdict
 
 _FLOAT32_MAX = float(np.finfo(np.float32).max)
@@ -71,7 +71,7 @@ def _vector(values: Any, dimension: int) -> np.ndarray:
     if not all(type(v) is float or type(v) is int for v in values):
         raise malformed("embedding", "non-numeric embedding")
     if len(values) != dimension:
-        raise PermanentError(
+        raise ProviderRefusedError(
             f"embedding dimension mismatch: expected {dimension}, got {len(values)}"
         )
     # Also false for NaN and infinities.

@@ -8,7 +8,7 @@ import numpy as np
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app import metrics
-from app.errors import PermanentError
+from app.errors import ProviderRefusedError
 from app.providers.base import EmbeddingProvider
 from app.repository import results
 from app.repository.context_ai_state import ContextProgress
@@ -74,7 +74,7 @@ class EmbeddingStage:
         # The provider call runs with no transaction and no connection held (§3.2, FC-03).
         (vector,) = await self._breaker.call(lambda: self._provider.embed([text]))
         if vector.shape != (self._dimension,):
-            raise PermanentError(
+            raise ProviderRefusedError(
                 f"embedding dimension {vector.shape[-1]} differs from configured {self._dimension}"
             )
         outcome = await results.save_embedding(

@@ -17,7 +17,12 @@ from collections.abc import AsyncIterator
 import numpy as np
 import pytest
 
-from app.errors import PermanentError, ProviderProtocolError, TransientError
+from app.errors import (
+    PermanentError,
+    ProviderProtocolError,
+    ProviderRefusedError,
+    TransientError,
+)
 from app.providers.base import JudgeCandidate, JudgeSelection, JudgeVerdict
 from app.providers.factory import build_embedding_provider, build_judge
 from app.providers.hashing import hash_embed
@@ -205,9 +210,9 @@ async def test_embed_503_is_transient_without_upstream_body_or_key(fake, embedde
     ("status", "error_class"),
     [
         (400, PermanentError),
-        (401, PermanentError),
-        (403, PermanentError),
-        (404, PermanentError),
+        (401, ProviderRefusedError),
+        (403, ProviderRefusedError),
+        (404, ProviderRefusedError),
         (422, PermanentError),
         (408, TransientError),
         (409, TransientError),
@@ -224,6 +229,31 @@ async def test_embed_status_is_mapped_per_section_6(fake, embedder, status, erro
 
     assert type(caught.value) is error_class
     assert str(caught.value) == f"embedding upstream {status}"
+
+
+@pytest.mark.parametrize(
+    ("code", "error_class"),
+    [
+        ("model_not_found", ProviderRefusedError),
+        ("invalid_api_key", ProviderRefusedError),
+        ("context_length_exceeded", PermanentError),
+        ("content_filter", PermanentError),
+    ],
+)
+async def test_a_400_is_provider_wide_only_for_key_and_model_codes(
+    fake, embedder, code, error_class
+) -> None:
+    """Issue 7 item 1b: the breaker counts only refusals every call would get; a 400 about
+    one input (context length, content filter) stays a plain ``PermanentError``."""
+    fake.script_embeddings(
+        Scripted(status=400, json={"error": {"message": UPSTREAM_SECRET, "code": code}})
+    )
+
+    with pytest.raises(error_class) as caught:
+        await embedder.embed(["메모"])
+
+    assert type(caught.value) is error_class
+    assert str(caught.value) == "embedding upstream 400"
 
 
 async def test_embed_timeout_is_transient(fake) -> None:
