@@ -77,12 +77,12 @@ class KeywordStage:
             text = context_text.prepare_for_embedding(request.text, max_chars=self._max_input_chars)
             verdict = await self._breaker.call(lambda: self._judge.judge(text, candidates))
             judgment = map_verdict(verdict, {candidate.id for candidate in candidates})
-            if judgment.dropped_unknown_ids or judgment.dropped_bad_confidence:
+            if judgment.dropped:
+                # Counts by reason only: an item may quote model output, never logged (§6).
                 logger.info(
-                    "judge items dropped: context_id=%d unknown_ids=%d bad_confidence=%d",
+                    "judge items dropped: context_id=%d %s",
                     request.context_id,
-                    judgment.dropped_unknown_ids,
-                    judgment.dropped_bad_confidence,
+                    " ".join(f"{k}={v}" for k, v in sorted(judgment.dropped.items())),
                 )
             selections, unmatched = judgment.selections, judgment.unmatched_concepts
         else:
