@@ -24,6 +24,11 @@ class DatabaseLockTimeout(TransientError):
     up, another session is busy with the row. Transient; never reported as "unavailable"."""
 
 
+class StageDeadlineExceeded(TransientError):
+    """A stage ran past its hard deadline (claim to save, ``failure_policy``): abandoned and
+    left ``PROCESSING`` before the expiry could let another request reclaim it (§2)."""
+
+
 class ProviderProtocolError(TransientError):
     """A provider answered 2xx with a body that breaks its wire protocol (FC-01, FC-05 b/c).
 

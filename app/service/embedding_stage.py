@@ -13,10 +13,10 @@ from app.providers.base import EmbeddingProvider
 from app.repository import results
 from app.repository.context_ai_state import ContextProgress
 from app.repository.results import SaveOutcome
-from app.service import context_text, stage_failure
+from app.service import context_text
 from app.service.circuit_breaker import CircuitBreaker
 from app.service.requests import ProcessRequest
-from app.service.stage_claim import claim_stage
+from app.service.stage_claim import run_claimed
 from app.states import Stage, Status
 
 logger = logging.getLogger(__name__)
@@ -58,16 +58,13 @@ class EmbeddingStage:
             return progress.embedding
         if progress.embedding_status not in (Status.PENDING, Status.PROCESSING):
             return None
-        context_id = request.context_id
-        if not await claim_stage(
-            self._engine, STAGE, context_id, expiry_seconds=self._expiry_seconds
-        ):
-            return None
-        try:
-            return await self._produce_and_save(request)
-        except Exception as exc:
-            await stage_failure.settle(self._engine, STAGE, context_id, exc)
-            return None
+        return await run_claimed(
+            self._engine,
+            STAGE,
+            request.context_id,
+            expiry_seconds=self._expiry_seconds,
+            work=lambda: self._produce_and_save(request),
+        )
 
     async def _produce_and_save(self, request: ProcessRequest) -> np.ndarray | None:
         text = context_text.prepare_for_embedding(request.text, max_chars=self._max_input_chars)
