@@ -42,7 +42,7 @@ def create_engine(
         pool_timeout=30,
         # Parameters carry vectors and model output: never into exception text or logs (§6).
         hide_parameters=True,
-        connect_args={"server_settings": SESSION_SETTINGS},
+        connect_args={"server_settings": SESSION_SETTINGS, "timeout": CONNECT_TIMEOUT_SECONDS},
     )
     if with_vector_codec:
 
@@ -60,6 +60,9 @@ SESSION_SETTINGS = {
     "lock_timeout": "3s",
     "idle_in_transaction_session_timeout": "60s",
 }
+
+# asyncpg waits 60 s for a connection by default; an unreachable host should fail sooner.
+CONNECT_TIMEOUT_SECONDS = 10
 
 # Cheapest round trip that proves the database answers.
 PING = text("SELECT 1")
