@@ -428,6 +428,8 @@ async def test_s6_provider_failure_maps_to_a_fixed_body_without_upstream_text(
     response = await search(worker)
 
     assert response.status_code == status
+    # A transient failure says when to come back (issue 7 item 7); a permanent one does not.
+    assert response.headers.get("Retry-After") == ("5" if status == 503 else None)
     assert response.json() == {"detail": detail}
     assert UPSTREAM_LEAK not in response.text
     assert all(UPSTREAM_LEAK not in r.getMessage() for r in caplog.records if r.levelno >= 20)
@@ -484,6 +486,7 @@ async def test_s6_cancelled_database_query_is_503_database_unavailable(engine, w
 
     assert response.status_code == 503
     assert response.json() == {"detail": "database unavailable"}
+    assert response.headers["Retry-After"] == "5"
 
 
 async def test_query_text_never_reaches_the_logs(engine, worker, fake_openai, caplog):
