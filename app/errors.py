@@ -19,6 +19,11 @@ class TransientError(WorkerError):
     """
 
 
+class DatabaseUnavailable(TransientError):
+    """The database cannot be reached or lost the connection (refused, DNS, timeout, pool
+    exhausted, server shutting down, serialization failure): transient."""
+
+
 class DatabaseLockTimeout(TransientError):
     """A row lock held elsewhere outlasted ``lock_timeout`` (SQLSTATE 55P03): the database is
     up, another session is busy with the row. Transient; never reported as "unavailable"."""

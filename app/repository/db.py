@@ -3,7 +3,7 @@
 Vectors cross the driver as ``numpy.ndarray`` (pgvector's asyncpg codec, registered per
 connection). A lock wait past ``lock_timeout`` becomes ``DatabaseLockTimeout("database lock
 timeout")`` (the database is up, a row is busy); connection loss, serialization failures,
-timeouts and pool exhaustion become ``TransientError("database unavailable")``; every other
+timeouts and pool exhaustion become ``DatabaseUnavailable("database unavailable")``; every other
 driver error propagates as is (a bug of ours, HTTP 500).
 """
 
@@ -19,7 +19,7 @@ from sqlalchemy import event, text
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
-from app.errors import DatabaseLockTimeout, TransientError
+from app.errors import DatabaseLockTimeout, DatabaseUnavailable
 
 # SQLSTATEs that mean "try again later": connection exceptions (08), serialization failure,
 # deadlock, lock not available, statement timeout / cancel, server shutdown, resources (53).
@@ -84,17 +84,18 @@ def is_transient_database_error(exc: BaseException) -> bool:
     if isinstance(exc, sa_exc.DBAPIError):
         if exc.connection_invalidated:
             return True
-        sqlstate = _sqlstate(exc)
-        if sqlstate is None:
+        state = sqlstate(exc)
+        if state is None:
             return isinstance(exc, sa_exc.OperationalError | sa_exc.InterfaceError)
-        return sqlstate.startswith(_TRANSIENT_SQLSTATE_PREFIXES)
+        return state.startswith(_TRANSIENT_SQLSTATE_PREFIXES)
     return False
 
 
-def _sqlstate(exc: BaseException) -> str | None:
+def sqlstate(exc: BaseException) -> str | None:
+    """The PostgreSQL SQLSTATE of a driver error, when it has one."""
     orig = getattr(exc, "orig", None)
-    sqlstate = getattr(orig, "sqlstate", None) or getattr(orig, "pgcode", None)
-    return None if sqlstate is None else str(sqlstate)
+    state = getattr(orig, "sqlstate", None) or getattr(orig, "pgcode", None)
+    return None if state is None else str(state)
 
 
 @asynccontextmanager
@@ -102,10 +103,10 @@ async def _translated() -> AsyncIterator[None]:
     try:
         yield
     except (sa_exc.SQLAlchemyError, OSError, ConnectionError, TimeoutError) as exc:
-        if _sqlstate(exc) == _LOCK_NOT_AVAILABLE:
+        if sqlstate(exc) == _LOCK_NOT_AVAILABLE:
             raise DatabaseLockTimeout("database lock timeout") from exc
         if is_transient_database_error(exc):
-            raise TransientError("database unavailable") from exc
+            raise DatabaseUnavailable("database unavailable") from exc
         raise
 
 
@@ -113,7 +114,8 @@ async def _translated() -> AsyncIterator[None]:
 async def transaction(engine: AsyncEngine) -> AsyncIterator[AsyncConnection]:
     """One short transaction: commits on normal exit, rolls back on any exception.
 
-    Raises ``TransientError`` for transient driver errors (module docstring).
+    Raises ``DatabaseUnavailable`` / ``DatabaseLockTimeout`` (both ``TransientError``) for
+    transient driver errors (module docstring).
     """
     async with _translated(), engine.begin() as conn:
         yield conn
