@@ -24,28 +24,10 @@ _PROFILE_PATTERN = re.compile(r"^(?P<prefix>.+)-(?P<dimension>\d+)-(?P<distance>
 
 
 # Empty values (``PINLOG_X=``, as templates and ``${X:-}`` produce them), decided per setting:
-# numbers mean "the default"; API keys mean "not set" (then required for the openai provider);
-# everything else (URLs, secrets, names, choices, the profile) is refused, so that an empty
-# endpoint can never silently become api.openai.com and an empty name never a guessed one.
-_EMPTY_MEANS_DEFAULT = frozenset(
-    {
-        "embedding_dimension",
-        "embedding_max_input_chars",
-        "judge_similarity_threshold",
-        "provider_timeout_seconds",
-        "provider_max_retries",
-        "breaker_threshold",
-        "breaker_cooldown_seconds",
-        "processing_expiry_seconds",
-        "keyword_top_k",
-        "keyword_similarity_floor",
-        "worker_concurrency",
-        "queue_capacity",
-        "shutdown_grace_seconds",
-        "database_pool_size",
-        "max_request_bytes",
-    }
-)
+# numeric settings (``_EMPTY_MEANS_DEFAULT``, below the class) mean "the default"; API keys mean
+# "not set" (then required for the openai provider); everything else (URLs, secrets, names,
+# choices, the profile) is refused, so that an empty endpoint can never silently become
+# api.openai.com and an empty name never a guessed one. tests/unit pins each group.
 _EMPTY_MEANS_UNSET = frozenset({"embedding_api_key", "judge_api_key"})
 
 INTERNAL_SECRET_MIN_LENGTH = 16
@@ -241,6 +223,13 @@ class Settings(BaseSettings):
     def pool_size(self) -> int:
         """``DATABASE_POOL_SIZE`` when set, else ``pool_size_needed``."""
         return self.database_pool_size or self.pool_size_needed
+
+
+_EMPTY_MEANS_DEFAULT = frozenset(
+    name
+    for name, field in Settings.model_fields.items()
+    if field.annotation in (int, float, int | None)
+)
 
 
 def _openai_judge_profile(model: str) -> str:

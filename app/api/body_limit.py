@@ -21,6 +21,8 @@ _BODY = json.dumps({"detail": DETAIL}).encode()
 
 
 class BodySizeLimitMiddleware:
+    """413 for a body over ``max_bytes`` (bytes), decided before or while it is read."""
+
     def __init__(self, app: ASGIApp, *, max_bytes: int) -> None:
         self._app = app
         self._max_bytes = max_bytes

@@ -34,6 +34,8 @@ T = TypeVar("T")
 
 
 class BreakerState(StrEnum):
+    """Where a breaker stands; ``HALF_OPEN`` follows ``OPEN`` by time alone (the cooldown)."""
+
     CLOSED = "closed"
     OPEN = "open"
     HALF_OPEN = "half-open"
@@ -63,6 +65,7 @@ class CircuitBreaker:
 
     @property
     def state(self) -> BreakerState:
+        """The state now, read from the clock: no timer runs in the background."""
         if self._opened_at is None:
             return BreakerState.CLOSED
         if self._clock() - self._opened_at < self._cooldown_seconds:

@@ -24,6 +24,9 @@ DATABASE_SLOW = "database not answering within the readiness timeout"
 
 
 class Readiness:
+    """``/readyz``'s facts; ``probe_engine`` must be an engine of its own (one connection),
+    times are seconds (module docstring)."""
+
     def __init__(
         self,
         probe_engine: AsyncEngine,
