@@ -73,6 +73,7 @@ class SearchService:
                 return await context_embedding.search_similar(
                     conn, user_id=user_id, query=vector, profile=self._profile, limit=limit
                 )
-        except TransientError:
-            logger.warning("search database transient failure")
+        except TransientError as exc:
+            # The log names the cause (lock timeout or unavailable); the body stays fixed (§6).
+            logger.warning("search database transient failure: cause=%s", type(exc).__name__)
             raise TransientError("database unavailable") from None
