@@ -14,7 +14,13 @@ and a number we parsed; never upstream text (§6).
 
 from __future__ import annotations
 
-from app.errors import PermanentError, ProviderRefusedError, TransientError, WorkerError
+from app.errors import (
+    InvalidInputError,
+    PermanentError,
+    ProviderRefusedError,
+    TransientError,
+    WorkerError,
+)
 
 # The upstream may answer differently next time.
 TRANSIENT_STATUSES = frozenset({408, 409, 429})
@@ -22,6 +28,9 @@ TRANSIENT_STATUSES = frozenset({408, 409, 429})
 PROVIDER_WIDE_STATUSES = frozenset({401, 403, 404})
 # OpenAI-compatible error codes that say the same under another status (e.g. a gateway's 400).
 PROVIDER_WIDE_CODES = frozenset({"invalid_api_key", "model_not_found"})
+# The model's own word that the input is too long: invalid input like our own length check
+# (WARNING, FC-09; 422 on search), not a fault of ours or the provider's.
+INPUT_TOO_LONG_CODES = frozenset({"context_length_exceeded", "string_above_max_length"})
 
 # Re-asks of a judgment whose answer does not parse or has no usable structure (§6 "still
 # invalid after retries"). Truncation and refusal are not re-asked: the same note and
@@ -49,6 +58,8 @@ def status_error(
         return TransientError(message)
     if status in PROVIDER_WIDE_STATUSES or code in PROVIDER_WIDE_CODES:
         return ProviderRefusedError(message)
+    if code in INPUT_TOO_LONG_CODES:
+        return InvalidInputError(f"{message}: text is longer than the model accepts")
     return PermanentError(message)
 
 

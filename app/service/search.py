@@ -65,6 +65,10 @@ class SearchService:
         except TransientError as exc:
             logger.warning("search embedding transient failure: cause=%s", exc)
             raise TransientError("embedding upstream unavailable") from None
+        except InvalidInputError:
+            # The model says the query is too long: the caller's input, 422 like our own check.
+            logger.warning("search query longer than the embedding model accepts")
+            raise InvalidInputError("query text is longer than the model accepts") from None
         except PermanentError as exc:
             logger.error("search embedding permanent failure: cause=%s", exc)
             raise PermanentError("embedding upstream failed") from None

@@ -467,6 +467,24 @@ async def _search_backend_waiting_on_a_lock(engine) -> int:
     raise AssertionError("the search query never waited on the lock")
 
 
+async def test_query_the_model_finds_too_long_is_422_not_502(engine, worker, fake_openai, caplog):
+    """§6 mapping, issue 7 item 9: the provider's ``context_length_exceeded`` is the caller's
+    input, like our own length check: 422, a WARNING, no ERROR, no upstream text."""
+    fake_openai.script_embeddings(
+        Scripted(
+            status=400,
+            json={"error": {"message": UPSTREAM_LEAK, "code": "context_length_exceeded"}},
+        )
+    )
+
+    response = await search(worker)
+
+    assert response.status_code == 422
+    assert response.json() == {"detail": "query text is longer than the model accepts"}
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert UPSTREAM_LEAK not in caplog.text
+
+
 async def test_s6_cancelled_database_query_is_503_database_unavailable(engine, worker):
     """§6: a transient database error on the search path (its query cancelled by the server,
     SQLSTATE 57014, while it waits behind another session's exclusive lock) is 503 with the

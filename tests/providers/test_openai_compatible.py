@@ -19,6 +19,7 @@ import pytest
 
 from app import metrics
 from app.errors import (
+    InvalidInputError,
     InvalidOutputError,
     PermanentError,
     ProviderProtocolError,
@@ -238,7 +239,7 @@ async def test_embed_status_is_mapped_per_section_6(fake, embedder, status, erro
     [
         ("model_not_found", ProviderRefusedError),
         ("invalid_api_key", ProviderRefusedError),
-        ("context_length_exceeded", PermanentError),
+        ("context_length_exceeded", InvalidInputError),
         ("content_filter", PermanentError),
     ],
 )
@@ -246,7 +247,7 @@ async def test_a_400_is_provider_wide_only_for_key_and_model_codes(
     fake, embedder, code, error_class
 ) -> None:
     """Issue 7 item 1b: the breaker counts only refusals every call would get; a 400 about
-    one input (context length, content filter) stays a plain ``PermanentError``."""
+    one input is ``InvalidInputError`` (too long: WARNING, FC-09) or ``PermanentError``."""
     fake.script_embeddings(
         Scripted(status=400, json={"error": {"message": UPSTREAM_SECRET, "code": code}})
     )
@@ -255,7 +256,8 @@ async def test_a_400_is_provider_wide_only_for_key_and_model_codes(
         await embedder.embed(["메모"])
 
     assert type(caught.value) is error_class
-    assert str(caught.value) == "embedding upstream 400"
+    assert str(caught.value).startswith("embedding upstream 400")
+    assert UPSTREAM_SECRET not in str(caught.value)
 
 
 async def test_embed_timeout_is_transient(fake) -> None:

@@ -78,11 +78,11 @@ async def test_bad_key_half_open_lets_one_probe_through_while_three_workers_stay
 
 
 async def test_context_length_errors_fail_their_own_stage_and_leave_the_breaker_closed(
-    engine, make_worker, fake_openai
+    engine, make_worker, fake_openai, caplog
 ):
     """Five long notes answered 400 ``context_length_exceeded`` with threshold 3: each
-    embedding ``FAILED``; the breaker stays closed, so the next normal note completes and
-    search answers 200 (no 503 for every user)."""
+    embedding ``FAILED`` with one WARNING (invalid input, FC-09); the breaker stays closed, so
+    the next normal note completes and search answers 200 (no 503 for every user)."""
     fake_openai.script_embeddings(*(Scripted(status=400, json=CONTEXT_LENGTH) for _ in range(5)))
     async with make_worker(breaker_threshold=3) as worker:
         for context_id in range(1, 6):
@@ -100,5 +100,9 @@ async def test_context_length_errors_fail_their_own_stage_and_leave_the_breaker_
         assert await fetch_state(engine, context_id) == ("FAILED", "PENDING")
     assert await fetch_state(engine, 6) == ("COMPLETED", "COMPLETED")
     assert _circuit_open("embedding") == 0
+    assert not app_records(caplog, logging.ERROR)
+    warnings = [r.getMessage() for r in app_records(caplog, logging.WARNING)]
+    assert len(warnings) == 5
+    assert all("cause=InvalidInputError" in m and "longer than the model" in m for m in warnings)
     assert response.status_code == 200
     assert [hit["contextId"] for hit in response.json()["results"]] == [6]
