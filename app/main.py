@@ -54,7 +54,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             engine = create_engine(settings.database_url, pool_size=settings.pool_size)
             stack.push_async_callback(engine.dispose)
             # Readiness has its own connection: a busy or exhausted worker pool must not make
-            # /readyz wait (issue 7 item 7).
+            # /readyz wait.
             probe_engine = create_engine(
                 settings.database_url, pool_size=1, with_vector_codec=False
             )

@@ -71,7 +71,7 @@ async def claim_stage(
             )
     except TransientError as exc:
         # The message names the cause: "database lock timeout" (a row busy elsewhere) is not
-        # "database unavailable" (§6, issue 7 item 9).
+        # "database unavailable" (§6).
         metrics.STAGE_OUTCOMES.labels(stage.label, "transient").inc()
         logger.warning(
             "%s claim failed, stage unchanged: context_id=%d cause=%s reason=%s",
