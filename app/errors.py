@@ -19,6 +19,21 @@ class TransientError(WorkerError):
     """
 
 
+class DatabaseUnavailable(TransientError):
+    """The database cannot be reached or lost the connection (refused, DNS, timeout, pool
+    exhausted, server shutting down, serialization failure): transient."""
+
+
+class DatabaseLockTimeout(TransientError):
+    """A row lock held elsewhere outlasted ``lock_timeout`` (SQLSTATE 55P03): the database is
+    up, another session is busy with the row. Transient; never reported as "unavailable"."""
+
+
+class StageDeadlineExceeded(TransientError):
+    """A stage ran past its hard deadline (claim to save, ``failure_policy``): abandoned and
+    left ``PROCESSING`` before the expiry could let another request reclaim it (§2)."""
+
+
 class ProviderProtocolError(TransientError):
     """A provider answered 2xx with a body that breaks its wire protocol (FC-01, FC-05 b/c).
 
@@ -31,6 +46,17 @@ class PermanentError(WorkerError):
 
     The stage moves ``PROCESSING -> FAILED`` (guarded). HTTP request paths map it to 502.
     """
+
+
+class ProviderRefusedError(PermanentError):
+    """The provider refuses every call alike: bad key (401), no access (403), unknown model or
+    path (404), wrong vector dimension. Only these count towards the circuit breaker (§6);
+    every other permanent error is about one input and fails that stage alone."""
+
+
+class InvalidOutputError(PermanentError):
+    """The judge's answer has no usable structure (not JSON, not the §4 object) even after the
+    bounded re-ask: permanent for that stage, says nothing about the provider as a whole."""
 
 
 class ProfileMismatchError(PermanentError):

@@ -14,7 +14,8 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
-from app.api.routes import router
+from app.api.body_limit import BodySizeLimitMiddleware
+from app.api.routes import RETRY_AFTER_SECONDS, router
 from app.api.security import InternalSecretMiddleware
 from app.errors import (
     InvalidInputError,
@@ -51,8 +52,15 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         async with AsyncExitStack() as stack:
-            engine = create_engine(settings.database_url, pool_size=settings.database_pool_size)
+            _warn_about_a_small_pool(settings)
+            engine = create_engine(settings.database_url, pool_size=settings.pool_size)
             stack.push_async_callback(engine.dispose)
+            # Readiness has its own connection: a busy or exhausted worker pool must not make
+            # /readyz wait.
+            probe_engine = create_engine(
+                settings.database_url, pool_size=1, with_vector_codec=False
+            )
+            stack.push_async_callback(probe_engine.dispose)
             embedder = build_embedding_provider(settings)
             stack.push_async_callback(embedder.aclose)
             judge = build_judge(settings)
@@ -93,7 +101,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             app.state.pool = pool
             app.state.processor = processor
             app.state.presets = presets
-            app.state.readiness = Readiness(engine, presets, offline=settings.offline)
+            app.state.readiness = readiness = Readiness(
+                probe_engine, presets, offline=settings.offline
+            )
+            stack.push_async_callback(readiness.aclose)
             app.state.search = SearchService(
                 engine,
                 embedder,
@@ -115,6 +126,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.add_exception_handler(RequestValidationError, _validation_error)
     for error_class, status in _ERROR_STATUSES.items():
         app.add_exception_handler(error_class, _worker_error(status))
+    # Added last = outermost: the secret is checked before the body size, so an
+    # unauthenticated caller learns nothing, not even the limit (§8).
+    app.add_middleware(BodySizeLimitMiddleware, max_bytes=settings.max_request_bytes)
     app.add_middleware(InternalSecretMiddleware, secret=settings.internal_secret.get_secret_value())
     return app
 
@@ -140,11 +154,30 @@ _ERROR_STATUSES: dict[type[WorkerError], int] = {
 
 
 def _worker_error(status: int):
+    # A transient failure tells the caller when to come back, like a full queue does.
+    headers = {"Retry-After": str(RETRY_AFTER_SECONDS)} if status == 503 else None
+
     async def handler(_request: Request, exc: Exception) -> JSONResponse:
         # Messages of errors reaching a route are fixed strings naming the layer (§6).
-        return JSONResponse({"detail": str(exc)}, status_code=status)
+        return JSONResponse({"detail": str(exc)}, status_code=status, headers=headers)
 
     return handler
+
+
+def _warn_about_a_small_pool(settings: Settings) -> None:
+    """A pool smaller than the worker tasks plus search makes tasks queue for connections
+    (each wait counts against the stage deadline): allowed, but said once at startup."""
+    explicit = settings.database_pool_size
+    if explicit is not None and explicit < settings.pool_size_needed:
+        logger.warning(
+            "PINLOG_DATABASE_POOL_SIZE=%d is below the %d connections that "
+            "PINLOG_WORKER_CONCURRENCY=%d needs (one per worker task plus %d for search); "
+            "unset it to size the pool from the concurrency",
+            explicit,
+            settings.pool_size_needed,
+            settings.worker_concurrency,
+            settings.pool_size_needed - settings.worker_concurrency,
+        )
 
 
 def _breaker(name: str, settings: Settings) -> CircuitBreaker:

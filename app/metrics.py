@@ -3,7 +3,7 @@
 Leaf module. Labels never carry ids or text: cardinality stays fixed.
 """
 
-from prometheus_client import Counter
+from prometheus_client import Counter, Gauge
 
 STAGE_OUTCOMES = Counter(
     "pinlog_stage_outcomes_total",
@@ -25,4 +25,13 @@ REQUESTS_REJECTED = Counter(
     "pinlog_process_requests_rejected_total",
     "Process requests refused before queueing",
     ["reason"],
+)
+CIRCUIT_OPEN = Gauge(
+    "pinlog_circuit_open",
+    "1 while a provider's circuit breaker is open or half-open, 0 when closed (§6)",
+    ["provider"],
+)
+JUDGE_REASKS = Counter(
+    "pinlog_judge_reasks_total",
+    "Judgments asked again because the answer did not parse or had no usable structure (§6)",
 )

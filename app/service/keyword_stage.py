@@ -13,15 +13,15 @@ from app.providers.base import KeywordJudge
 from app.repository import results
 from app.repository.context_ai_state import ContextProgress
 from app.repository.results import SaveOutcome
-from app.service import context_text, stage_failure
+from app.service import context_text
 from app.service.circuit_breaker import CircuitBreaker
 from app.service.judgment import map_verdict
 from app.service.presets import PresetCache
 from app.service.requests import ProcessRequest
-from app.service.stage_claim import claim_stage
+from app.service.stage_claim import run_claimed
 from app.states import Stage
 
-logger = logging.getLogger("app.service.pipeline")
+logger = logging.getLogger(__name__)
 STAGE = Stage.KEYWORD
 
 
@@ -56,15 +56,13 @@ class KeywordStage:
         one the pre-check read in ``progress`` (no second read). Never raises: errors are
         settled by the §6 rules.
         """
-        context_id = request.context_id
-        if not await claim_stage(
-            self._engine, STAGE, context_id, expiry_seconds=self._expiry_seconds
-        ):
-            return
-        try:
-            await self._judge_and_save(request, progress, vector)
-        except Exception as exc:
-            await stage_failure.settle(self._engine, STAGE, context_id, exc)
+        await run_claimed(
+            self._engine,
+            STAGE,
+            request.context_id,
+            expiry_seconds=self._expiry_seconds,
+            work=lambda: self._judge_and_save(request, progress, vector),
+        )
 
     async def _judge_and_save(
         self, request: ProcessRequest, progress: ContextProgress, vector: np.ndarray | None
@@ -77,12 +75,12 @@ class KeywordStage:
             text = context_text.prepare_for_embedding(request.text, max_chars=self._max_input_chars)
             verdict = await self._breaker.call(lambda: self._judge.judge(text, candidates))
             judgment = map_verdict(verdict, {candidate.id for candidate in candidates})
-            if judgment.dropped_unknown_ids or judgment.dropped_bad_confidence:
+            if judgment.dropped:
+                # Counts by reason only: an item may quote model output, never logged (§6).
                 logger.info(
-                    "judge items dropped: context_id=%d unknown_ids=%d bad_confidence=%d",
+                    "judge items dropped: context_id=%d %s",
                     request.context_id,
-                    judgment.dropped_unknown_ids,
-                    judgment.dropped_bad_confidence,
+                    " ".join(f"{k}={v}" for k, v in sorted(judgment.dropped.items())),
                 )
             selections, unmatched = judgment.selections, judgment.unmatched_concepts
         else:

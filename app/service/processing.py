@@ -18,7 +18,7 @@ from app.service.keyword_stage import KeywordStage
 from app.service.requests import ProcessRequest
 from app.states import CLAIMABLE, Status
 
-logger = logging.getLogger("app.service.pipeline")
+logger = logging.getLogger(__name__)
 
 
 class ContextProcessor:

@@ -65,6 +65,10 @@ class SearchService:
         except TransientError as exc:
             logger.warning("search embedding transient failure: cause=%s", exc)
             raise TransientError("embedding upstream unavailable") from None
+        except InvalidInputError:
+            # The model says the query is too long: the caller's input, 422 like our own check.
+            logger.warning("search query longer than the embedding model accepts")
+            raise InvalidInputError("query text is longer than the model accepts") from None
         except PermanentError as exc:
             logger.error("search embedding permanent failure: cause=%s", exc)
             raise PermanentError("embedding upstream failed") from None
@@ -73,6 +77,7 @@ class SearchService:
                 return await context_embedding.search_similar(
                     conn, user_id=user_id, query=vector, profile=self._profile, limit=limit
                 )
-        except TransientError:
-            logger.warning("search database transient failure")
+        except TransientError as exc:
+            # The log names the cause (lock timeout or unavailable); the body stays fixed (§6).
+            logger.warning("search database transient failure: cause=%s", type(exc).__name__)
             raise TransientError("database unavailable") from None

@@ -1,4 +1,4 @@
-"""Claiming one stage for a request: the shared front half of both stages (§2).
+"""Claiming one stage and running it under one hard deadline: the frame of both stages (§2).
 
 0 rows is a normal outcome (DEBUG); a reclaim of a stale ``PROCESSING`` is logged at WARNING and
 counted. An error while claiming changed nothing: the stage is left as it was for the rescan.
@@ -6,17 +6,58 @@ counted. An error while claiming changed nothing: the stage is left as it was fo
 
 from __future__ import annotations
 
+import asyncio
 import logging
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app import metrics
-from app.errors import TransientError
+from app import failure_policy, metrics
+from app.errors import StageDeadlineExceeded, TransientError
 from app.repository import context_ai_state
 from app.repository.db import autocommit
+from app.service import stage_failure
 from app.states import Stage
 
-logger = logging.getLogger("app.service.pipeline")
+logger = logging.getLogger(__name__)
+T = TypeVar("T")
+
+
+async def run_claimed(
+    engine: AsyncEngine,
+    stage: Stage,
+    context_id: int,
+    *,
+    expiry_seconds: float,
+    work: Callable[[], Awaitable[T]],
+) -> T | None:
+    """Claim ``stage`` and run ``work``; ``work``'s result, or ``None`` when not claimed or
+    when it failed. Never raises: errors are settled by the §6 rules (``stage_failure``).
+
+    One deadline (``failure_policy.stage_deadline_seconds(expiry_seconds)``, seconds) covers
+    everything from the claim to the save's commit: provider calls with the SDK's retries and
+    ``Retry-After`` sleeps, judge re-asks, pool and lock waits. When it fires the stage is
+    abandoned while still ours, left ``PROCESSING`` (transient) and logged, so a request that
+    reclaims it after the expiry never meets a live attempt (§2, §10 #9). A save cancelled
+    mid-transaction rolls back whole.
+    """
+    deadline = failure_policy.stage_deadline_seconds(expiry_seconds)
+    scope = asyncio.timeout(deadline)
+    try:
+        async with scope:
+            if not await claim_stage(engine, stage, context_id, expiry_seconds=expiry_seconds):
+                return None
+            return await work()
+    except TimeoutError as exc:
+        error: Exception = exc
+        if scope.expired():
+            error = StageDeadlineExceeded(f"stage deadline of {deadline:g} s exceeded")
+    except Exception as exc:
+        error = exc
+    # Outside the deadline: marking FAILED must not be cut short by it.
+    await stage_failure.settle(engine, stage, context_id, error)
+    return None
 
 
 async def claim_stage(
@@ -28,10 +69,16 @@ async def claim_stage(
             claim = await context_ai_state.claim(
                 conn, stage, context_id, expiry_seconds=expiry_seconds
             )
-    except TransientError:
+    except TransientError as exc:
+        # The message names the cause: "database lock timeout" (a row busy elsewhere) is not
+        # "database unavailable" (§6).
         metrics.STAGE_OUTCOMES.labels(stage.label, "transient").inc()
         logger.warning(
-            "%s claim failed, database unavailable: context_id=%d", stage.label, context_id
+            "%s claim failed, stage unchanged: context_id=%d cause=%s reason=%s",
+            stage.label,
+            context_id,
+            type(exc).__name__,
+            exc,
         )
         return False
     except Exception as exc:

@@ -24,7 +24,7 @@ from app.repository import context_ai_state
 from app.repository.db import transaction
 from app.states import Stage
 
-logger = logging.getLogger("app.service.pipeline")
+logger = logging.getLogger(__name__)
 
 
 async def settle(engine: AsyncEngine, stage: Stage, context_id: int, exc: Exception) -> None:
@@ -73,10 +73,11 @@ async def _fail(engine: AsyncEngine, stage: Stage, context_id: int) -> bool:
     try:
         async with transaction(engine) as conn:
             return await context_ai_state.fail(conn, stage, context_id) == 1
-    except TransientError:
+    except TransientError as exc:
         logger.warning(
-            "could not mark FAILED, database unavailable: context_id=%d stage=%s",
+            "could not mark FAILED, stage left PROCESSING: context_id=%d stage=%s reason=%s",
             context_id,
             stage.label,
+            exc,
         )
         return False

@@ -52,8 +52,9 @@ NOT_AN_OBJECT = {
 async def test_malformed_bodies_are_refused_with_4xx_never_5xx_and_queue_nothing(
     engine, worker, fake_openai
 ):
-    """§8/FC-11: validation errors -> 422 (a JSON parser giving up may say 400); never a 500,
-    nothing queued. One worker for every body keeps the test fast."""
+    """§8/FC-11: validation errors -> 422 (a JSON parser giving up may say 400, a body over
+    the size cap 413); never a 500, nothing queued. One worker for every body keeps the test
+    fast."""
     await make_state(engine, context_id=1)
     statuses = {}
     for name, raw in NOT_AN_OBJECT.items():
@@ -67,7 +68,7 @@ async def test_malformed_bodies_are_refused_with_4xx_never_5xx_and_queue_nothing
         )
         statuses[content_type] = response.status_code
 
-    assert {name: s for name, s in statuses.items() if s not in (400, 422)} == {}
+    assert {name: s for name, s in statuses.items() if s not in (400, 413, 422)} == {}
     await _nothing_queued(engine, worker, fake_openai)
 
 
@@ -131,10 +132,15 @@ async def _max_loop_stall(until: asyncio.Event) -> float:
     return worst
 
 
-async def test_ten_megabyte_text_does_not_stall_the_event_loop(engine, worker, fake_openai):
+async def test_ten_megabyte_text_does_not_stall_the_event_loop(engine, make_worker, fake_openai):
     """FC-09, §6: a text far over ``embedding_max_input_chars`` is rejected by its length
     before any per-character scan: 202, embedding ``FAILED`` with no provider call, and the
-    event loop never stalls for it."""
+    event loop never stalls for it (body cap raised to its 16 MiB maximum for this test)."""
+    async with make_worker(max_request_bytes=16 * 1024 * 1024) as worker:
+        await _ten_megabytes_without_a_stall(engine, worker, fake_openai)
+
+
+async def _ten_megabytes_without_a_stall(engine, worker, fake_openai) -> None:
     await make_state(engine, context_id=1)
     huge = "a" * (10 * 1024 * 1024)
     payload = json.dumps({"contextId": 1, "userId": 1, "recordId": 1, "text": huge}).encode()

@@ -428,6 +428,8 @@ async def test_s6_provider_failure_maps_to_a_fixed_body_without_upstream_text(
     response = await search(worker)
 
     assert response.status_code == status
+    # A transient failure says when to come back (issue 7 item 7); a permanent one does not.
+    assert response.headers.get("Retry-After") == ("5" if status == 503 else None)
     assert response.json() == {"detail": detail}
     assert UPSTREAM_LEAK not in response.text
     assert all(UPSTREAM_LEAK not in r.getMessage() for r in caplog.records if r.levelno >= 20)
@@ -465,6 +467,24 @@ async def _search_backend_waiting_on_a_lock(engine) -> int:
     raise AssertionError("the search query never waited on the lock")
 
 
+async def test_query_the_model_finds_too_long_is_422_not_502(engine, worker, fake_openai, caplog):
+    """§6 mapping, issue 7 item 9: the provider's ``context_length_exceeded`` is the caller's
+    input, like our own length check: 422, a WARNING, no ERROR, no upstream text."""
+    fake_openai.script_embeddings(
+        Scripted(
+            status=400,
+            json={"error": {"message": UPSTREAM_LEAK, "code": "context_length_exceeded"}},
+        )
+    )
+
+    response = await search(worker)
+
+    assert response.status_code == 422
+    assert response.json() == {"detail": "query text is longer than the model accepts"}
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert UPSTREAM_LEAK not in caplog.text
+
+
 async def test_s6_cancelled_database_query_is_503_database_unavailable(engine, worker):
     """§6: a transient database error on the search path (its query cancelled by the server,
     SQLSTATE 57014, while it waits behind another session's exclusive lock) is 503 with the
@@ -484,6 +504,7 @@ async def test_s6_cancelled_database_query_is_503_database_unavailable(engine, w
 
     assert response.status_code == 503
     assert response.json() == {"detail": "database unavailable"}
+    assert response.headers["Retry-After"] == "5"
 
 
 async def test_query_text_never_reaches_the_logs(engine, worker, fake_openai, caplog):

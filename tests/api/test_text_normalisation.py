@@ -15,6 +15,7 @@ import pytest
 
 from tests.api.wire import post_raw
 from tests.builders import fetch_state, make_state
+from tests.harness import PROCESS_PATH, SECRET
 
 JAMO = range(0x1100, 0x1200)  # conjoining Hangul jamo: only present in decomposed text
 
@@ -53,6 +54,40 @@ async def test_fc09_blank_text_is_202_then_embedding_failed_once_without_provide
     assert len(warnings) == 1
     assert "context_id=1" in warnings[0].getMessage()
     assert app_records(caplog, logging.ERROR) == []
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        pytest.param("가" * 6001, id="over-long"),
+        pytest.param("a\u0000b", id="nul"),
+        pytest.param("a\ud800b", id="lone-surrogate"),
+    ],
+)
+async def test_invalid_input_is_one_warning_from_the_stage_failure_module_never_an_error(
+    engine, worker, fake_openai, caplog, text
+):
+    """§6 and docs/failures.md: invalid input (over-long, unencodable, like FC-09's blank
+    text) is the caller's, not ours: ``FAILED`` in one pass, one WARNING, no ERROR, logged by
+    the module that applies the rule (``__name__``), never with the text."""
+    await make_state(engine, context_id=1)
+
+    response = await worker.client.post(
+        PROCESS_PATH,
+        content=json.dumps(body(1, text)),  # ASCII escapes carry the lone surrogate
+        headers={"X-Internal-Secret": SECRET, "Content-Type": "application/json"},
+    )
+    await worker.drain()
+
+    assert response.status_code == 202
+    assert await fetch_state(engine, 1) == ("FAILED", "PENDING")
+    assert (fake_openai.embedding_calls, fake_openai.judge_calls) == (0, 0)
+    (warning,) = app_records(caplog, logging.WARNING)
+    assert warning.name == "app.service.stage_failure"
+    assert "context_id=1" in warning.getMessage()
+    assert "cause=InvalidInputError" in warning.getMessage()
+    assert app_records(caplog, logging.ERROR) == []
+    assert "가가가" not in caplog.text
 
 
 async def test_fc09_hangul_filler_before_real_text_is_processed_normally(

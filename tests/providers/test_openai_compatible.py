@@ -17,7 +17,15 @@ from collections.abc import AsyncIterator
 import numpy as np
 import pytest
 
-from app.errors import PermanentError, ProviderProtocolError, TransientError
+from app import metrics
+from app.errors import (
+    InvalidInputError,
+    InvalidOutputError,
+    PermanentError,
+    ProviderProtocolError,
+    ProviderRefusedError,
+    TransientError,
+)
 from app.providers.base import JudgeCandidate, JudgeSelection, JudgeVerdict
 from app.providers.factory import build_embedding_provider, build_judge
 from app.providers.hashing import hash_embed
@@ -205,9 +213,9 @@ async def test_embed_503_is_transient_without_upstream_body_or_key(fake, embedde
     ("status", "error_class"),
     [
         (400, PermanentError),
-        (401, PermanentError),
-        (403, PermanentError),
-        (404, PermanentError),
+        (401, ProviderRefusedError),
+        (403, ProviderRefusedError),
+        (404, ProviderRefusedError),
         (422, PermanentError),
         (408, TransientError),
         (409, TransientError),
@@ -224,6 +232,32 @@ async def test_embed_status_is_mapped_per_section_6(fake, embedder, status, erro
 
     assert type(caught.value) is error_class
     assert str(caught.value) == f"embedding upstream {status}"
+
+
+@pytest.mark.parametrize(
+    ("code", "error_class"),
+    [
+        ("model_not_found", ProviderRefusedError),
+        ("invalid_api_key", ProviderRefusedError),
+        ("context_length_exceeded", InvalidInputError),
+        ("content_filter", PermanentError),
+    ],
+)
+async def test_a_400_is_provider_wide_only_for_key_and_model_codes(
+    fake, embedder, code, error_class
+) -> None:
+    """Issue 7 item 1b: the breaker counts only refusals every call would get; a 400 about
+    one input is ``InvalidInputError`` (too long: WARNING, FC-09) or ``PermanentError``."""
+    fake.script_embeddings(
+        Scripted(status=400, json={"error": {"message": UPSTREAM_SECRET, "code": code}})
+    )
+
+    with pytest.raises(error_class) as caught:
+        await embedder.embed(["메모"])
+
+    assert type(caught.value) is error_class
+    assert str(caught.value).startswith("embedding upstream 400")
+    assert UPSTREAM_SECRET not in str(caught.value)
 
 
 async def test_embed_timeout_is_transient(fake) -> None:
@@ -357,35 +391,100 @@ async def test_judge_truncation_is_permanent_even_when_it_parses(fake, judge, co
         await judge.judge("메모", CANDIDATES)
 
 
+INVALID_STRUCTURE = [
+    "not json",
+    "[]",
+    '{"selected": []}',
+    '{"selected": {}, "unmatchedConcepts": []}',
+    "Sure! Here are the keywords: 12",
+    None,  # content null without a refusal
+]
+
+
+def _reasks() -> float:
+    return metrics.JUDGE_REASKS._value.get()
+
+
+@pytest.mark.parametrize("content", INVALID_STRUCTURE)
+async def test_judge_output_without_usable_structure_is_asked_again_once_then_invalid(
+    fake, judge, content
+) -> None:
+    """§6 "still invalid after retries", issue 7 item 2: one re-ask, then ``InvalidOutputError``
+    (permanent); the re-ask repeats the note and candidates plus a reminder, not the answer."""
+    for _ in range(2):
+        body = judge_body([], raw_content=content if content is not None else "")
+        body["choices"][0]["message"]["content"] = content
+        fake.script_judge(Scripted(json=body))
+    before = _reasks()
+
+    with pytest.raises(InvalidOutputError, match=r"^judge output invalid$"):
+        await judge.judge("메모", CANDIDATES)
+
+    assert fake.judge_calls == 2
+    assert _reasks() == before + 1
+    first, second = fake.judge_requests
+    assert second["messages"][:2] == first["messages"]
+    assert second["messages"][2]["role"] == "user"
+    assert "JSON object" in second["messages"][2]["content"]
+
+
+async def test_judge_invalid_then_valid_answer_returns_the_valid_one(fake, judge) -> None:
+    fake.script_judge(Scripted(json=judge_body([], raw_content="not json")))
+
+    verdict = await judge.judge("메모", CANDIDATES)
+
+    assert verdict.selected == (JudgeSelection(12, 0.9),)
+    assert fake.judge_calls == 2
+
+
+ANSWER = '{"selected": [{"keywordId": 12, "confidence": 0.9}], "unmatchedConcepts": []}'
+
+
 @pytest.mark.parametrize(
     "content",
     [
-        "not json",
-        "[]",
-        '{"selected": []}',
-        '{"selected": [{"keywordId": true, "confidence": 0.5}], "unmatchedConcepts": []}',
-        '{"selected": [{"keywordId": "12", "confidence": 0.5}], "unmatchedConcepts": []}',
-        '{"selected": [{"keywordId": 12.0, "confidence": 0.5}], "unmatchedConcepts": []}',
-        '{"selected": [{"keywordId": 12, "confidence": "0.5"}], "unmatchedConcepts": []}',
-        '{"selected": [{"keywordId": 12}], "unmatchedConcepts": []}',
-        '{"selected": [12], "unmatchedConcepts": []}',
-        '{"selected": [], "unmatchedConcepts": [3]}',
+        f"```json\n{ANSWER}\n```",
+        f"\n```\n{ANSWER}```\n",
+    ],
+    ids=["json-fence", "bare-fence"],
+)
+async def test_judge_answer_in_a_markdown_code_fence_is_read_without_a_reask(
+    fake, judge, content
+) -> None:
+    fake.script_judge(Scripted(json=judge_body([], raw_content=content)))
+    before = _reasks()
+
+    verdict = await judge.judge("메모", CANDIDATES)
+
+    assert verdict.selected == (JudgeSelection(12, 0.9),)
+    assert fake.judge_calls == 1
+    assert _reasks() == before
+
+
+@pytest.mark.parametrize(
+    ("content", "item"),
+    [
+        ('{"selected": [{"keywordId": true, "confidence": 0.5}]', JudgeSelection(True, 0.5)),
+        ('{"selected": [{"keywordId": "12", "confidence": 0.5}]', JudgeSelection("12", 0.5)),
+        ('{"selected": [{"keywordId": 12.0, "confidence": 0.5}]', JudgeSelection(12.0, 0.5)),
+        ('{"selected": [{"keywordId": 12, "confidence": "0.5"}]', JudgeSelection(12, "0.5")),
+        ('{"selected": [{"keywordId": 12}]', JudgeSelection(12, None)),
+        ('{"selected": [12]', 12),
     ],
 )
-async def test_judge_invalid_output_is_permanent(fake, judge, content) -> None:
-    fake.script_judge(Scripted(json=judge_body([], raw_content=content)))
+async def test_judge_returns_malformed_items_raw_for_the_item_level_mapping(
+    fake, judge, content, item
+) -> None:
+    """Issue 7 item 3: a malformed item does not make the answer invalid; it is passed on
+    uncoerced, and ``service/judgment.py`` drops it alone."""
+    raw = content + ', "unmatchedConcepts": ["루프탑", 3]}'
+    fake.script_judge(Scripted(json=judge_body([], raw_content=raw)))
 
-    with pytest.raises(PermanentError, match=r"^judge output invalid$"):
-        await judge.judge("메모", CANDIDATES)
+    verdict = await judge.judge("메모", CANDIDATES)
 
-
-async def test_judge_null_content_without_refusal_is_permanent(fake, judge) -> None:
-    body = judge_body([])
-    body["choices"][0]["message"]["content"] = None
-    fake.script_judge(Scripted(json=body))
-
-    with pytest.raises(PermanentError, match=r"^judge output invalid$"):
-        await judge.judge("메모", CANDIDATES)
+    assert verdict.selected == (item,)
+    assert verdict.unmatched_concepts == ("루프탑", 3)
+    assert fake.judge_calls == 1
 
 
 async def test_judge_body_without_choices_is_protocol_error(fake, judge) -> None:

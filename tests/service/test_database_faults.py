@@ -97,10 +97,11 @@ async def test_connection_killed_while_the_save_waits_on_a_row_lock_is_transient
 
 
 async def test_a_row_lock_held_elsewhere_does_not_stall_the_worker_forever(
-    engine, migrated_database, fake_openai, presets
+    engine, migrated_database, fake_openai, presets, caplog
 ):
     """§6: a lock wait is bounded ("lock timeout" is transient). While another session holds
     the state row of context 1, a single worker task still completes context 2 queued behind it.
+    The WARNING names a lock timeout, not "database unavailable" (the database is up).
     """
     await make_state(engine, context_id=1)
     await make_state(engine, context_id=2)
@@ -123,3 +124,9 @@ async def test_a_row_lock_held_elsewhere_does_not_stall_the_worker_forever(
         await worker.drain()
 
     assert second == ("COMPLETED", "COMPLETED"), "context 2 starved behind a locked row"
+    assert await fetch_state(engine, 1) == ("PENDING", "PENDING")
+    warnings = [r.getMessage() for r in app_records(caplog, logging.WARNING)]
+    (lock_warning,) = [m for m in warnings if "context_id=1" in m]
+    assert "reason=database lock timeout" in lock_warning
+    assert "cause=DatabaseLockTimeout" in lock_warning
+    assert not any("database unavailable" in m for m in warnings)

@@ -48,14 +48,15 @@ async def test_deeply_nested_judge_content_is_invalid_output_not_a_bug(
     engine, worker, fake_openai, caplog
 ):
     """§6, FC-08: judge content nested too deeply to parse is invalid structured output:
-    permanent, keyword ``FAILED``, never an unexpected error of ours."""
+    asked again once, then permanent, keyword ``FAILED``, never an unexpected error of ours."""
     nested = '{"selected": [], "unmatchedConcepts": ' + "[" * 100_000 + "]" * 100_000 + "}"
-    fake_openai.script_judge(Scripted(json=judge_body([], raw_content=nested)))
+    fake_openai.script_judge(*(Scripted(json=judge_body([], raw_content=nested)) for _ in "ab"))
     await make_state(engine, context_id=1)
 
     await worker.process(1, NOTE)
 
     assert await fetch_state(engine, 1) == ("COMPLETED", "FAILED")
+    assert fake_openai.judge_calls == 2
     assert not _unexpected(caplog)
 
 
@@ -104,23 +105,36 @@ async def test_out_of_range_and_oversized_keyword_ids_are_discarded_without_db_e
     assert not app_records(caplog, logging.ERROR)
 
 
-async def test_keyword_id_as_float_or_bool_is_invalid_output_and_fails_the_stage_cleanly(
+async def test_keyword_id_as_float_or_bool_is_dropped_alone_and_the_stage_completes(
     engine, worker, fake_openai, caplog
 ):
-    """§4, §6: a ``keywordId`` of ``3.0`` or ``true`` breaks the integer schema: invalid
-    structured output, permanent, keyword ``FAILED``, nothing stored, no unexpected error."""
+    """§4, issue 7 item 3: a ``keywordId`` of ``3.0`` or ``true`` is never coerced into an id:
+    that item is dropped by itself, the valid item beside it is stored, the stage completes."""
     await make_state(engine, context_id=1)
     await make_state(engine, context_id=2)
-    fake_openai.set_judge_selection(lambda ids: [{"keywordId": float(ids[0]), "confidence": 0.5}])
+    fake_openai.set_judge_selection(
+        lambda ids: [{"keywordId": float(ids[0]), "confidence": 0.5}, (ids[1], 0.7)]
+    )
     await worker.process(1, NOTE)
-    fake_openai.set_judge_selection(lambda ids: [{"keywordId": True, "confidence": 0.5}])
+    fake_openai.set_judge_selection(
+        lambda ids: [{"keywordId": True, "confidence": 0.5}, (ids[1], 0.7)]
+    )
     await worker.process(2, NOTE)
 
+    offered = _offered(fake_openai)
     for context_id in (1, 2):
-        assert await fetch_state(engine, context_id) == ("COMPLETED", "FAILED")
-        assert await count_rows(engine, "ai.context_keyword", context_id) == 0
-        assert await count_rows(engine, "ai.context_keyword_analysis", context_id) == 0
+        assert await fetch_state(engine, context_id) == ("COMPLETED", "COMPLETED")
+        assert set(await keyword_rows(engine, context_id)) == {offered[1]}
+        assert await count_rows(engine, "ai.context_keyword_analysis", context_id) == 1
+    assert fake_openai.judge_calls == 2
     assert not _unexpected(caplog)
+    dropped = [
+        r.getMessage() for r in app_records(caplog, logging.INFO) if "dropped" in r.getMessage()
+    ]
+    assert dropped == [
+        "judge items dropped: context_id=1 id_not_an_integer=1",
+        "judge items dropped: context_id=2 id_not_an_integer=1",
+    ]
 
 
 async def test_confidence_rounding_into_numeric_4_3_never_breaks_the_check(

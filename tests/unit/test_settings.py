@@ -74,19 +74,29 @@ def test_profile_without_dimension_distance_and_revision_is_rejected():
         openai_settings(embedding_profile="text-embedding-3-small")
 
 
+def problems(**overrides: Any) -> list[str]:
+    with pytest.raises(ValidationError) as raised:
+        openai_settings(**overrides)
+    return describe_errors(raised.value)
+
+
 def test_openai_embedding_provider_without_api_key_is_rejected():
-    with pytest.raises(ValidationError, match="PINLOG_EMBEDDING_API_KEY"):
-        openai_settings(embedding_api_key=None)
+    assert problems(embedding_api_key=None) == [
+        "PINLOG_EMBEDDING_API_KEY: is required when PINLOG_EMBEDDING_PROVIDER is openai"
+    ]
 
 
 def test_openai_embedding_provider_with_blank_api_key_is_rejected():
-    with pytest.raises(ValidationError, match="PINLOG_EMBEDDING_API_KEY"):
-        openai_settings(embedding_api_key="   ")
+    """An empty or blank API key means "not set" (docs/operations.md), so it is required."""
+    assert problems(embedding_api_key="   ") == [
+        "PINLOG_EMBEDDING_API_KEY: is required when PINLOG_EMBEDDING_PROVIDER is openai"
+    ]
 
 
 def test_openai_judge_without_api_key_is_rejected():
-    with pytest.raises(ValidationError, match="PINLOG_JUDGE_API_KEY"):
-        openai_settings(judge_api_key=None)
+    assert problems(judge_api_key=None) == [
+        "PINLOG_JUDGE_API_KEY: is required when PINLOG_JUDGE_PROVIDER is openai"
+    ]
 
 
 def test_offline_providers_need_no_api_keys():
@@ -156,4 +166,8 @@ def test_described_errors_name_the_environment_variable():
     with pytest.raises(ValidationError) as raised:
         Settings(database_url=DATABASE_URL)
 
-    assert describe_errors(raised.value) == ["PINLOG_INTERNAL_SECRET: Field required"]
+    assert describe_errors(raised.value) == [
+        "PINLOG_INTERNAL_SECRET: is required and not set",
+        "PINLOG_EMBEDDING_API_KEY: is required when PINLOG_EMBEDDING_PROVIDER is openai",
+        "PINLOG_JUDGE_API_KEY: is required when PINLOG_JUDGE_PROVIDER is openai",
+    ]
