@@ -22,6 +22,7 @@ VALID = {
 }
 EMPTY_MEANS_DEFAULT = {
     "embedding_dimension",
+    "vector_dimension",
     "embedding_max_input_chars",
     "judge_similarity_threshold",
     "provider_timeout_seconds",
@@ -65,6 +66,7 @@ def test_the_three_groups_cover_every_setting():
     assert {
         "database_url",
         "internal_secret",
+        "offline",
         "embedding_provider",
         "embedding_base_url",
         "embedding_model",
