@@ -134,14 +134,25 @@ def demo(
     serve_after: bool = typer.Option(True, "--serve/--no-serve", help="Keep serving"),
     data_dir: Path = typer.Option(Path(".pgdata"), help="Embedded PostgreSQL data directory"),
 ) -> None:
-    """Offline end-to-end run on sample notes (see README)."""
-    from demo.run import run_demo
+    """Offline end-to-end run on sample notes (see README). Development only: needs a source
+    checkout installed with the ``local`` extra (``make run``); exits 2 without it."""
+    from app.embedded_postgres import MISSING_EXTRA, EmbeddedPostgresUnavailable
+
+    try:
+        from demo.run import run_demo
+    except ImportError:
+        # The production image carries neither the demo package nor pgserver.
+        typer.echo(f"demo unavailable: {MISSING_EXTRA}, from a source checkout", err=True)
+        raise typer.Exit(2) from None
 
     _configure_logging("WARNING")
     try:
         code = asyncio.run(run_demo(port=port, serve=serve_after, data_dir=data_dir.resolve()))
     except KeyboardInterrupt:
         code = 0
+    except EmbeddedPostgresUnavailable as exc:
+        typer.echo(f"demo unavailable: {exc}", err=True)
+        code = 2
     raise typer.Exit(code)
 
 
