@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: venv run test lint format bench clean
+.PHONY: venv run test lint format bench clean lock
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -33,3 +33,9 @@ bench: venv
 
 clean:
 	rm -rf $(VENV) .pgdata .pytest_cache .ruff_cache
+
+# Regenerate requirements/runtime.txt (what the image installs) after changing dependencies.
+lock: venv
+	$(BIN)/python -m pip install --quiet pip-tools
+	$(BIN)/pip-compile --quiet --strip-extras --no-emit-index-url --no-emit-find-links \
+		--output-file=requirements/runtime.txt pyproject.toml

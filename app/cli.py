@@ -114,18 +114,56 @@ def presets_load(
     )
 
 
+# Longer than any pooled client's idle expiry (the core service drops idle connections after
+# 2 s): the server must never be the side that closes a keep-alive connection a client is
+# about to reuse, or that client sees a reset (uvicorn's own default is 5 s).
+DEFAULT_KEEP_ALIVE_SECONDS = 30
+
+
 @app.command()
 def serve(
     host: str = typer.Option("127.0.0.1", help="Interface to bind"),
     port: int = typer.Option(8000, help="TCP port"),
+    timeout_keep_alive: int = typer.Option(
+        DEFAULT_KEEP_ALIVE_SECONDS,
+        min=1,
+        help="Seconds an idle keep-alive connection stays open; keep it above every client's "
+        "idle expiry (a load balancer's idle timeout included)",
+    ),
+    proxy_headers: bool = typer.Option(
+        False,
+        "--proxy-headers/--no-proxy-headers",
+        help="Trust X-Forwarded-For/-Proto from --forwarded-allow-ips (behind a proxy)",
+    ),
+    forwarded_allow_ips: str | None = typer.Option(
+        None, help="Comma-separated proxy addresses trusted for proxy headers ('*' for any)"
+    ),
+    timeout_graceful_shutdown: int | None = typer.Option(
+        None,
+        min=0,
+        help="Seconds open HTTP connections get to finish on SIGTERM before the worker pool's "
+        "own PINLOG_SHUTDOWN_GRACE_SECONDS starts (default: wait for them)",
+    ),
 ) -> None:
-    """Serve the worker (settings from PINLOG_* environment variables)."""
+    """Serve the worker in one process (settings from PINLOG_* environment variables).
+
+    Scale with replicas, not with uvicorn workers: each process owns its queue and pool.
+    """
     import uvicorn
 
     from app.main import create_app
 
     _configure_logging()
-    uvicorn.run(create_app(_settings()), host=host, port=port, log_config=None)
+    uvicorn.run(
+        create_app(_settings()),
+        host=host,
+        port=port,
+        log_config=None,
+        timeout_keep_alive=timeout_keep_alive,
+        proxy_headers=proxy_headers,
+        forwarded_allow_ips=forwarded_allow_ips,
+        timeout_graceful_shutdown=timeout_graceful_shutdown,
+    )
 
 
 @app.command()
