@@ -52,12 +52,17 @@ def db_upgrade(
     from app.settings import DatabaseSettings
 
     _configure_logging()
-    url = DatabaseSettings().database_url
+    database = DatabaseSettings()
+    url = database.database_url
     if not url:
         raise typer.BadParameter("PINLOG_DATABASE_URL is not set")
 
     async def run() -> list[str]:
-        engine = create_engine(url, with_vector_codec=False)
+        engine = create_engine(
+            url,
+            with_vector_codec=False,
+            transaction_pooling=database.database_transaction_pooling,
+        )
         try:
             return await pinlog_schema.upgrade(
                 engine, scope=pinlog_schema.Scope.AI, directory=migrations_dir
@@ -98,7 +103,9 @@ def presets_load(
         raise typer.Exit(2) from None
 
     async def run():
-        engine = create_engine(settings.database_url)
+        engine = create_engine(
+            settings.database_url, transaction_pooling=settings.database_transaction_pooling
+        )
         embedder = build_embedding_provider(settings)
         try:
             return await load_presets(engine, embedder, preset_file, settings.embedding_profile)
@@ -106,7 +113,13 @@ def presets_load(
             await embedder.aclose()
             await engine.dispose()
 
-    report = asyncio.run(run())
+    from app.errors import ConfigurationError
+
+    try:
+        report = asyncio.run(run())
+    except ConfigurationError as exc:
+        typer.echo(f"configuration error: {exc}", err=True)
+        raise typer.Exit(2) from None
     state = "updated" if report.changed else "unchanged"
     typer.echo(
         f"presets {state}: {report.presets} presets, list version {report.version}, "

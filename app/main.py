@@ -49,7 +49,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         async with AsyncExitStack() as stack:
-            engine = create_engine(settings.database_url, pool_size=settings.database_pool_size)
+            engine = create_engine(
+                settings.database_url,
+                pool_size=settings.database_pool_size,
+                transaction_pooling=settings.database_transaction_pooling,
+            )
             stack.push_async_callback(engine.dispose)
             embedder = build_embedding_provider(settings)
             stack.push_async_callback(embedder.aclose)

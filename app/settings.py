@@ -73,6 +73,10 @@ class Settings(BaseSettings):
     queue_capacity: int = Field(default=1000, ge=1)
     shutdown_grace_seconds: float = Field(default=10.0, ge=0)
     database_pool_size: int = Field(default=10, ge=1)
+    database_transaction_pooling: bool = Field(
+        default=False,
+        description="A transaction pooler (PgBouncer pool_mode=transaction) sits in between",
+    )
 
     @model_validator(mode="after")
     def _check_consistency(self) -> Settings:
@@ -145,6 +149,7 @@ class DatabaseSettings(BaseSettings):
 
     database_url: str | None = None
     internal_secret: SecretStr | None = None
+    database_transaction_pooling: bool = False
 
 
 def describe_errors(error: ValidationError) -> list[str]:
