@@ -1,4 +1,4 @@
-"""The ``pinlog-ai`` command: ``db upgrade``, ``presets load``, ``serve``, ``demo``."""
+"""The ``pinlog-ai`` command: ``db upgrade``, ``presets load``, ``serve``, ``doctor``, ``demo``."""
 
 from __future__ import annotations
 
@@ -177,6 +177,50 @@ def serve(
         forwarded_allow_ips=forwarded_allow_ips,
         timeout_graceful_shutdown=timeout_graceful_shutdown,
     )
+
+
+@app.command()
+def doctor() -> None:
+    """Report contract invariant violations in the ai schema, read-only (exit 1 if any).
+
+    Each check prints its count and up to 5 example ids; "info" lines are legal states
+    that do not change the exit code. Settings as for ``serve`` (PINLOG_*).
+    """
+    from app.errors import ConfigurationError
+    from app.repository.db import create_engine
+    from app.service.doctor import examine
+
+    settings = _settings()
+
+    async def run():
+        engine = create_engine(
+            settings.database_url,
+            pool_size=1,
+            transaction_pooling=settings.database_transaction_pooling,
+        )
+        try:
+            return await examine(
+                engine,
+                dimension=settings.embedding_dimension,
+                profile=settings.embedding_profile,
+                processing_expiry_seconds=settings.processing_expiry_seconds,
+            )
+        finally:
+            await engine.dispose()
+
+    try:
+        report = asyncio.run(run())
+    except ConfigurationError as exc:
+        typer.echo(f"configuration error: {exc}", err=True)
+        raise typer.Exit(2) from None
+    for finding in report.findings:
+        examples = f" (e.g. {', '.join(finding.examples)})" if finding.examples else ""
+        typer.echo(
+            f"{finding.label:<9} {finding.check.name}: {finding.total}{examples}"
+            f" - {finding.check.description}"
+        )
+    typer.echo(f"doctor: {report.violations} violation(s)")
+    raise typer.Exit(1 if report.violations else 0)
 
 
 @app.command()

@@ -26,6 +26,7 @@ from app.errors import (
 from app.providers.factory import build_embedding_provider, build_judge
 from app.repository.db import create_engine
 from app.service.circuit_breaker import CircuitBreaker
+from app.service.doctor import require_vector_dimension
 from app.service.embedding_stage import EmbeddingStage
 from app.service.health import Readiness
 from app.service.keyword_stage import KeywordStage
@@ -59,6 +60,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             stack.push_async_callback(embedder.aclose)
             judge = build_judge(settings)
             stack.push_async_callback(judge.aclose)
+            # A column of another width would fail every save; refuse before serving (§5).
+            await require_vector_dimension(engine, settings.embedding_dimension)
             presets = PresetCache(engine, settings.embedding_profile)
             await presets.reload()
             embedding_breaker = _breaker("embedding provider", settings)

@@ -149,6 +149,18 @@ async def autocommit(engine: AsyncEngine) -> AsyncIterator[AsyncConnection]:
         yield conn
 
 
+@asynccontextmanager
+async def read_only_snapshot(engine: AsyncEngine) -> AsyncIterator[AsyncConnection]:
+    """One read-only ``REPEATABLE READ`` transaction: every statement sees the same snapshot
+    and none can write (operators' reports). Raises ``TransientError`` like ``transaction``."""
+    async with _translated(), engine.connect() as conn:
+        conn = await conn.execution_options(
+            isolation_level="REPEATABLE READ", postgresql_readonly=True
+        )
+        async with conn.begin():
+            yield conn
+
+
 async def ping(engine: AsyncEngine) -> bool:
     """True when the database answers a trivial query; never raises."""
     try:
