@@ -10,16 +10,19 @@ Statement Name with PGBouncer") and asyncpg's FAQ:
 - asyncpg's statement cache is off (``statement_cache_size=0``) and so is SQLAlchemy's
   (``prepared_statement_cache_size=0``); the statements SQLAlchemy still prepares get unique
   names, so two clients sharing a server connection never collide;
+- SQLAlchemy prepares every statement (``prepare`` and ``execute`` are two round trips), and
+  outside a transaction the pooler may send them to two different server connections; so the
+  services' autocommit helpers run their statements in one short explicit transaction
+  instead (``uses_transaction_pooling``);
 - the timeouts are set with ``SET LOCAL`` (``set_config(..., true)``) at the start of every
   explicit transaction, where they end with the transaction and never leak to the next
   client of that server connection.
-  Autocommit statements (the worker's claims) get no ``SET LOCAL``: give the login role the
-  same values as defaults (``ALTER ROLE ... SET lock_timeout = ...``, docs/deployment.md).
 """
 
 from __future__ import annotations
 
 import uuid
+import weakref
 from typing import Any
 
 from sqlalchemy import event
@@ -29,6 +32,9 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 # Only these may be sent when connecting through PgBouncer (its own list of tracked
 # parameters); everything else becomes SET LOCAL.
 POOLER_STARTUP_PARAMETERS = frozenset({"application_name"})
+
+# Engines built for a transaction pooler (by ``apply_per_transaction``).
+_POOLED_ENGINES: weakref.WeakSet = weakref.WeakSet()
 
 
 def connect_args(session_settings: dict[str, str], *, transaction_pooling: bool) -> dict[str, Any]:
@@ -72,6 +78,7 @@ def set_local_statement(session_settings: dict[str, str]) -> str:
 def apply_per_transaction(engine: AsyncEngine, session_settings: dict[str, str]) -> None:
     """Run ``SET LOCAL`` for ``session_settings`` at the start of every explicit transaction
     of ``engine`` (autocommit connections are left alone: see the module docstring)."""
+    _POOLED_ENGINES.add(engine.sync_engine)
     statement = set_local_statement(session_settings)
     if not statement:
         return
@@ -83,3 +90,9 @@ def apply_per_transaction(engine: AsyncEngine, session_settings: dict[str, str])
         # The driver opens the transaction (BEGIN) before this first statement, so the values
         # end with it.
         conn.exec_driver_sql(statement)
+
+
+def uses_transaction_pooling(engine: AsyncEngine) -> bool:
+    """True for an engine set up by ``apply_per_transaction``: it must not run statements
+    outside an explicit transaction (see the module docstring)."""
+    return engine.sync_engine in _POOLED_ENGINES

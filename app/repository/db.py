@@ -142,8 +142,15 @@ async def transaction(engine: AsyncEngine) -> AsyncIterator[AsyncConnection]:
 async def autocommit(engine: AsyncEngine) -> AsyncIterator[AsyncConnection]:
     """A connection whose every statement commits on its own (claims, plain reads).
 
-    Nothing stays ``idle in transaction`` between statements (FC-03).
+    Nothing stays ``idle in transaction`` between statements (FC-03). Through a transaction
+    pooler the block is one short explicit transaction instead: only SQL runs inside these
+    blocks, and outside a transaction the pooler could split a statement's prepare and
+    execute across server connections (``pinlog_schema.connection``).
     """
+    if connection.uses_transaction_pooling(engine):
+        async with transaction(engine) as conn:
+            yield conn
+        return
     async with _translated(), engine.connect() as conn:
         conn = await conn.execution_options(isolation_level="AUTOCOMMIT")
         yield conn

@@ -82,7 +82,12 @@ async def transaction(engine: AsyncEngine) -> AsyncIterator[AsyncConnection]:
 
 @asynccontextmanager
 async def read_only(engine: AsyncEngine) -> AsyncIterator[AsyncConnection]:
-    """A connection for plain reads, each statement committing on its own."""
+    """A connection for plain reads, each statement committing on its own (through a
+    transaction pooler: one short read transaction, see ``pinlog_schema.connection``)."""
+    if connection.uses_transaction_pooling(engine):
+        async with transaction(engine) as conn:
+            yield conn
+        return
     try:
         async with engine.connect() as conn:
             conn = await conn.execution_options(isolation_level="AUTOCOMMIT")

@@ -14,8 +14,10 @@ import time
 import pytest
 from sqlalchemy import text
 
+from app.repository.db import autocommit as worker_autocommit
 from app.repository.db import create_engine as create_worker_engine
 from core_service.repository.db import create_engine as create_core_engine
+from core_service.repository.db import read_only as core_read_only
 from tests.core.harness import bearer, core_settings, make_member, running_core
 from tests.harness import running_worker, worker_settings
 from tests.ops.pgbouncer import find_binary, running_pgbouncer
@@ -49,14 +51,21 @@ async def test_startup_parameters_are_refused_without_the_setting(bouncer_url) -
         await engine.dispose()
 
 
-async def test_timeouts_are_set_per_transaction(bouncer_url) -> None:
-    for factory, expected in ((create_worker_engine, "3s"), (create_core_engine, "5s")):
+async def test_timeouts_are_set_per_transaction_and_in_the_autocommit_helpers(
+    bouncer_url,
+) -> None:
+    cases = (
+        (create_worker_engine, worker_autocommit, "3s"),
+        (create_core_engine, core_read_only, "5s"),
+    )
+    for factory, helper, expected in cases:
         engine = factory(bouncer_url, transaction_pooling=True)
         try:
-            async with engine.begin() as conn:
-                assert (await conn.execute(text("SHOW lock_timeout"))).scalar() == expected
-                idle = await conn.execute(text("SHOW idle_in_transaction_session_timeout"))
-                assert idle.scalar() == "1min"
+            for block in (engine.begin, lambda engine=engine, helper=helper: helper(engine)):
+                async with block() as conn:
+                    assert (await conn.execute(text("SHOW lock_timeout"))).scalar() == expected
+                    idle = await conn.execute(text("SHOW idle_in_transaction_session_timeout"))
+                    assert idle.scalar() == "1min"
         finally:
             await engine.dispose()
 
@@ -78,9 +87,9 @@ async def test_both_services_work_through_transaction_pooling(
                     members[number % 3], f"조용한 카페 노트 {number}", place=f"place-{number}"
                 )
                 assert response.status_code == 201, response.text
-            deadline = time.monotonic() + 60
+            deadline = time.monotonic() + 90
             while await _completed(engine) < CONTEXTS:
-                assert time.monotonic() < deadline, f"{await _completed(engine)} completed"
+                assert time.monotonic() < deadline, await _unfinished(engine)
                 await asyncio.sleep(0.1)
             found = await core.client.post(
                 "/api/v1/search", json={"query": "조용한 카페", "limit": 5}, headers=bearer(1)
@@ -89,6 +98,17 @@ async def test_both_services_work_through_transaction_pooling(
             assert found.json()["results"]
         ready = await worker.client.get("/readyz")
         assert ready.status_code == 200
+
+
+async def _unfinished(engine) -> list[tuple]:
+    async with engine.connect() as conn:
+        rows = await conn.execute(
+            text(
+                "SELECT context_id, embedding_status, keyword_status, retry_count "
+                "FROM ai.context_ai_state WHERE keyword_status <> 'COMPLETED'"
+            )
+        )
+        return [tuple(row) for row in rows]
 
 
 async def _completed(engine) -> int:
