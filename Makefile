@@ -4,12 +4,12 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: venv run test lint format bench eval clean
+.PHONY: venv run test lint format bench eval clean lock
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	$(BIN)/python -m pip install --quiet -e '.[dev,local]'
 	touch $(STAMP)
 
 venv: $(STAMP)
@@ -36,3 +36,9 @@ eval: venv
 
 clean:
 	rm -rf $(VENV) .pgdata .pytest_cache .ruff_cache
+
+# Regenerate requirements/runtime.txt (what the image installs) after changing dependencies.
+lock: venv
+	$(BIN)/python -m pip install --quiet pip-tools
+	$(BIN)/pip-compile --quiet --strip-extras --no-emit-index-url --no-emit-find-links \
+		--output-file=requirements/runtime.txt pyproject.toml

@@ -1,4 +1,4 @@
-"""The ``pinlog-ai`` command: ``db upgrade``, ``presets load``, ``serve``, ``demo``.
+"""The ``pinlog-ai`` command: ``db upgrade``, ``presets load``, ``serve``, ``doctor``, ``demo``.
 
 Startup problems end with one line on stderr and an exit code of ``app.exit_codes`` (2 settings,
 3 database unreachable, 4 database not ready, 5 provider), never with a traceback. Heavy
@@ -70,12 +70,14 @@ def _run(step: Callable[[], Awaitable[T]]) -> T:
         _exit(problem.exit_code, [problem.message])
 
 
-async def _check_database(url: str) -> None:
+async def _check_database(url: str, *, transaction_pooling: bool = False) -> None:
     """Reachable, and migrated (without the vector codec, which needs the extension)."""
     from app import preflight
     from app.repository.db import create_engine
 
-    engine = create_engine(url, pool_size=1, with_vector_codec=False)
+    engine = create_engine(
+        url, pool_size=1, with_vector_codec=False, transaction_pooling=transaction_pooling
+    )
     try:
         await preflight.check_database(engine, schema=True)
     finally:
@@ -94,13 +96,17 @@ def db_upgrade(
     from app.settings import MigrationSettings
 
     _configure_logging()
-    url = _settings(MigrationSettings).database_url
+    database = _settings(MigrationSettings)
 
     import pinlog_schema
     from app.repository.db import create_engine
 
     async def run() -> list[str]:
-        engine = create_engine(url, with_vector_codec=False)
+        engine = create_engine(
+            database.database_url,
+            with_vector_codec=False,
+            transaction_pooling=database.database_transaction_pooling,
+        )
         try:
             return await pinlog_schema.upgrade(
                 engine, scope=pinlog_schema.Scope.AI, directory=migrations_dir
@@ -140,8 +146,12 @@ def presets_load(
 
     async def run():
         # The database first: its problems must not be blamed on the provider.
-        await _check_database(settings.database_url)
-        engine = create_engine(settings.database_url)
+        await _check_database(
+            settings.database_url, transaction_pooling=settings.database_transaction_pooling
+        )
+        engine = create_engine(
+            settings.database_url, transaction_pooling=settings.database_transaction_pooling
+        )
         embedder = build_embedding_provider(settings)
         try:
             return await load_presets(engine, embedder, preset_file, settings.embedding_profile)
@@ -157,14 +167,41 @@ def presets_load(
     )
 
 
+DEFAULT_KEEP_ALIVE_SECONDS = 30
+
+
 @app.command()
 def serve(
     host: str = typer.Option("127.0.0.1", help="Interface to bind"),
     port: int = typer.Option(8000, help="TCP port"),
+    timeout_keep_alive: int = typer.Option(
+        DEFAULT_KEEP_ALIVE_SECONDS,
+        min=1,
+        help="Seconds an idle keep-alive connection stays open; keep it above every client's "
+        "idle expiry (a load balancer's idle timeout included)",
+    ),
+    proxy_headers: bool = typer.Option(
+        False,
+        "--proxy-headers/--no-proxy-headers",
+        help="Trust X-Forwarded-For/-Proto from --forwarded-allow-ips (behind a proxy)",
+    ),
+    forwarded_allow_ips: str | None = typer.Option(
+        None, help="Comma-separated proxy addresses trusted for proxy headers ('*' for any)"
+    ),
+    timeout_graceful_shutdown: int | None = typer.Option(
+        None,
+        min=0,
+        help="Seconds open HTTP connections get to finish on SIGTERM before the worker pool's "
+        "own PINLOG_SHUTDOWN_GRACE_SECONDS starts (default: wait for them)",
+    ),
 ) -> None:
-    """Serve the worker (settings from PINLOG_* environment variables)."""
+    """Serve the worker in one process (settings from PINLOG_* environment variables).
+
+    Scale with replicas, not with uvicorn workers: each process owns its queue and pool.
+    """
     _configure_logging()
     settings = _settings()
+    pooling = settings.database_transaction_pooling
 
     async def check() -> None:
         # What the lifespan needs, checked first so that a problem is one line and an exit
@@ -172,8 +209,8 @@ def serve(
         from app.repository.db import create_engine
         from app.service.presets import PresetCache
 
-        await _check_database(settings.database_url)
-        engine = create_engine(settings.database_url, pool_size=1)
+        await _check_database(settings.database_url, transaction_pooling=pooling)
+        engine = create_engine(settings.database_url, pool_size=1, transaction_pooling=pooling)
         try:
             await PresetCache(engine, settings.embedding_profile).reload()
         finally:
@@ -185,7 +222,55 @@ def serve(
 
     from app.main import create_app
 
-    uvicorn.run(create_app(settings), host=host, port=port, log_config=None)
+    uvicorn.run(
+        create_app(settings),
+        host=host,
+        port=port,
+        log_config=None,
+        timeout_keep_alive=timeout_keep_alive,
+        proxy_headers=proxy_headers,
+        forwarded_allow_ips=forwarded_allow_ips,
+        timeout_graceful_shutdown=timeout_graceful_shutdown,
+    )
+
+
+@app.command()
+def doctor() -> None:
+    """Report contract invariant violations in the ai schema, read-only (exit 1 if any).
+
+    Each check prints its count and up to 5 example ids; "info" lines are legal states
+    that do not change the exit code. Settings as for ``serve`` (PINLOG_*).
+    """
+    from app.repository.db import create_engine
+    from app.service.doctor import examine
+
+    settings = _settings()
+
+    async def run():
+        engine = create_engine(
+            settings.database_url,
+            pool_size=1,
+            transaction_pooling=settings.database_transaction_pooling,
+        )
+        try:
+            return await examine(
+                engine,
+                dimension=settings.vector_dimension,
+                profile=settings.embedding_profile,
+                processing_expiry_seconds=settings.processing_expiry_seconds,
+            )
+        finally:
+            await engine.dispose()
+
+    report = _run(run)
+    for finding in report.findings:
+        examples = f" (e.g. {', '.join(finding.examples)})" if finding.examples else ""
+        typer.echo(
+            f"{finding.label:<9} {finding.check.name}: {finding.total}{examples}"
+            f" - {finding.check.description}"
+        )
+    typer.echo(f"doctor: {report.violations} violation(s)")
+    raise typer.Exit(1 if report.violations else 0)
 
 
 @app.command()
@@ -195,8 +280,16 @@ def demo(
     serve_after: bool = typer.Option(True, "--serve/--no-serve", help="Keep serving"),
     data_dir: Path = typer.Option(Path(".pgdata"), help="Embedded PostgreSQL data directory"),
 ) -> None:
-    """Offline end-to-end run of both services on sample notes (see README)."""
-    from demo.run import run_demo
+    """Offline end-to-end run of both services on sample notes (see README). Development only:
+    needs a source checkout installed with the ``local`` extra (``make run``); exits 2 without."""
+    from app.embedded_postgres import MISSING_EXTRA, EmbeddedPostgresUnavailable
+
+    try:
+        from demo.run import run_demo
+    except ImportError:
+        # The production image carries neither the demo package nor pgserver.
+        typer.echo(f"demo unavailable: {MISSING_EXTRA}, from a source checkout", err=True)
+        raise typer.Exit(2) from None
 
     _configure_logging("WARNING")
     try:
@@ -205,6 +298,9 @@ def demo(
         )
     except KeyboardInterrupt:
         code = 0
+    except EmbeddedPostgresUnavailable as exc:
+        typer.echo(f"demo unavailable: {exc}", err=True)
+        code = 2
     raise typer.Exit(code)
 
 

@@ -53,18 +53,26 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         async with AsyncExitStack() as stack:
             _warn_about_a_small_pool(settings)
-            engine = create_engine(settings.database_url, pool_size=settings.pool_size)
+            engine = create_engine(
+                settings.database_url,
+                pool_size=settings.pool_size,
+                transaction_pooling=settings.database_transaction_pooling,
+            )
             stack.push_async_callback(engine.dispose)
             # Readiness has its own connection: a busy or exhausted worker pool must not make
             # /readyz wait.
             probe_engine = create_engine(
-                settings.database_url, pool_size=1, with_vector_codec=False
+                settings.database_url,
+                pool_size=1,
+                with_vector_codec=False,
+                transaction_pooling=settings.database_transaction_pooling,
             )
             stack.push_async_callback(probe_engine.dispose)
             embedder = build_embedding_provider(settings)
             stack.push_async_callback(embedder.aclose)
             judge = build_judge(settings)
             stack.push_async_callback(judge.aclose)
+            # A column of another width would fail every save; refuse before serving (§5).
             await check_vector_columns(engine, settings.vector_dimension)
             presets = PresetCache(engine, settings.embedding_profile)
             await presets.reload()

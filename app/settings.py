@@ -137,6 +137,10 @@ class Settings(BaseSettings):
     database_pool_size: int | None = Field(
         default=None, ge=1, description="Default: WORKER_CONCURRENCY + SEARCH_CONNECTIONS"
     )
+    database_transaction_pooling: bool = Field(
+        default=False,
+        description="A transaction pooler (PgBouncer pool_mode=transaction) sits in between",
+    )
     max_request_bytes: int = Field(
         default=65536, ge=1024, le=16 * 1024 * 1024, description="Larger bodies answer 413"
     )
@@ -344,13 +348,15 @@ def check_database_url(value: str) -> str:
 
 
 class MigrationSettings(BaseSettings):
-    """Only ``PINLOG_DATABASE_URL``, validated like ``Settings`` (``db upgrade``)."""
+    """Only ``PINLOG_DATABASE_URL`` (validated like ``Settings``) and the pooler switch
+    (``db upgrade``)."""
 
     model_config = SettingsConfigDict(
         env_prefix="PINLOG_", extra="ignore", frozen=True, hide_input_in_errors=True
     )
 
     database_url: str
+    database_transaction_pooling: bool = False
 
     @field_validator("database_url", mode="before")
     @classmethod
@@ -376,6 +382,7 @@ class DatabaseSettings(BaseSettings):
 
     database_url: str | None = None
     internal_secret: SecretStr | None = None
+    database_transaction_pooling: bool = False
 
 
 def describe_errors(error: ValidationError) -> list[str]:

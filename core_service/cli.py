@@ -72,10 +72,12 @@ def db_upgrade() -> None:
     from core_service.settings import CoreDatabaseSettings
 
     _configure_logging()
-    url = _load(CoreDatabaseSettings).database_url
+    database = _load(CoreDatabaseSettings)
 
     async def run() -> list[str]:
-        engine = create_engine(url)
+        engine = create_engine(
+            database.database_url, transaction_pooling=database.database_transaction_pooling
+        )
         try:
             return await pinlog_schema.upgrade(engine, scope=pinlog_schema.Scope.ALL)
         finally:
@@ -131,7 +133,11 @@ def rescan(once: bool = typer.Option(False, "--once", help="One finalize + resca
     settings = _load(CoreSettings)
 
     async def run():
-        engine = create_engine(settings.database_url, pool_size=2)
+        engine = create_engine(
+            settings.database_url,
+            pool_size=2,
+            transaction_pooling=settings.database_transaction_pooling,
+        )
         endpoints = build_worker_endpoints(settings)
         try:
             metrics = CoreMetrics()
@@ -162,7 +168,11 @@ def token(member: int = typer.Option(..., "--member", min=1, help="Member id")) 
     settings = _load(TokenSettings)
 
     async def run() -> MemberState:
-        engine = create_engine(settings.database_url, pool_size=1)
+        engine = create_engine(
+            settings.database_url,
+            pool_size=1,
+            transaction_pooling=settings.database_transaction_pooling,
+        )
         try:
             async with transaction(engine) as conn:
                 return await member_repository.ensure(conn, member)

@@ -79,7 +79,11 @@ def create_app(settings: CoreSettings | None = None, *, run_rescan_loop: bool = 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         async with AsyncExitStack() as stack:
-            engine = create_engine(settings.database_url, pool_size=settings.database_pool_size)
+            engine = create_engine(
+                settings.database_url,
+                pool_size=settings.database_pool_size,
+                transaction_pooling=settings.database_transaction_pooling,
+            )
             stack.push_async_callback(engine.dispose)
             endpoints = build_worker_endpoints(settings)
             stack.push_async_callback(endpoints.aclose)

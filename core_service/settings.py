@@ -47,6 +47,10 @@ class CoreSettings(BaseSettings):
         default=7 * 24 * 3600, ge=60, description="Lifetime of tokens made by `token`"
     )
     database_pool_size: int = Field(default=10, ge=1, le=200)
+    database_transaction_pooling: bool = Field(
+        default=False,
+        description="A transaction pooler (PgBouncer pool_mode=transaction) sits in between",
+    )
     dispatch_connect_timeout_seconds: float = Field(default=1.0, gt=0, le=30)
     dispatch_read_timeout_seconds: float = Field(default=3.0, gt=0, le=60)
 
@@ -98,6 +102,7 @@ class CoreDatabaseSettings(BaseSettings):
     )
 
     database_url: str
+    database_transaction_pooling: bool = False
 
 
 class TokenSettings(BaseSettings):
@@ -108,6 +113,7 @@ class TokenSettings(BaseSettings):
     )
 
     database_url: str
+    database_transaction_pooling: bool = False
     jwt_secret: SecretStr = Field(min_length=32)
     token_ttl_seconds: int = Field(default=7 * 24 * 3600, ge=60)
 

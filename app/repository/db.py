@@ -19,7 +19,8 @@ from sqlalchemy import event, text
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
-from app.errors import DatabaseLockTimeout, DatabaseUnavailable
+from app.errors import ConfigurationError, DatabaseLockTimeout, DatabaseUnavailable
+from pinlog_schema import connection
 
 # SQLSTATEs that mean "try again later": connection exceptions (08), serialization failure,
 # deadlock, lock not available, statement timeout / cancel, server shutdown, resources (53).
@@ -28,11 +29,17 @@ _LOCK_NOT_AVAILABLE = "55P03"
 
 
 def create_engine(
-    database_url: str, *, pool_size: int = 10, with_vector_codec: bool = True
+    database_url: str,
+    *,
+    pool_size: int = 10,
+    with_vector_codec: bool = True,
+    transaction_pooling: bool = False,
 ) -> AsyncEngine:
     """Build the async engine for a ``postgresql+asyncpg://`` URL.
 
     ``with_vector_codec=False`` is for migrations, which run before the extension exists.
+    ``transaction_pooling`` is for PgBouncer in transaction mode (``pinlog_schema.connection``).
+    Connecting raises ``ConfigurationError`` when the ``vector`` type is not on the search path.
     """
     engine = create_async_engine(
         database_url,
@@ -42,15 +49,41 @@ def create_engine(
         pool_timeout=30,
         # Parameters carry vectors and model output: never into exception text or logs (§6).
         hide_parameters=True,
-        connect_args={"server_settings": SESSION_SETTINGS, "timeout": CONNECT_TIMEOUT_SECONDS},
+        connect_args={
+            **connection.connect_args(SESSION_SETTINGS, transaction_pooling=transaction_pooling),
+            "timeout": CONNECT_TIMEOUT_SECONDS,
+        },
     )
+    if transaction_pooling:
+        connection.apply_per_transaction(engine, SESSION_SETTINGS)
     if with_vector_codec:
 
         @event.listens_for(engine.sync_engine, "connect")
         def _register_vector(dbapi_connection, _connection_record) -> None:
-            dbapi_connection.run_async(register_vector)
+            dbapi_connection.run_async(_register_vector_codec)
 
     return engine
+
+
+async def _register_vector_codec(driver_connection) -> None:
+    # Managed PostgreSQL often installs extensions in their own schema: find the type the
+    # way the SQL does, through the search path, instead of assuming ``public``.
+    schema = await driver_connection.fetchval(VECTOR_TYPE_SCHEMA)
+    if schema is None:
+        raise ConfigurationError(VECTOR_TYPE_MISSING)
+    await register_vector(driver_connection, schema=schema)
+
+
+# The schema holding the ``vector`` type the search path resolves (NULL: none visible).
+VECTOR_TYPE_SCHEMA = (
+    "SELECT n.nspname FROM pg_catalog.pg_type t "
+    "JOIN pg_catalog.pg_namespace n ON n.oid = t.typnamespace "
+    "WHERE t.oid = pg_catalog.to_regtype('vector')"
+)
+VECTOR_TYPE_MISSING = (
+    "the pgvector type 'vector' is not on the database search path: install the extension "
+    "(CREATE EXTENSION vector) or add its schema to the role's search_path"
+)
 
 
 # A row lock held elsewhere (a core-side transaction, an operator's session) must not stall a
@@ -125,11 +158,30 @@ async def transaction(engine: AsyncEngine) -> AsyncIterator[AsyncConnection]:
 async def autocommit(engine: AsyncEngine) -> AsyncIterator[AsyncConnection]:
     """A connection whose every statement commits on its own (claims, plain reads).
 
-    Nothing stays ``idle in transaction`` between statements (FC-03).
+    Nothing stays ``idle in transaction`` between statements (FC-03). Through a transaction
+    pooler the block is one short explicit transaction instead: only SQL runs inside these
+    blocks, and outside a transaction the pooler could split a statement's prepare and
+    execute across server connections (``pinlog_schema.connection``).
     """
+    if connection.uses_transaction_pooling(engine):
+        async with transaction(engine) as conn:
+            yield conn
+        return
     async with _translated(), engine.connect() as conn:
         conn = await conn.execution_options(isolation_level="AUTOCOMMIT")
         yield conn
+
+
+@asynccontextmanager
+async def read_only_snapshot(engine: AsyncEngine) -> AsyncIterator[AsyncConnection]:
+    """One read-only ``REPEATABLE READ`` transaction: every statement sees the same snapshot
+    and none can write (operators' reports). Raises ``TransientError`` like ``transaction``."""
+    async with _translated(), engine.connect() as conn:
+        conn = await conn.execution_options(
+            isolation_level="REPEATABLE READ", postgresql_readonly=True
+        )
+        async with conn.begin():
+            yield conn
 
 
 async def ping(engine: AsyncEngine) -> bool:

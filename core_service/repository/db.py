@@ -15,6 +15,7 @@ from sqlalchemy import exc as sa_exc
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
 from core_service.errors import UnavailableError
+from pinlog_schema import connection
 
 SESSION_SETTINGS = {
     "lock_timeout": "5s",
@@ -27,18 +28,27 @@ SESSION_SETTINGS = {
 _RETRYABLE_SQLSTATES = ("08", "40001", "40P01", "55P03", "57014", "57P0", "53")
 
 
-def create_engine(database_url: str, *, pool_size: int = 10) -> AsyncEngine:
+def create_engine(
+    database_url: str, *, pool_size: int = 10, transaction_pooling: bool = False
+) -> AsyncEngine:
     """The async engine for a ``postgresql+asyncpg://`` URL; SQL parameters (note bodies)
-    never appear in exception text."""
-    return create_async_engine(
+    never appear in exception text. ``transaction_pooling`` is for PgBouncer in transaction
+    mode: no startup parameters but ``application_name``, timeouts by ``SET LOCAL`` per
+    transaction, no prepared-statement reuse (``pinlog_schema.connection``)."""
+    engine = create_async_engine(
         database_url,
         pool_size=pool_size,
         max_overflow=0,
         pool_pre_ping=True,
         pool_timeout=10,
         hide_parameters=True,
-        connect_args={"server_settings": SESSION_SETTINGS},
+        connect_args=connection.connect_args(
+            SESSION_SETTINGS, transaction_pooling=transaction_pooling
+        ),
     )
+    if transaction_pooling:
+        connection.apply_per_transaction(engine, SESSION_SETTINGS)
+    return engine
 
 
 def is_retryable(exc: BaseException) -> bool:
@@ -72,7 +82,12 @@ async def transaction(engine: AsyncEngine) -> AsyncIterator[AsyncConnection]:
 
 @asynccontextmanager
 async def read_only(engine: AsyncEngine) -> AsyncIterator[AsyncConnection]:
-    """A connection for plain reads, each statement committing on its own."""
+    """A connection for plain reads, each statement committing on its own (through a
+    transaction pooler: one short read transaction, see ``pinlog_schema.connection``)."""
+    if connection.uses_transaction_pooling(engine):
+        async with transaction(engine) as conn:
+            yield conn
+        return
     try:
         async with engine.connect() as conn:
             conn = await conn.execution_options(isolation_level="AUTOCOMMIT")

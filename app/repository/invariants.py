@@ -1,0 +1,125 @@
+"""Read-only checks of the ``ai`` schema against the contract's invariants (``pinlog-ai doctor``).
+
+Every check is one statement returning up to ``:examples`` rows of ``(example, total)``:
+``example`` names one offending row (a context id, a preset id, a column) and ``total`` is the
+number of offending rows overall (a window count taken before the LIMIT). The worker reads
+``ai.*`` and the system catalogs only, never ``core.*`` (§0, §8).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sqlalchemy import TextClause, text
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+# Embeddings of CANCELLED contexts still visible to search: the core's delete sets is_deleted
+# in the same transaction as CANCELLED (§9), so this never happens legally.
+CANCELLED_EMBEDDING_NOT_DELETED = text(
+    """
+    SELECT e.context_id::text AS example, count(*) OVER () AS total
+    FROM ai.context_embedding e JOIN ai.context_ai_state s ON s.context_id = e.context_id
+    WHERE s.embedding_status = 'CANCELLED' AND NOT e.is_deleted
+    ORDER BY e.context_id LIMIT :examples
+    """
+)
+
+# A COMPLETED embedding stage whose vector is missing: the save writes both in one
+# transaction (§3 step 2).
+COMPLETED_EMBEDDING_WITHOUT_ROW = text(
+    """
+    SELECT s.context_id::text AS example, count(*) OVER () AS total
+    FROM ai.context_ai_state s
+    WHERE s.embedding_status = 'COMPLETED'
+      AND NOT EXISTS (SELECT 1 FROM ai.context_embedding e WHERE e.context_id = s.context_id)
+    ORDER BY s.context_id LIMIT :examples
+    """
+)
+
+# Keyword stage COMPLETED without a COMPLETED embedding stage: its claim and its save both
+# require embedding_status = 'COMPLETED' (§2).
+KEYWORD_COMPLETED_BEFORE_EMBEDDING = text(
+    """
+    SELECT context_id::text AS example, count(*) OVER () AS total
+    FROM ai.context_ai_state
+    WHERE keyword_status = 'COMPLETED' AND embedding_status <> 'COMPLETED'
+    ORDER BY context_id LIMIT :examples
+    """
+)
+
+# PROCESSING past the expiry with the retry budget spent: only the core's finalizer moves
+# these to FAILED (§9 step 1), so it is not running.
+STALE_PROCESSING_EXHAUSTED = text(
+    """
+    SELECT context_id::text AS example, count(*) OVER () AS total
+    FROM ai.context_ai_state
+    WHERE retry_count >= :max_retry
+      AND 'PROCESSING' IN (embedding_status, keyword_status)
+      AND updated_at < now() - make_interval(secs => :expiry_seconds)
+    ORDER BY context_id LIMIT :examples
+    """
+)
+
+# Presets whose vector cannot be compared by cosine: zero norm, or another dimension.
+BROKEN_PRESET_VECTORS = text(
+    """
+    SELECT id::text AS example, count(*) OVER () AS total
+    FROM ai.keyword_preset
+    WHERE vector_dims(embedding) <> :dimension OR vector_norm(embedding) = 0
+    ORDER BY id LIMIT :examples
+    """
+)
+
+# The ai vector columns whose declared dimension (the type modifier) is not the configured one.
+VECTOR_COLUMNS_OF_OTHER_DIMENSION = text(
+    """
+    SELECT format('ai.%s.%s is %s', c.relname, a.attname,
+                  format_type(a.atttypid, a.atttypmod)) AS example,
+           count(*) OVER () AS total
+    FROM pg_catalog.pg_attribute a
+    JOIN pg_catalog.pg_class c ON c.oid = a.attrelid
+    JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+    WHERE n.nspname = 'ai' AND c.relname IN ('context_embedding', 'keyword_preset')
+      AND a.attname = 'embedding' AND NOT a.attisdropped AND a.atttypmod <> :dimension
+    ORDER BY c.relname LIMIT :examples
+    """
+)
+
+# Legal: keyword rows of a context whose keyword stage is not COMPLETED (an operational
+# COMPLETED -> PENDING reset leaves them until the next save replaces them, §0; readers
+# join the state, §9).
+KEYWORDS_OF_UNFINISHED_STAGE = text(
+    """
+    SELECT k.context_id::text AS example, count(*) OVER () AS total
+    FROM (SELECT DISTINCT context_id FROM ai.context_keyword) k
+    LEFT JOIN ai.context_ai_state s ON s.context_id = k.context_id
+    WHERE s.keyword_status IS DISTINCT FROM 'COMPLETED'
+    ORDER BY k.context_id LIMIT :examples
+    """
+)
+
+# Legal: vectors of another profile than the current one; never reused (§5).
+EMBEDDINGS_OF_OTHER_PROFILE = text(
+    """
+    SELECT context_id::text AS example, count(*) OVER () AS total
+    FROM ai.context_embedding
+    WHERE embedding_profile <> :profile
+    ORDER BY context_id LIMIT :examples
+    """
+)
+
+
+@dataclass(frozen=True, slots=True)
+class CheckResult:
+    """``total`` offending rows; ``examples`` names at most the requested number of them."""
+
+    total: int
+    examples: tuple[str, ...]
+
+
+async def run_check(
+    conn: AsyncConnection, statement: TextClause, *, examples: int, **params: object
+) -> CheckResult:
+    """Run one check statement of this module; no rows means nothing offends."""
+    rows = (await conn.execute(statement, {"examples": examples, **params})).all()
+    return CheckResult(rows[0].total if rows else 0, tuple(row.example for row in rows))
