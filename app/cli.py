@@ -25,14 +25,25 @@ presets_app = typer.Typer(no_args_is_help=True, help="Keyword presets.")
 app.add_typer(db_app, name="db")
 app.add_typer(presets_app, name="presets")
 
-LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
+def _configure_logging(*, demo: bool = False) -> None:
+    """JSON lines or text per ``PINLOG_LOG_FORMAT`` / ``PINLOG_LOG_LEVEL``; the demo prints
+    readable text at WARNING so its table stays legible. A bad value falls back to text."""
+    from pydantic import ValidationError
 
-def _configure_logging(level: str = "INFO") -> None:
-    logging.basicConfig(level=level, format=LOG_FORMAT)
-    # Request URLs of provider calls are ours to log, not the HTTP client's.
-    for name in ("httpx", "httpx2", "openai"):
-        logging.getLogger(name).setLevel(logging.WARNING)
+    import pinlog_logging
+    from app.settings import LoggingSettings
+
+    if demo:
+        pinlog_logging.configure("text", "WARNING")
+        return
+    try:
+        chosen = LoggingSettings()
+    except ValidationError:
+        pinlog_logging.configure("text")
+        logging.getLogger(__name__).warning("PINLOG_LOG_FORMAT or PINLOG_LOG_LEVEL is invalid")
+        return
+    pinlog_logging.configure(chosen.log_format, chosen.log_level)
 
 
 def _exit(code: int, lines: list[str]) -> NoReturn:
@@ -291,7 +302,7 @@ def demo(
         typer.echo(f"demo unavailable: {MISSING_EXTRA}, from a source checkout", err=True)
         raise typer.Exit(2) from None
 
-    _configure_logging("WARNING")
+    _configure_logging(demo=True)
     try:
         code = asyncio.run(
             run_demo(port=port, core_port=core_port, serve=serve_after, data_dir=data_dir.resolve())

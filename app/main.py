@@ -129,7 +129,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             )
             yield
 
-    app = FastAPI(title="PinLog AI worker", lifespan=lifespan)
+    # No /docs, /redoc or /openapi.json: an internal service has no public schema, and the docs
+    # pages load their assets from a CDN (blank offline).
+    app = FastAPI(
+        title="PinLog AI worker", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None
+    )
     app.include_router(router)
     app.add_exception_handler(RequestValidationError, _validation_error)
     for error_class, status in _ERROR_STATUSES.items():

@@ -347,6 +347,16 @@ def check_database_url(value: str) -> str:
     return value
 
 
+class LoggingSettings(BaseSettings):
+    """How every ``pinlog-ai`` command logs: ``json`` (one object per line, the default for
+    deployments) or ``text`` (one readable line)."""
+
+    model_config = SettingsConfigDict(env_prefix="PINLOG_", extra="ignore", frozen=True)
+
+    log_format: Literal["json", "text"] = "json"
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+
+
 class MigrationSettings(BaseSettings):
     """Only ``PINLOG_DATABASE_URL`` (validated like ``Settings``) and the pooler switch
     (``db upgrade``)."""

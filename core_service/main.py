@@ -117,7 +117,15 @@ def create_app(settings: CoreSettings | None = None, *, run_rescan_loop: bool = 
             )
             yield
 
-    app = FastAPI(title="PinLog core service", lifespan=lifespan, docs_url=None, redoc_url=None)
+    # No /docs, /redoc or /openapi.json: the schema is in docs/core-service.md, and the docs
+    # pages load their assets from a CDN (blank offline).
+    app = FastAPI(
+        title="PinLog core service",
+        lifespan=lifespan,
+        docs_url=None,
+        redoc_url=None,
+        openapi_url=None,
+    )
     app.state.metrics = metrics
     app.include_router(router)
     app.add_exception_handler(RequestValidationError, _validation_error)

@@ -19,6 +19,7 @@ from app.repository import context_ai_state
 from app.repository.db import autocommit
 from app.service import stage_failure
 from app.states import Stage
+from pinlog_logging import log_context
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -44,20 +45,21 @@ async def run_claimed(
     """
     deadline = failure_policy.stage_deadline_seconds(expiry_seconds)
     scope = asyncio.timeout(deadline)
-    try:
-        async with scope:
-            if not await claim_stage(engine, stage, context_id, expiry_seconds=expiry_seconds):
-                return None
-            return await work()
-    except TimeoutError as exc:
-        error: Exception = exc
-        if scope.expired():
-            error = StageDeadlineExceeded(f"stage deadline of {deadline:g} s exceeded")
-    except Exception as exc:
-        error = exc
-    # Outside the deadline: marking FAILED must not be cut short by it.
-    await stage_failure.settle(engine, stage, context_id, error)
-    return None
+    with log_context(stage=stage.label):
+        try:
+            async with scope:
+                if not await claim_stage(engine, stage, context_id, expiry_seconds=expiry_seconds):
+                    return None
+                return await work()
+        except TimeoutError as exc:
+            error: Exception = exc
+            if scope.expired():
+                error = StageDeadlineExceeded(f"stage deadline of {deadline:g} s exceeded")
+        except Exception as exc:
+            error = exc
+        # Outside the deadline: marking FAILED must not be cut short by it.
+        await stage_failure.settle(engine, stage, context_id, error)
+        return None
 
 
 async def claim_stage(

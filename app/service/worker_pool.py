@@ -14,6 +14,7 @@ from collections.abc import Awaitable, Callable
 
 from app.errors import TransientError
 from app.service.requests import ProcessRequest
+from pinlog_logging import log_context
 
 logger = logging.getLogger(__name__)
 
@@ -91,7 +92,8 @@ class WorkerPool:
             request = await self._queue.get()
             self._in_flight[current] = request.context_id
             try:
-                await self._handler(request)
+                with log_context(context_id=request.context_id):
+                    await self._handler(request)
             except TransientError as exc:
                 logger.warning(
                     "context not processed, left for the rescan: context_id=%d cause=%s",
