@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: venv run test lint format bench eval clean lock
+.PHONY: venv run test lint format bench eval docs clean lock
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -33,6 +33,10 @@ bench: venv
 
 eval: venv
 	$(BIN)/python -m bench.keyword_quality
+
+# Regenerate docs/configuration.md from the settings classes.
+docs: venv
+	$(BIN)/python docs/render_configuration.py
 
 clean:
 	rm -rf $(VENV) .pgdata .pytest_cache .ruff_cache

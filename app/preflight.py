@@ -18,11 +18,18 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app import exit_codes
 from app.errors import ConfigurationError, DatabaseUnavailable, WorkerError
-from app.repository.db import CONNECT_TIMEOUT_SECONDS, PING, autocommit, sqlstate
+from app.repository.db import (
+    CONNECT_TIMEOUT_SECONDS,
+    PING,
+    VECTOR_TYPE_MISSING,
+    autocommit,
+    sqlstate,
+)
 
-# The extension and the table every command after ``db upgrade`` needs (NULL when absent).
+# The table and the extension's type every command after ``db upgrade`` needs.
 SCHEMA_PRESENT = text(
-    "SELECT to_regtype('vector') IS NOT NULL AND to_regclass('ai.keyword_preset') IS NOT NULL"
+    "SELECT to_regclass('ai.keyword_preset') IS NOT NULL AS tables, "
+    "to_regtype('vector') IS NOT NULL AS vector_type"
 )
 _NO_SCHEMA = "database schema is missing: run `pinlog-ai db upgrade`"
 
@@ -52,8 +59,14 @@ async def check_database(engine: AsyncEngine, *, schema: bool = False) -> None:
     not register the vector codec, which fails on a database without the extension."""
     async with asyncio.timeout(CONNECT_TIMEOUT_SECONDS + 2), autocommit(engine) as conn:
         await conn.execute(PING)
-        if schema and not (await conn.execute(SCHEMA_PRESENT)).scalar_one():
+        if not schema:
+            return
+        present = (await conn.execute(SCHEMA_PRESENT)).one()
+        if not present.tables:
             raise ConfigurationError(_NO_SCHEMA)
+        if not present.vector_type:
+            # Migrated, but the extension's schema is not on this role's search path.
+            raise ConfigurationError(VECTOR_TYPE_MISSING)
 
 
 def classify(exc: BaseException) -> StartupProblem | None:

@@ -91,13 +91,29 @@ class Settings(BaseSettings):
         default=False, description="Select the offline embedder and judge (OFFLINE_DEFAULTS)"
     )
 
-    embedding_provider: Literal["openai", "hashing", "use-multilingual"] = "openai"
-    embedding_base_url: str = "https://api.openai.com/v1"
-    embedding_api_key: SecretStr | None = None
-    embedding_model: str = "text-embedding-3-small"
-    embedding_dimension: int = Field(default=1536, ge=1, le=16000)
-    embedding_distance: Literal["cosine"] = "cosine"
-    embedding_profile: str = Field(default=PRODUCTION_PROFILE, max_length=100)
+    embedding_provider: Literal["openai", "hashing", "use-multilingual"] = Field(
+        default="openai", description="Who computes vectors: an OpenAI-compatible server or offline"
+    )
+    embedding_base_url: str = Field(
+        default="https://api.openai.com/v1", description="OpenAI-compatible embeddings endpoint"
+    )
+    embedding_api_key: SecretStr | None = Field(
+        default=None, description="Required for the openai provider; never logged"
+    )
+    embedding_model: str = Field(
+        default="text-embedding-3-small", description="Model name; the profile must name it"
+    )
+    embedding_dimension: int = Field(
+        default=1536, ge=1, le=16000, description="The model's vector length (§5)"
+    )
+    embedding_distance: Literal["cosine"] = Field(
+        default="cosine", description="Distance of the profile (§5)"
+    )
+    embedding_profile: str = Field(
+        default=PRODUCTION_PROFILE,
+        max_length=100,
+        description="<model>-<dimension>-<distance>-v<n>; bump on any vector-space change (§5)",
+    )
     vector_dimension: int = Field(
         default=1536,
         ge=1,
@@ -108,10 +124,16 @@ class Settings(BaseSettings):
         default=6000, ge=1, description="Longer normalised text is a permanent input error"
     )
 
-    judge_provider: Literal["openai", "similarity", "learned"] = "openai"
-    judge_base_url: str = "https://api.openai.com/v1"
-    judge_api_key: SecretStr | None = None
-    judge_model: str = "gpt-4o-mini"
+    judge_provider: Literal["openai", "similarity", "learned"] = Field(
+        default="openai", description="Who chooses keywords among the candidates (§4)"
+    )
+    judge_base_url: str = Field(
+        default="https://api.openai.com/v1", description="OpenAI-compatible chat endpoint"
+    )
+    judge_api_key: SecretStr | None = Field(
+        default=None, description="Required for the openai judge; never logged"
+    )
+    judge_model: str = Field(default="gpt-4o-mini", description="Chat model of the judge")
     judge_similarity_threshold: float = Field(
         default=0.3,
         ge=-1.0,
@@ -119,21 +141,37 @@ class Settings(BaseSettings):
         description="Similarity judge, and the learned judge's rule for untrained presets",
     )
 
-    provider_timeout_seconds: float = Field(default=30.0, gt=0)
-    provider_max_retries: int = Field(default=2, ge=0, le=5)
+    provider_timeout_seconds: float = Field(
+        default=30.0, gt=0, description="Per attempt of one provider call"
+    )
+    provider_max_retries: int = Field(
+        default=2, ge=0, le=5, description="Short retries inside one call (§6); x timeout < expiry"
+    )
 
     breaker_threshold: int = Field(
         default=5, ge=1, description="Consecutive provider-wide refusals that open it"
     )
-    breaker_cooldown_seconds: float = Field(default=60.0, ge=0)
+    breaker_cooldown_seconds: float = Field(
+        default=60.0, ge=0, description="Open breaker's wait before one probe call (§6)"
+    )
 
-    processing_expiry_seconds: int = Field(default=600, ge=1)
-    keyword_top_k: int = Field(default=10, ge=1, le=100)
-    keyword_similarity_floor: float = Field(default=0.2, ge=-1.0, le=1.0)
+    processing_expiry_seconds: int = Field(
+        default=600, ge=1, description="A PROCESSING stage older than this may be reclaimed (§2)"
+    )
+    keyword_top_k: int = Field(default=10, ge=1, le=100, description="Candidates per judgment")
+    keyword_similarity_floor: float = Field(
+        default=0.2, ge=-1.0, le=1.0, description="Minimum cosine of a candidate (§4)"
+    )
 
-    worker_concurrency: int = Field(default=4, ge=1, le=256)
-    queue_capacity: int = Field(default=1000, ge=1)
-    shutdown_grace_seconds: float = Field(default=10.0, ge=0)
+    worker_concurrency: int = Field(
+        default=4, ge=1, le=256, description="Contexts processed at once by one process"
+    )
+    queue_capacity: int = Field(
+        default=1000, ge=1, description="Accepted requests waiting; beyond it 503 + Retry-After"
+    )
+    shutdown_grace_seconds: float = Field(
+        default=10.0, ge=0, description="Running work's time to finish on SIGTERM"
+    )
     database_pool_size: int | None = Field(
         default=None, ge=1, description="Default: WORKER_CONCURRENCY + SEARCH_CONNECTIONS"
     )
@@ -353,8 +391,12 @@ class LoggingSettings(BaseSettings):
 
     model_config = SettingsConfigDict(env_prefix="PINLOG_", extra="ignore", frozen=True)
 
-    log_format: Literal["json", "text"] = "json"
-    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+    log_format: Literal["json", "text"] = Field(
+        default="json", description="One JSON object per line, or readable text"
+    )
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field(
+        default="INFO", description="Lowest level written"
+    )
 
 
 class MigrationSettings(BaseSettings):

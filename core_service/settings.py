@@ -46,13 +46,19 @@ class CoreSettings(BaseSettings):
     token_ttl_seconds: int = Field(
         default=7 * 24 * 3600, ge=60, description="Lifetime of tokens made by `token`"
     )
-    database_pool_size: int = Field(default=10, ge=1, le=200)
+    database_pool_size: int = Field(
+        default=10, ge=1, le=200, description="Connections of one core process"
+    )
     database_transaction_pooling: bool = Field(
         default=False,
         description="A transaction pooler (PgBouncer pool_mode=transaction) sits in between",
     )
-    dispatch_connect_timeout_seconds: float = Field(default=1.0, gt=0, le=30)
-    dispatch_read_timeout_seconds: float = Field(default=3.0, gt=0, le=60)
+    dispatch_connect_timeout_seconds: float = Field(
+        default=1.0, gt=0, le=30, description="Connect timeout of a dispatch to the worker"
+    )
+    dispatch_read_timeout_seconds: float = Field(
+        default=3.0, gt=0, le=60, description="Read timeout of a dispatch to the worker"
+    )
 
     # Field validators, not one model validator: every problem is reported at once.
     @field_validator("database_url")
@@ -90,8 +96,12 @@ class LoggingSettings(BaseSettings):
 
     model_config = SettingsConfigDict(env_prefix="PINLOG_CORE_", extra="ignore", frozen=True)
 
-    log_format: Literal["json", "text"] = "json"
-    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+    log_format: Literal["json", "text"] = Field(
+        default="json", description="One JSON object per line, or readable text"
+    )
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field(
+        default="INFO", description="Lowest level written"
+    )
 
 
 class CoreDatabaseSettings(BaseSettings):

@@ -6,6 +6,8 @@ The worker finds the ``vector`` type through the search path, as the SQL does; w
 
 from __future__ import annotations
 
+import asyncio
+
 import numpy as np
 import pytest
 from sqlalchemy import text
@@ -66,7 +68,21 @@ async def test_no_visible_vector_type_fails_with_one_line(empty_database: str) -
         await engine.dispose()
 
 
-def test_presets_load_refuses_with_one_line(empty_database: str, monkeypatch) -> None:
+async def test_presets_load_refuses_with_one_line(empty_database: str, monkeypatch) -> None:
+    """Migrated with the extension in ``extensions``, then the search path loses it."""
+    database = empty_database.rsplit("/", 1)[1].split("?")[0]
+    await _admin(
+        empty_database,
+        "CREATE SCHEMA extensions",
+        "CREATE EXTENSION vector SCHEMA extensions",
+        f'ALTER DATABASE "{database}" SET search_path = "$user", public, extensions',
+    )
+    migrations = create_engine(empty_database, with_vector_codec=False)
+    try:
+        await pinlog_schema.upgrade(migrations)
+    finally:
+        await migrations.dispose()
+    await _admin(empty_database, f'ALTER DATABASE "{database}" SET search_path = "$user", public')
     for name, value in {
         "PINLOG_DATABASE_URL": empty_database,
         "PINLOG_INTERNAL_SECRET": "x" * 32,
@@ -76,6 +92,6 @@ def test_presets_load_refuses_with_one_line(empty_database: str, monkeypatch) ->
         "PINLOG_JUDGE_PROVIDER": "similarity",
     }.items():
         monkeypatch.setenv(name, value)
-    result = CliRunner().invoke(ai_cli, ["presets", "load"])
-    assert result.exit_code == 2
-    assert result.output.strip().splitlines() == [f"configuration error: {VECTOR_TYPE_MISSING}"]
+    result = await asyncio.to_thread(CliRunner().invoke, ai_cli, ["presets", "load"])
+    assert result.exit_code == 4  # reachable, but not ready (app/exit_codes.py)
+    assert result.output.strip().splitlines() == [f"pinlog-ai: {VECTOR_TYPE_MISSING}"]

@@ -67,6 +67,7 @@ def test_the_three_groups_cover_every_setting():
         "database_url",
         "internal_secret",
         "offline",
+        "database_transaction_pooling",
         "embedding_provider",
         "embedding_base_url",
         "embedding_model",
