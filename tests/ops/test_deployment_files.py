@@ -137,8 +137,12 @@ def test_ports_agree_with_the_image() -> None:
     (published,) = COMPOSE["services"]["core"]["ports"]
     assert published.split(":")[-1] == exposed
     worker_url = COMPOSE["services"]["core"]["environment"]["PINLOG_CORE_WORKER_BASE_URL"]
-    assert worker_url == f"http://worker:{exposed}"
-    assert COMPOSE["services"]["worker"]["deploy"]["replicas"] == 2
+    workers = [name for name in COMPOSE["services"] if name.startswith("worker-")]
+    assert len(workers) == 2
+    assert worker_url == ",".join(f"http://{name}:{exposed}" for name in workers)
+    assert all(
+        COMPOSE["services"][name]["command"][:2] == ["pinlog-ai", "serve"] for name in workers
+    )
 
 
 def _routes(app) -> set[str]:
@@ -160,7 +164,7 @@ def test_healthcheck_endpoint_is_a_route_of_both_services() -> None:
     core = create_core_app(
         CoreSettings(
             database_url=url,
-            worker_base_url="http://worker:8000",
+            worker_base_url="http://worker-1:8000,http://worker-2:8000",
             internal_secret=SECRET,
             jwt_secret=SECRET,
             embedding_profile="p",
@@ -183,7 +187,7 @@ def test_image_is_non_root_multi_stage_and_installs_the_lock_file_only() -> None
     assert "demo" not in copied and "tests" not in copied
 
 
-@pytest.mark.parametrize("service", ["migrate", "worker", "core"])
+@pytest.mark.parametrize("service", ["migrate", "worker-1", "worker-2", "core"])
 def test_application_services_run_the_image(service: str) -> None:
     assert COMPOSE["services"][service]["image"] == "pinlog:latest"
     assert COMPOSE["services"][service]["build"] == "."
