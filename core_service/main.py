@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 
@@ -128,6 +129,21 @@ def create_app(settings: CoreSettings | None = None, *, run_rescan_loop: bool = 
     )
     app.state.metrics = metrics
     app.include_router(router)
+
+    @app.middleware("http")
+    async def time_requests(request: Request, call_next):
+        # Labelled by the route template (never the concrete ids) and the status class, so the
+        # series stay few.
+        started = time.perf_counter()
+        response = await call_next(request)
+        route = request.scope.get("route")
+        metrics.http_requests.labels(
+            getattr(route, "path", "unmatched"),
+            request.method,
+            f"{response.status_code // 100}xx",
+        ).observe(time.perf_counter() - started)
+        return response
+
     app.add_exception_handler(RequestValidationError, _validation_error)
     app.add_exception_handler(CoreError, _core_error)
 

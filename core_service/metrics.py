@@ -6,7 +6,7 @@ Labels never carry ids or text.
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter
+from prometheus_client import CollectorRegistry, Counter, Histogram
 
 
 class CoreMetrics:
@@ -29,6 +29,12 @@ class CoreMetrics:
         self.rescan_claims = Counter(
             "pinlog_core_rescan_claims_total",
             "Stale state rows claimed by the rescan (one retry spent each)",
+            registry=self.registry,
+        )
+        self.http_requests = Histogram(
+            "pinlog_core_http_request_seconds",
+            "Client API request latency in seconds, by route template, method and status class",
+            ["route", "method", "status"],
             registry=self.registry,
         )
         self.finalized = Counter(
