@@ -12,6 +12,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from tests.core.facts import count
+
 POLL_SECONDS = 0.1
 UNFINISHED = ("PENDING", "PROCESSING")
 
@@ -61,17 +63,6 @@ async def active_context_ids(engine: AsyncEngine, record_id: int) -> list[int]:
         return [row.id for row in rows]
 
 
-async def embedding_is_deleted(engine: AsyncEngine, context_id: int) -> bool | None:
-    """``ai.context_embedding.is_deleted`` of the context; ``None`` when no vector is stored."""
-    async with engine.connect() as conn:
-        return (
-            await conn.execute(
-                text("SELECT is_deleted FROM ai.context_embedding WHERE context_id = :id"),
-                {"id": context_id},
-            )
-        ).scalar_one_or_none()
-
-
 async def keyword_ids(engine: AsyncEngine, context_id: int) -> set[int]:
     """Keyword rows stored for the context, whatever its state (§9: they may remain)."""
     async with engine.connect() as conn:
@@ -80,12 +71,6 @@ async def keyword_ids(engine: AsyncEngine, context_id: int) -> set[int]:
             {"id": context_id},
         )
         return {row.keyword_id for row in rows}
-
-
-async def count(engine: AsyncEngine, sql: str, **params: object) -> int:
-    """``SELECT count(*) ...`` with a test's constant SQL."""
-    async with engine.connect() as conn:
-        return int((await conn.execute(text(sql), params)).scalar_one())
 
 
 async def wait_until(

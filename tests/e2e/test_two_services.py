@@ -9,13 +9,13 @@ import asyncio
 
 from sqlalchemy import text
 
+from tests.core.facts import embedding_deleted
 from tests.e2e.conftest import OTHER, CoreApi, Services
 from tests.e2e.observe import (
     StateRow,
     active_context_ids,
     context_deleted,
     count,
-    embedding_is_deleted,
     keyword_ids,
     metric,
     state,
@@ -87,10 +87,10 @@ async def test_1_edit_while_the_old_context_is_judged_cancels_it_and_discards_it
     # Old: soft-deleted, both CANCELLED, vector hidden. New: its own row, nothing inherited.
     assert await context_deleted(engine, old)
     assert await state(engine, old) == StateRow("CANCELLED", "CANCELLED", 0)
-    assert await embedding_is_deleted(engine, old) is True
+    assert await embedding_deleted(engine, old) is True
     new_state = await state(engine, new)
     assert (new_state.keyword, new_state.retry_count) == ("PENDING", 0)
-    assert await embedding_is_deleted(engine, new) is None
+    assert await embedding_deleted(engine, new) is None
     assert await keyword_ids(engine, new) == set()
     await wait_until(
         lambda: _grew(live, "keyword", "discarded", discarded), what="old result discarded"
@@ -99,7 +99,7 @@ async def test_1_edit_while_the_old_context_is_judged_cancels_it_and_discards_it
     release(new_embedding)
     await wait_finished(engine, [new])
     assert await state(engine, new) == StateRow("COMPLETED", "COMPLETED", 0)
-    assert await embedding_is_deleted(engine, new) is False
+    assert await embedding_deleted(engine, new) is False
     assert await active_context_ids(engine, record_id) == [new]
 
 
@@ -171,7 +171,7 @@ async def test_deleting_the_last_active_context_is_refused_and_changes_nothing(
     second = (await api.add(record_id, EDITED)).json()["contextId"]
     assert (await api.delete_context(first)).status_code == 204
     assert await state(engine, first) == StateRow("CANCELLED", "CANCELLED", 0)
-    assert await embedding_is_deleted(engine, first) is True
+    assert await embedding_deleted(engine, first) is True
     assert (await api.delete_context(second)).status_code == 409
     await wait_finished(engine, [second])
     read = await api.read(record_id)

@@ -13,11 +13,11 @@ import time
 
 import pytest
 
+from tests.core.facts import embedding_deleted
 from tests.e2e.conftest import CoreApi, Services
 from tests.e2e.observe import (
     StateRow,
     count,
-    embedding_is_deleted,
     metric,
     state,
     wait_finished,
@@ -68,7 +68,7 @@ async def test_16_retry_count_stops_at_three_then_the_finalizer_fails_only_the_o
 
     assert (counts.finalized, counts.claimed) == (1, 0)
     assert await state(engine, context_id) == StateRow("COMPLETED", "FAILED", 3)
-    assert await embedding_is_deleted(engine, context_id) is False  # the finished stage kept
+    assert await embedding_deleted(engine, context_id) is False  # the finished stage kept
     # Four dispatches in all: the create's (answered) and three rescans' (refused connection).
     assert await metric(live.core.base_url, DISPATCHES, origin="commit") == dispatched + 1
     assert fake_openai.judge_calls == 1
@@ -174,7 +174,7 @@ async def test_18_context_deleted_after_the_rescan_picked_it_stores_nothing(
     await wait_until(
         lambda: _outcomes(live, "embedding", "discarded", discarded + 1), what="result discarded"
     )
-    assert await embedding_is_deleted(engine, context_id) is None
+    assert await embedding_deleted(engine, context_id) is None
     assert await state(engine, context_id) == StateRow("CANCELLED", "CANCELLED", 1)
 
 

@@ -32,19 +32,26 @@ async def _admin(url: str, *statements: str) -> None:
         await engine.dispose()
 
 
-async def test_vector_in_another_schema_on_the_search_path(empty_database: str) -> None:
-    database = empty_database.rsplit("/", 1)[1].split("?")[0]
+async def _migrated_with_vector_in_extensions(url: str) -> str:
+    """Install pgvector in schema ``extensions`` (on the search path) and migrate; the
+    database's name."""
+    database = url.rsplit("/", 1)[1].split("?")[0]
     await _admin(
-        empty_database,
+        url,
         "CREATE SCHEMA extensions",
         "CREATE EXTENSION vector SCHEMA extensions",
         f'ALTER DATABASE "{database}" SET search_path = "$user", public, extensions',
     )
-    migrations = create_engine(empty_database, with_vector_codec=False)
+    migrations = create_engine(url, with_vector_codec=False)
     try:
         await pinlog_schema.upgrade(migrations)
     finally:
         await migrations.dispose()
+    return database
+
+
+async def test_vector_in_another_schema_on_the_search_path(empty_database: str) -> None:
+    await _migrated_with_vector_in_extensions(empty_database)
     engine = create_engine(empty_database)
     try:
         async with engine.connect() as conn:
@@ -70,18 +77,7 @@ async def test_no_visible_vector_type_fails_with_one_line(empty_database: str) -
 
 async def test_presets_load_refuses_with_one_line(empty_database: str, monkeypatch) -> None:
     """Migrated with the extension in ``extensions``, then the search path loses it."""
-    database = empty_database.rsplit("/", 1)[1].split("?")[0]
-    await _admin(
-        empty_database,
-        "CREATE SCHEMA extensions",
-        "CREATE EXTENSION vector SCHEMA extensions",
-        f'ALTER DATABASE "{database}" SET search_path = "$user", public, extensions',
-    )
-    migrations = create_engine(empty_database, with_vector_codec=False)
-    try:
-        await pinlog_schema.upgrade(migrations)
-    finally:
-        await migrations.dispose()
+    database = await _migrated_with_vector_in_extensions(empty_database)
     await _admin(empty_database, f'ALTER DATABASE "{database}" SET search_path = "$user", public')
     for name, value in {
         "PINLOG_DATABASE_URL": empty_database,
