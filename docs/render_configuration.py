@@ -78,7 +78,9 @@ def _rows(prefix: str, classes: tuple[type[BaseSettings], ...]) -> list[str]:
     rows = []
     for settings_class in classes:
         for name, field in settings_class.model_fields.items():
-            allowed = " ".join(part for part in (_choices(field.annotation), _limits(field)) if part)
+            allowed = " ".join(
+                part for part in (_choices(field.annotation), _limits(field)) if part
+            )
             rows.append(
                 f"| `{prefix}{name.upper()}` | {_default(field)} | {allowed} | "
                 f"{_escaped(field.description or '')} |"
@@ -90,7 +92,12 @@ def render() -> str:
     """The whole page, Markdown."""
     lines = [INTRODUCTION]
     for title, prefix, classes in SECTIONS:
-        lines += [f"## {title}", "", "| variable | default | allowed | meaning |", "|---|---|---|---|"]
+        lines += [
+            f"## {title}",
+            "",
+            "| variable | default | allowed | meaning |",
+            "|---|---|---|---|",
+        ]
         lines += _rows(prefix, classes)
         lines.append("")
     return "\n".join(lines)
