@@ -26,10 +26,10 @@ import uvicorn
 import yaml
 from sqlalchemy import text
 
+import pinlog_schema
 from app import embedded_postgres
 from app.main import create_app
 from app.providers.factory import build_embedding_provider
-from app.repository import migrations
 from app.repository.db import create_engine
 from app.service.preset_loader import load_presets, read_preset_file
 from app.settings import OFFLINE_EMBEDDING_MODEL, OFFLINE_PROFILE, DatabaseSettings, Settings
@@ -108,7 +108,7 @@ async def evaluate(settings: Settings, notes: list[dict]) -> Scores:
     """Run ``notes`` through a worker built from ``settings`` and score its keywords."""
     engine = create_engine(settings.database_url, with_vector_codec=False)
     try:
-        await migrations.upgrade(engine)
+        await pinlog_schema.upgrade(engine)
     finally:
         await engine.dispose()
     engine = create_engine(settings.database_url, pool_size=2)
