@@ -30,10 +30,10 @@ USE_EMBEDDING_MODEL = "use-multilingual-v3"
 USE_DIMENSION = 512
 USE_PROFILE = f"local-{USE_EMBEDDING_MODEL}-{USE_DIMENSION}-cosine-v1"
 # Revision of the shipped learned-judge artifact; the judge refuses an artifact of another one.
-LEARNED_JUDGE_REVISION = 1
+LEARNED_JUDGE_REVISION = 2
 
 # What PINLOG_OFFLINE=true selects; any value given explicitly (environment or keyword) wins.
-# The three thresholds were chosen on the development part of the keyword evaluation set by
+# The thresholds were chosen on the development part of the keyword evaluation set by
 # bench/train_judge.py; figures in app/providers/judge_model/ and docs/offline-encoder.md.
 OFFLINE_DEFAULTS: dict[str, Any] = {
     "embedding_provider": "use-multilingual",
