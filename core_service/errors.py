@@ -39,3 +39,8 @@ class UnavailableError(CoreError):
 
 class UpstreamError(CoreError):
     """The worker refused a request in a way retrying will not fix: HTTP 502."""
+
+
+class DatabaseFault(CoreError):
+    """A database error that retrying will not fix: a bug of ours, HTTP 500. Its message names
+    the SQLSTATE and constraint only: the driver's text can quote row values (a note)."""

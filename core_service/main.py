@@ -46,6 +46,9 @@ logger = logging.getLogger(__name__)
 # Seconds that in-flight after-commit dispatches get at shutdown; the rest are left to the rescan.
 DISPATCH_DRAIN_SECONDS = 2.0
 RETRY_AFTER_SECONDS = "5"
+_KNOWN_METHODS = frozenset({"GET", "POST", "PUT", "DELETE", "HEAD", "OPTIONS"})
+# Seconds the rescan loop gets to finish its pass at shutdown before it is cancelled.
+RESCAN_STOP_SECONDS = 2.0
 READINESS_TIMEOUT_SECONDS = 1.0
 
 
@@ -57,6 +60,11 @@ def build_worker_endpoints(settings: CoreSettings) -> WorkerEndpoints:
         connect_timeout_seconds=settings.dispatch_connect_timeout_seconds,
         read_timeout_seconds=settings.dispatch_read_timeout_seconds,
     )
+
+
+def attempt_deadline(settings: CoreSettings) -> float:
+    """Seconds one dispatch attempt may take in all: connect, send, and read the answer."""
+    return settings.dispatch_connect_timeout_seconds + settings.dispatch_read_timeout_seconds + 1
 
 
 def build_scheduler(settings: CoreSettings, engine, dispatcher, metrics) -> RescanScheduler:
@@ -88,8 +96,18 @@ def create_app(settings: CoreSettings | None = None, *, run_rescan_loop: bool = 
             stack.push_async_callback(engine.dispose)
             endpoints = build_worker_endpoints(settings)
             stack.push_async_callback(endpoints.aclose)
-            dispatcher = WorkerDispatcher(endpoints, metrics)
+            dispatcher = WorkerDispatcher(
+                endpoints, metrics, attempt_deadline_seconds=attempt_deadline(settings)
+            )
             stack.push_async_callback(dispatcher.drain, DISPATCH_DRAIN_SECONDS)
+            # Readiness on a connection of its own: a busy request pool must not fail /readyz.
+            probe_engine = create_engine(
+                settings.database_url,
+                pool_size=1,
+                transaction_pooling=settings.database_transaction_pooling,
+            )
+            stack.push_async_callback(probe_engine.dispose)
+            app.state.probe_engine = probe_engine
             app.state.engine = engine
             app.state.dispatcher = dispatcher
             app.state.lifecycle = ContextLifecycle(engine, dispatcher, metrics)
@@ -106,7 +124,12 @@ def create_app(settings: CoreSettings | None = None, *, run_rescan_loop: bool = 
                 loop_task = asyncio.create_task(scheduler.run_forever(stop))
 
                 async def stop_loop() -> None:
+                    # A pass waiting on a slow worker must not hold shutdown: its claimed rows
+                    # stay stale and the next pass (any replica) takes them again.
                     stop.set()
+                    done, _ = await asyncio.wait({loop_task}, timeout=RESCAN_STOP_SECONDS)
+                    if not done:
+                        loop_task.cancel()
                     with contextlib.suppress(asyncio.CancelledError):
                         await loop_task
 
@@ -132,17 +155,19 @@ def create_app(settings: CoreSettings | None = None, *, run_rescan_loop: bool = 
 
     @app.middleware("http")
     async def time_requests(request: Request, call_next):
-        # Labelled by the route template (never the concrete ids) and the status class, so the
-        # series stay few.
-        started = time.perf_counter()
-        response = await call_next(request)
-        route = request.scope.get("route")
-        metrics.http_requests.labels(
-            getattr(route, "path", "unmatched"),
-            request.method,
-            f"{response.status_code // 100}xx",
-        ).observe(time.perf_counter() - started)
-        return response
+        # Labels come from fixed sets only (route template, known method, status class): a
+        # client choosing paths or methods must not create series.
+        started, status = time.perf_counter(), 500
+        try:
+            response = await call_next(request)
+            status = response.status_code
+            return response
+        finally:
+            route = request.scope.get("route")
+            method = request.method if request.method in _KNOWN_METHODS else "other"
+            metrics.http_requests.labels(
+                getattr(route, "path", "unmatched"), method, f"{status // 100}xx"
+            ).observe(time.perf_counter() - started)
 
     app.add_exception_handler(RequestValidationError, _validation_error)
     app.add_exception_handler(CoreError, _core_error)
@@ -157,7 +182,7 @@ def create_app(settings: CoreSettings | None = None, *, run_rescan_loop: bool = 
         """Readiness: the database answers within 1 s."""
         try:
             async with asyncio.timeout(READINESS_TIMEOUT_SECONDS):
-                async with request.app.state.engine.connect() as conn:
+                async with request.app.state.probe_engine.connect() as conn:
                     await conn.execute(text("SELECT 1"))
         except Exception:
             return JSONResponse(
@@ -201,5 +226,6 @@ async def _core_error(_request: Request, exc: Exception) -> JSONResponse:
             elif status == 503:
                 headers["Retry-After"] = RETRY_AFTER_SECONDS
             return JSONResponse({"detail": str(exc)}, status_code=status, headers=headers)
-    logger.error("unmapped core error %s", type(exc).__name__)
+    # DatabaseFault and anything unmapped: a bug of ours. The message names only a SQLSTATE.
+    logger.error("internal error: %s: %s", type(exc).__name__, exc)
     return JSONResponse({"detail": "internal error"}, status_code=500)

@@ -127,7 +127,12 @@ def fake_openai(fake_openai_server):
 
 @pytest.fixture(scope="session")
 async def bundled_preset_rows(engine, migrated_database, fake_openai_server):
-    """The bundled presets as embedded once per session by the real loader (fake server)."""
+    """The bundled presets as embedded once per session by the real loader (fake server).
+
+    Session-scoped, so it can be set up before the per-test TRUNCATE: start from empty tables
+    itself, whatever the test before left."""
+    async with engine.begin() as conn:
+        await conn.execute(text(f"TRUNCATE {', '.join(CLEANED_TABLES)} CASCADE"))
     settings = worker_settings(migrated_database, fake_openai_server)
     return await embed_bundled_presets(engine, settings, fake_openai_server)
 

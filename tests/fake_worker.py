@@ -26,8 +26,13 @@ class FakeWorker:
         self.requests: list[dict[str, Any]] = []
         self.release = asyncio.Event()
         self._arrived = asyncio.Condition()
+        # What POST /internal/v1/search answers (a JSON body); None: no such route (404).
+        self.search_answer: object | None = None
         self.app = Starlette(
-            routes=[Route("/internal/v1/context/process", self._process, methods=["POST"])]
+            routes=[
+                Route("/internal/v1/context/process", self._process, methods=["POST"]),
+                Route("/internal/v1/search", self._search, methods=["POST"]),
+            ]
         )
 
     def context_ids(self) -> list[int]:
@@ -37,6 +42,11 @@ class FakeWorker:
         """Return once ``count`` process requests have arrived; ``TimeoutError`` otherwise."""
         async with asyncio.timeout(timeout_seconds), self._arrived:
             await self._arrived.wait_for(lambda: len(self.requests) >= count)
+
+    async def _search(self, request: Request) -> JSONResponse:
+        if self.search_answer is None:
+            return JSONResponse({"detail": "Not Found"}, status_code=404)
+        return JSONResponse(self.search_answer)
 
     async def _process(self, request: Request) -> JSONResponse:
         if request.headers.get("X-Internal-Secret") != self.secret:

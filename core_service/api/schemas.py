@@ -11,7 +11,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, field_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr
 
 BIGINT_MAX = 2**63 - 1
 RAW_TEXT_MAX = 10_000  # characters before normalisation; the stored limit is 500 after it
@@ -26,19 +26,10 @@ class _Body(BaseModel):
 class CreateRecordBody(_Body):
     """``POST /api/v1/records``."""
 
-    external_place_id: Annotated[
-        StrictStr, Field(alias="externalPlaceId", min_length=1, max_length=100)
-    ]
-    place_name: Annotated[StrictStr, Field(alias="placeName", min_length=1, max_length=200)]
+    # Normalised and checked by the domain (NFC, trimmed, visible, 100 / 200 characters).
+    external_place_id: Annotated[StrictStr, Field(alias="externalPlaceId", max_length=1000)]
+    place_name: Annotated[StrictStr, Field(alias="placeName", max_length=1000)]
     body: RawText
-
-    @field_validator("external_place_id", "place_name")
-    @classmethod
-    def _not_blank(cls, value: str) -> str:
-        stripped = value.strip()
-        if not stripped:
-            raise ValueError("must not be blank")
-        return stripped
 
 
 class ContextBody(_Body):

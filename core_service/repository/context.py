@@ -80,7 +80,7 @@ LOAD_FOR_DISPATCH = text(
 # Which of these contexts are active, owned by the member, under an active record of theirs.
 FILTER_ACTIVE_OWNED = text(
     """
-    SELECT c.id FROM core.context AS c
+    SELECT c.id, c.record_id FROM core.context AS c
     JOIN core.record AS r ON r.id = c.record_id
     WHERE c.id = ANY(CAST(:context_ids AS bigint[]))
       AND c.member_id = :member_id AND r.member_id = :member_id
@@ -188,10 +188,9 @@ async def load_for_dispatch(
 
 async def filter_active_owned(
     conn: AsyncConnection, *, member_id: int, context_ids: Sequence[int]
-) -> set[int]:
-    """The subset of ``context_ids`` the member may be shown now (search re-check, §7)."""
+) -> set[tuple[int, int]]:
+    """``(context_id, record_id)`` of the contexts among ``context_ids`` the member may be shown
+    now (search re-check, §7)."""
     params = {"member_id": member_id, "context_ids": list(context_ids)}
-    return {
-        int(context_id)
-        for context_id in (await conn.execute(FILTER_ACTIVE_OWNED, params)).scalars()
-    }
+    rows = await conn.execute(FILTER_ACTIVE_OWNED, params)
+    return {(int(row.id), int(row.record_id)) for row in rows}

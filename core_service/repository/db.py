@@ -14,7 +14,7 @@ from contextlib import asynccontextmanager
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
-from core_service.errors import UnavailableError
+from core_service.errors import DatabaseFault, InvalidBodyError, UnavailableError
 from pinlog_schema import connection
 
 SESSION_SETTINGS = {
@@ -65,19 +65,41 @@ def is_retryable(exc: BaseException) -> bool:
     return False
 
 
+# The CHECK that guards stored note bodies (pinlog_schema/sql/0007_core_context_body_check.sql).
+BODY_CONSTRAINT = "context_body_normalised"
+
+
+def _translated(exc: BaseException) -> Exception:
+    """Our error for a driver error: retryable -> ``UnavailableError`` (503); the body CHECK ->
+    ``InvalidBodyError`` (422); anything else -> ``DatabaseFault`` (500). Never the driver's
+    message, which can quote the failing row (a member's note) into logs."""
+    if is_retryable(exc):
+        return UnavailableError("database unavailable")
+    orig = getattr(exc, "orig", None)
+    constraint = getattr(orig, "constraint_name", None) or getattr(
+        getattr(orig, "__cause__", None), "constraint_name", None
+    )
+    if constraint == BODY_CONSTRAINT:
+        return InvalidBodyError("body cannot be stored")
+    sqlstate = getattr(orig, "sqlstate", None) or getattr(orig, "pgcode", None) or "unknown"
+    return DatabaseFault(f"database error {sqlstate}" + (f" on {constraint}" if constraint else ""))
+
+
 @asynccontextmanager
 async def transaction(engine: AsyncEngine) -> AsyncIterator[AsyncConnection]:
     """One transaction: commit on normal exit, roll back on any exception.
 
-    Raises ``UnavailableError("database unavailable")`` for retryable driver errors.
+    Driver errors become ``UnavailableError``, ``InvalidBodyError`` or ``DatabaseFault``
+    (``_translated``).
     """
     try:
         async with engine.begin() as conn:
             yield conn
     except (sa_exc.SQLAlchemyError, OSError, ConnectionError, TimeoutError) as exc:
-        if is_retryable(exc):
-            raise UnavailableError("database unavailable") from exc
-        raise
+        translated = _translated(exc)
+        if isinstance(translated, UnavailableError):
+            raise translated from exc
+        raise translated from None
 
 
 @asynccontextmanager
@@ -93,6 +115,7 @@ async def read_only(engine: AsyncEngine) -> AsyncIterator[AsyncConnection]:
             conn = await conn.execution_options(isolation_level="AUTOCOMMIT")
             yield conn
     except (sa_exc.SQLAlchemyError, OSError, ConnectionError, TimeoutError) as exc:
-        if is_retryable(exc):
-            raise UnavailableError("database unavailable") from exc
-        raise
+        translated = _translated(exc)
+        if isinstance(translated, UnavailableError):
+            raise translated from exc
+        raise translated from None

@@ -7,7 +7,12 @@ database agree on what a body is:
 - Unicode NFC (decomposed Hangul from iOS/macOS equals its composed form);
 - ``TRIMMED_CHARACTERS`` removed from both ends: Python's white space plus invisible format
   characters and Hangul fillers, which render as nothing at the edge of a note;
-- at least 1 and at most ``MAX_BODY_CHARACTERS`` code points afterwards.
+- at least 1 and at most ``MAX_BODY_CHARACTERS`` code points afterwards, at least one of them
+  visible (not white space, a format or control character, a lone mark or a blank glyph).
+
+The database CHECK enforces the trimming and the length, which mean the same in every Unicode
+version; NFC and visibility depend on the Unicode tables, which PostgreSQL and Python may have
+in different versions, so they are this function's alone.
 
 Interior characters are kept as written.
 """
@@ -32,27 +37,43 @@ TRIMMED_CHARACTERS = (
 
 _UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
 
+# Letters and symbols that render as blank space: Hangul fillers, the braille blank.
+_BLANK_GLYPHS = frozenset("\u115f\u1160\u3164\uffa0\u2800")
+
 
 def normalize_body(raw: str, *, field: str = "body") -> str:
-    """The body as stored: NFC, edges trimmed, 1..500 characters.
+    """The body as stored: NFC, edges trimmed, 1..500 characters, something visible.
 
     Raises ``InvalidBodyError`` (HTTP 422) with a message that names ``field`` and the rule,
-    never the text: NUL or lone surrogates (PostgreSQL cannot store them), blank, too long.
-    Search queries go through the same rules (``field="query"``).
+    never the text: NUL or lone surrogates (PostgreSQL cannot store them), blank (nothing but
+    white space, format characters, lone marks or blank symbols), too long. Search queries go
+    through the same rules (``field="query"``).
     """
+    return normalize_text(raw, field=field, max_characters=MAX_BODY_CHARACTERS)
+
+
+def normalize_text(raw: str, *, field: str, max_characters: int) -> str:
+    """``normalize_body``'s rules with another limit, for every free text a member sends
+    (place ids and names too, so NFC and NFD spellings of one place are one place)."""
     if _UNSTORABLE.search(raw):
         raise InvalidBodyError(
             f"{field} contains characters that cannot be stored (NUL or a lone surrogate)"
         )
     normalised = unicodedata.normalize("NFC", raw).strip(TRIMMED_CHARACTERS)
-    if not normalised:
+    if not any(_visible(char) for char in normalised):
         raise InvalidBodyError(f"{field} is blank")
-    if len(normalised) > MAX_BODY_CHARACTERS:
+    if len(normalised) > max_characters:
         raise InvalidBodyError(
             f"{field} has {len(normalised)} characters after normalisation; "
-            f"at most {MAX_BODY_CHARACTERS} are allowed"
+            f"at most {max_characters} are allowed"
         )
     return normalised
+
+
+def _visible(char: str) -> bool:
+    # Separators (Z*), controls and format characters (C*) and marks without a base (M*)
+    # render as nothing; so do a few letters and symbols used as blanks.
+    return unicodedata.category(char)[0] not in "ZCM" and char not in _BLANK_GLYPHS
 
 
 def is_same_body(stored: str, requested: str) -> bool:

@@ -56,8 +56,17 @@ class WorkerDispatcher:
     """Sends process requests; ``dispatch`` awaits one, ``dispatch_soon`` runs it in the
     background so a slow or dead worker never delays a user's response."""
 
-    def __init__(self, endpoints: WorkerEndpoints, metrics: CoreMetrics) -> None:
+    def __init__(
+        self,
+        endpoints: WorkerEndpoints,
+        metrics: CoreMetrics,
+        *,
+        attempt_deadline_seconds: float = 5.0,
+    ) -> None:
         self._endpoints = endpoints
+        # httpx's read timeout bounds each read, not the whole answer: a worker dripping bytes
+        # would hold a dispatch (and a rescan pass) forever without this deadline per attempt.
+        self._attempt_deadline_seconds = attempt_deadline_seconds
         self._metrics = metrics
         self._in_flight: set[asyncio.Task[DispatchResult]] = set()
 
@@ -76,8 +85,9 @@ class WorkerDispatcher:
         result, causes = DispatchResult.UNREACHABLE, []
         for client in self._endpoints.in_turn():
             try:
-                response = await client.post(PROCESS_PATH, json=request.as_json())
-            except httpx.HTTPError as exc:
+                async with asyncio.timeout(self._attempt_deadline_seconds):
+                    response = await client.post(PROCESS_PATH, json=request.as_json())
+            except (httpx.HTTPError, TimeoutError) as exc:
                 causes.append(type(exc).__name__)
                 continue
             if response.is_success:

@@ -31,11 +31,14 @@ from core_service.repository import (
     record,
 )
 from core_service.repository.db import transaction
-from core_service.service.context_body import is_same_body, normalize_body
+from core_service.service.context_body import is_same_body, normalize_body, normalize_text
 from core_service.service.dispatch import DispatchRequest, WorkerDispatcher
 
 logger = logging.getLogger(__name__)
 
+# core.place column widths (0005_core_tables.sql).
+PLACE_ID_CHARACTERS = 100
+PLACE_NAME_CHARACTERS = 200
 # A record deleted between our conflicting insert and our lock: try the get-or-create again.
 _RECORD_RACE_ATTEMPTS = 3
 
@@ -81,18 +84,27 @@ class ContextLifecycle:
         ``UnavailableError`` (503).
         """
         stored_body = normalize_body(body)
+        external_place_id = normalize_text(
+            external_place_id, field="externalPlaceId", max_characters=PLACE_ID_CHARACTERS
+        )
+        place_name = normalize_text(
+            place_name, field="placeName", max_characters=PLACE_NAME_CHARACTERS
+        )
         async with transaction(self._engine) as conn:
             if not await member.lock_active(conn, member_id):
                 raise UnauthenticatedError("member is not active")
-            place_id = await place.get_or_create(
+            stored_place = await place.get_or_create(
                 conn, external_place_id=external_place_id, name=place_name
             )
-            record_id, record_created = await self._active_record(conn, member_id, place_id)
+            record_id, record_created = await self._active_record(
+                conn, member_id, stored_place.place_id
+            )
             context_id = await self._insert_context(conn, member_id, record_id, stored_body)
         self._count("create", "record_created" if record_created else "context_added")
+        # The stored name (the first given for this place), as every later dispatch sends it.
         self._dispatcher.dispatch_soon(
             DispatchRequest(
-                context_id, member_id, record_id, stored_body, external_place_id, place_name
+                context_id, member_id, record_id, stored_body, external_place_id, stored_place.name
             )
         )
         return CreatedContext(record_id, context_id, record_created)

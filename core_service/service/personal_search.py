@@ -7,6 +7,7 @@ member owns the record and the context, neither is deleted) before it is shown.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from dataclasses import dataclass
 
@@ -24,6 +25,8 @@ logger = logging.getLogger(__name__)
 SEARCH_PATH = "/internal/v1/search"
 # Embedding the query is a provider call: allow it more than a dispatch's 3 s.
 SEARCH_TIMEOUT = httpx.Timeout(10.0, connect=1.0)
+# The whole answer, however slowly its bytes arrive (httpx times each read, not the answer).
+SEARCH_DEADLINE_SECONDS = 12.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,6 +36,22 @@ class SearchHit:
     record_id: int
     context_id: int
     similarity: float
+
+
+def _parsed_hits(response: httpx.Response) -> list[SearchHit]:
+    """The worker's hits; ``UpstreamError`` (502) for an answer not of §7's shape."""
+    try:
+        hits = [
+            SearchHit(int(item["recordId"]), int(item["contextId"]), float(item["similarity"]))
+            for item in response.json()["results"]
+        ]
+    except (ValueError, KeyError, TypeError) as exc:
+        logger.error("search: malformed answer from the worker (%s)", type(exc).__name__)
+        raise UpstreamError("search failed") from None
+    if not all(0 < hit.record_id < 2**63 and 0 < hit.context_id < 2**63 for hit in hits):
+        logger.error("search: ids out of range in the worker's answer")
+        raise UpstreamError("search failed")
+    return hits
 
 
 class PersonalSearch:
@@ -57,17 +76,20 @@ class PersonalSearch:
             "embeddingProfile": self._profile,
         }
         response = await self._ask_a_worker(payload)
-        hits = [
-            SearchHit(int(item["recordId"]), int(item["contextId"]), float(item["similarity"]))
-            for item in response.json()["results"]
-        ]
+        hits = _parsed_hits(response)
         if not hits:
             return []
         async with read_only(self._engine) as conn:
             allowed = await context.filter_active_owned(
                 conn, member_id=member_id, context_ids=[hit.context_id for hit in hits]
             )
-        return [hit for hit in hits if hit.context_id in allowed]
+        # Trust nothing but ids the core confirms as a pair; one row per record (§7).
+        shown, seen_records = [], set()
+        for hit in hits:
+            if (hit.context_id, hit.record_id) in allowed and hit.record_id not in seen_records:
+                seen_records.add(hit.record_id)
+                shown.append(hit)
+        return shown
 
     async def _ask_a_worker(self, payload: dict[str, object]) -> httpx.Response:
         """The first 200 from the worker instances in turn; an instance that is unreachable or
@@ -75,8 +97,9 @@ class PersonalSearch:
         any other status (422 means the embedding profiles disagree: a deployment error)."""
         for client in self._endpoints.in_turn():
             try:
-                response = await client.post(SEARCH_PATH, json=payload, timeout=SEARCH_TIMEOUT)
-            except httpx.HTTPError as exc:
+                async with asyncio.timeout(SEARCH_DEADLINE_SECONDS):
+                    response = await client.post(SEARCH_PATH, json=payload, timeout=SEARCH_TIMEOUT)
+            except (httpx.HTTPError, TimeoutError) as exc:
                 logger.warning("search: a worker is unreachable (%s)", type(exc).__name__)
                 continue
             if response.status_code == 503:

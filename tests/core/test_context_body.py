@@ -1,4 +1,6 @@
-"""The one body normalisation (§9) and the ``core.context`` CHECK agree character by character."""
+"""The one body normalisation (§9) and the ``core.context`` CHECK agree character by character
+on trimming and length; NFC and visibility are the domain's alone (their Unicode tables can be
+of another version in PostgreSQL)."""
 
 from __future__ import annotations
 
@@ -116,10 +118,48 @@ async def test_database_check_accepts_exactly_what_the_domain_function_stores(en
 
 @pytest.mark.parametrize(
     "body",
-    ["", "가" * (MAX_BODY_CHARACTERS + 1), unicodedata.normalize("NFD", "한글"), " 앞 공백"],
+    ["", "가" * (MAX_BODY_CHARACTERS + 1), " 앞 공백", "뒤 공백\u200b"],
 )
 async def test_database_check_refuses_bodies_the_domain_would_never_store(engine, body):
     record_id = await _record(engine)
     async with engine.connect() as conn:
         with pytest.raises(IntegrityError, match="context_body_normalised"):
             await conn.execute(INSERT_BODY, {"record_id": record_id, "body": body})
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        "\u200e",  # left-to-right mark
+        "\u202e\u202c",  # bidi override and pop
+        "\u2066\u2069",  # bidi isolate
+        "\u2800",  # braille blank
+        "\ufe0f",  # a variation selector alone
+        "\u034f",  # combining grapheme joiner
+        "\U000e0020",  # tag space
+        "\u2062",  # invisible times
+        "\u180b",  # Mongolian free variation selector
+        "\u17b4",  # Khmer inherent vowel
+        " \u0301 ",  # a combining mark without a base
+    ],
+)
+def test_bodies_with_nothing_visible_are_blank(body):
+    with pytest.raises(InvalidBodyError, match="body is blank"):
+        normalize_body(body)
+
+
+def test_an_emoji_keeps_its_variation_selector_at_the_end():
+    assert normalize_body("좋아요 \u2764\ufe0f\n") == "좋아요 \u2764\ufe0f"
+
+
+async def test_a_check_violation_is_a_422_that_never_quotes_the_row(engine):
+    """The driver's message quotes the failing row (a note); ours names the rule only."""
+    from core_service.repository.db import transaction
+
+    record_id = await _record(engine)
+    secret = " 비밀 메모가 들어간 행"
+    with pytest.raises(InvalidBodyError) as caught:
+        async with transaction(engine) as conn:
+            await conn.execute(INSERT_BODY, {"record_id": record_id, "body": secret})
+    assert str(caught.value) == "body cannot be stored"
+    assert caught.value.__cause__ is None and caught.value.__suppress_context__
