@@ -33,7 +33,7 @@ from app.providers.factory import build_embedding_provider
 from app.repository.db import create_engine
 from app.service.preset_loader import load_presets, read_preset_file
 from app.settings import OFFLINE_EMBEDDING_MODEL, OFFLINE_PROFILE, DatabaseSettings, Settings
-from demo import core_side
+from bench import state_rows
 
 PARTS = Path(__file__).with_name("keyword_eval")
 PROCESS_PATH = "/internal/v1/context/process"
@@ -108,7 +108,7 @@ async def evaluate(settings: Settings, notes: list[dict]) -> Scores:
     """Run ``notes`` through a worker built from ``settings`` and score its keywords."""
     engine = create_engine(settings.database_url, with_vector_codec=False)
     try:
-        await pinlog_schema.upgrade(engine, scope=pinlog_schema.Scope.AI)
+        await pinlog_schema.upgrade(engine)  # core too: context ids come from its sequence
     finally:
         await engine.dispose()
     engine = create_engine(settings.database_url, pool_size=2)
@@ -142,19 +142,22 @@ async def evaluate(settings: Settings, notes: list[dict]) -> Scores:
     return score(gold, [chosen[context_id] for context_id in ids], hidden)
 
 
+def _unfinished(statuses: dict[int, str]) -> bool:
+    return any(status in ("PENDING", "PROCESSING") for status in statuses.values())
+
+
 async def _feed(engine, settings: Settings, base_url: str, notes: list[dict]) -> list[int]:
     headers = {"X-Internal-Secret": settings.internal_secret.get_secret_value()}
-    first_id = await core_side.next_context_id(engine)
-    ids = [first_id + n for n in range(len(notes))]
+    ids = await state_rows.reserve_context_ids(engine, len(notes))
     async with httpx.AsyncClient(base_url=base_url, headers=headers, timeout=30) as client:
         for context_id, note in zip(ids, notes, strict=True):
-            await core_side.create_pending_state(engine, context_id)
+            await state_rows.create_pending_state(engine, context_id)
             body = {"contextId": context_id, "userId": 1, "recordId": context_id}
             response = await client.post(PROCESS_PATH, json={**body, "text": note["text"]})
             response.raise_for_status()
     async with asyncio.timeout(600):
-        while await core_side.count_unfinished(engine, ids):  # noqa: ASYNC110 - polls the database
-            await asyncio.sleep(0.2)
+        while _unfinished(await state_rows.keyword_statuses(engine, ids)):  # noqa: ASYNC110
+            await asyncio.sleep(0.2)  # polls the database: the worker runs in another process
     return ids
 
 
