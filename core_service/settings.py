@@ -11,6 +11,35 @@ from typing import Literal
 from pydantic import Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+INTERNAL_SECRET_MIN_LENGTH = 16
+JWT_SECRET_MIN_LENGTH = 32
+
+
+def _without_surrounding_space(value: object) -> object:
+    """Refuse a set value with surrounding white space (a secret read from a file with its
+    newline), or set but empty; never echo it."""
+    raw = value.get_secret_value() if isinstance(value, SecretStr) else value
+    if isinstance(raw, str):
+        if not raw.strip():
+            raise ValueError("is set but empty; give a value or unset it")
+        if raw != raw.strip():
+            raise ValueError("has surrounding white space (a trailing newline from a file?)")
+    return value
+
+
+def _long_enough(value: SecretStr, minimum: int) -> SecretStr:
+    # The message names the rule, not the length given (that would reveal part of a secret).
+    if len(value.get_secret_value()) < minimum:
+        raise ValueError(f"must be at least {minimum} characters long")
+    return value
+
+
+def _asyncpg_url(value: str) -> str:
+    if not value.startswith("postgresql+asyncpg://"):
+        raise ValueError("must be a postgresql+asyncpg:// URL")
+    return value
+
+
 # ai.context_ai_state.retry_count has CHECK (retry_count BETWEEN 0 AND 3) (§1): a larger
 # budget would make the rescan's increment abort its whole batch.
 RETRY_COUNT_CEILING = 3
@@ -27,10 +56,8 @@ class CoreSettings(BaseSettings):
     worker_base_url: str = Field(
         description="Base URL of the AI worker, or several comma-separated (round robin)"
     )
-    internal_secret: SecretStr = Field(
-        min_length=16, description="X-Internal-Secret shared with the worker (§8)"
-    )
-    jwt_secret: SecretStr = Field(min_length=32, description="HS256 key of member tokens")
+    internal_secret: SecretStr = Field(description="X-Internal-Secret shared with the worker (§8)")
+    jwt_secret: SecretStr = Field(description="HS256 key of member tokens, >= 32 characters")
     embedding_profile: str = Field(
         min_length=1, max_length=100, description="The worker's embedding profile (§5, §7)"
     )
@@ -63,10 +90,8 @@ class CoreSettings(BaseSettings):
     # Field validators, not one model validator: every problem is reported at once.
     @field_validator("database_url")
     @classmethod
-    def _asyncpg_url(cls, value: str) -> str:
-        if not value.startswith("postgresql+asyncpg://"):
-            raise ValueError("must be a postgresql+asyncpg:// URL")
-        return value
+    def _database_url(cls, value: str) -> str:
+        return _asyncpg_url(value)
 
     @field_validator("worker_base_url")
     @classmethod
@@ -76,13 +101,20 @@ class CoreSettings(BaseSettings):
             raise ValueError("must be http:// or https:// URLs, separated by commas")
         return ",".join(urls)
 
-    @field_validator("internal_secret", "jwt_secret")
+    @field_validator("*", mode="before")
     @classmethod
-    def _no_surrounding_space(cls, value: SecretStr) -> SecretStr:
-        secret = value.get_secret_value()
-        if secret != secret.strip():
-            raise ValueError("has surrounding white space (a trailing newline from a file?)")
-        return value
+    def _no_surrounding_space(cls, value: object) -> object:
+        return _without_surrounding_space(value)
+
+    @field_validator("internal_secret")
+    @classmethod
+    def _internal_secret_length(cls, value: SecretStr) -> SecretStr:
+        return _long_enough(value, INTERNAL_SECRET_MIN_LENGTH)
+
+    @field_validator("jwt_secret")
+    @classmethod
+    def _jwt_secret_length(cls, value: SecretStr) -> SecretStr:
+        return _long_enough(value, JWT_SECRET_MIN_LENGTH)
 
     @property
     def worker_base_urls(self) -> tuple[str, ...]:
@@ -114,6 +146,16 @@ class CoreDatabaseSettings(BaseSettings):
     database_url: str
     database_transaction_pooling: bool = False
 
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_surrounding_space(cls, value: object) -> object:
+        return _without_surrounding_space(value)
+
+    @field_validator("database_url")
+    @classmethod
+    def _database_url(cls, value: str) -> str:
+        return _asyncpg_url(value)
+
 
 class TokenSettings(BaseSettings):
     """What ``pinlog-core token`` needs: the database and the signing key."""
@@ -124,8 +166,23 @@ class TokenSettings(BaseSettings):
 
     database_url: str
     database_transaction_pooling: bool = False
-    jwt_secret: SecretStr = Field(min_length=32)
+    jwt_secret: SecretStr
     token_ttl_seconds: int = Field(default=7 * 24 * 3600, ge=60)
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_surrounding_space(cls, value: object) -> object:
+        return _without_surrounding_space(value)
+
+    @field_validator("database_url")
+    @classmethod
+    def _database_url(cls, value: str) -> str:
+        return _asyncpg_url(value)
+
+    @field_validator("jwt_secret")
+    @classmethod
+    def _jwt_secret_length(cls, value: SecretStr) -> SecretStr:
+        return _long_enough(value, JWT_SECRET_MIN_LENGTH)
 
 
 def describe_errors(error: ValidationError) -> list[str]:
@@ -134,5 +191,8 @@ def describe_errors(error: ValidationError) -> list[str]:
     for item in error.errors(include_input=False, include_url=False):
         field = ".".join(str(part) for part in item.get("loc", ()))
         name = f"PINLOG_CORE_{field.upper()}: " if field else ""
-        lines.append(f"{name}{item['msg'].removeprefix('Value error, ')}")
+        message = item["msg"].removeprefix("Value error, ")
+        if item.get("type") == "missing":
+            message = "is required and not set"
+        lines.append(f"{name}{message}")
     return lines

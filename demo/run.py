@@ -212,9 +212,12 @@ async def run_demo(*, port: int, core_port: int, serve: bool, data_dir: Path) ->
             f"{time.monotonic() - started:.1f} s from start to this table."
         )
         if serve:
-            token = (await member_tokens(database_url, jwt_secret, {1}))[1]
+            tokens = await member_tokens(database_url, jwt_secret, {1, 2})
             print(f"\ncore service on {services.core_url}, worker on {services.worker_url}")
-            print(f"Authorization header of member 1 for this run: {token}")
+            print(f"database: {database_url}")
+            for member_id in (1, 2):
+                # Valid for this run only: its signing key is a throwaway secret.
+                print(f"TOKEN='{tokens[member_id]}'  # member {member_id}")
             if secret is None:
                 # A throwaway development secret, so the worker's API can be tried by hand.
                 print(

@@ -16,6 +16,7 @@ from contextvars import ContextVar
 from types import MappingProxyType
 from typing import Literal
 
+from pythonjsonlogger.core import RESERVED_ATTRS
 from pythonjsonlogger.json import JsonFormatter
 
 LogFormat = Literal["json", "text"]
@@ -75,6 +76,8 @@ def configure(log_format: LogFormat = "json", level: str = "INFO") -> None:
                 rename_fields=JSON_RENAMES,
                 timestamp=False,
                 datefmt="%Y-%m-%dT%H:%M:%S%z",
+                # uvicorn adds a copy of its message with terminal colour codes.
+                reserved_attrs=[*RESERVED_ATTRS, "color_message"],
             )
         )
     else:
