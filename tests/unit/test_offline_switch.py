@@ -66,7 +66,9 @@ def test_an_invalid_switch_value_names_the_variable(monkeypatch):
 
 
 def test_encoder_with_another_dimension_is_rejected():
-    with pytest.raises(ValidationError, match="must be 512 for PINLOG_EMBEDDING_PROVIDER use-multilingual"):
+    with pytest.raises(
+        ValidationError, match="must be 512 for PINLOG_EMBEDDING_PROVIDER use-multilingual"
+    ):
         Settings(
             offline=True,
             embedding_dimension=768,
@@ -75,7 +77,9 @@ def test_encoder_with_another_dimension_is_rejected():
 
 
 def test_model_dimension_above_the_column_dimension_is_rejected():
-    with pytest.raises(ValidationError, match="is 256, smaller than PINLOG_EMBEDDING_DIMENSION 512"):
+    with pytest.raises(
+        ValidationError, match="is 256, smaller than PINLOG_EMBEDDING_DIMENSION 512"
+    ):
         Settings(offline=True, vector_dimension=256)
 
 

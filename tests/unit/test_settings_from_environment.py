@@ -23,6 +23,7 @@ VALID = {
 EMPTY_MEANS_DEFAULT = {
     "embedding_dimension",
     "embedding_max_input_chars",
+    "vector_dimension",
     "judge_similarity_threshold",
     "provider_timeout_seconds",
     "provider_max_retries",
@@ -65,6 +66,7 @@ def test_the_three_groups_cover_every_setting():
     assert {
         "database_url",
         "internal_secret",
+        "offline",
         "embedding_provider",
         "embedding_base_url",
         "embedding_model",
