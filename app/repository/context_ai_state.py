@@ -40,12 +40,24 @@ class ClaimOutcome:
 
 @dataclass(frozen=True, slots=True)
 class ContextProgress:
-    """Both statuses plus the stored vector (shape ``(dimension,)``) and its profile (§3.1)."""
+    """Both statuses plus the stored vector (shape ``(dimension,)``) and its profile (§3.1),
+    and the owner the core side wrote at create time (``None`` for a row written by a core
+    side following the original contract)."""
 
     embedding_status: Status
     keyword_status: Status
     embedding: np.ndarray | None
     embedding_profile: str | None
+    user_id: int | None = None
+    record_id: int | None = None
+
+    @property
+    def owner_known(self) -> bool:
+        return self.user_id is not None and self.record_id is not None
+
+    def is_owned_by(self, user_id: int, record_id: int) -> bool:
+        """True when the core's owner is known and equals ``(user_id, record_id)``."""
+        return self.owner_known and (self.user_id, self.record_id) == (user_id, record_id)
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,7 +142,8 @@ FAIL_STAGE = {stage: _fail_statement(stage) for stage in Stage}
 # Pre-check and resume in one read: statuses plus the stored vector and its profile (§3.1).
 LOAD_PROGRESS = text(
     """
-    SELECT s.embedding_status, s.keyword_status, e.embedding, e.embedding_profile
+    SELECT s.embedding_status, s.keyword_status, e.embedding, e.embedding_profile,
+           s.user_id, s.record_id
     FROM ai.context_ai_state AS s
     LEFT JOIN ai.context_embedding AS e ON e.context_id = s.context_id
     WHERE s.context_id = :context_id
@@ -201,6 +214,8 @@ async def load_progress(conn: AsyncConnection, context_id: int) -> ContextProgre
         keyword_status=Status(row.keyword_status),
         embedding=to_array(row.embedding),
         embedding_profile=row.embedding_profile,
+        user_id=row.user_id,
+        record_id=row.record_id,
     )
 
 
