@@ -30,6 +30,11 @@ class Stage(StrEnum):
         """Short name for logs and metrics: ``embedding`` or ``keyword``."""
         return self.name.lower()
 
+    @property
+    def attempt_column(self) -> str:
+        """The column counting this stage's claims, its fencing token (docs/state-machine.md)."""
+        return f"{self.name.lower()}_attempt"
+
 
 # Transitions the worker itself may perform on one stage (§2). The WHERE clauses in
 # repository/context_ai_state.py enforce them; tests/repository/test_transition_table.py

@@ -25,17 +25,22 @@ async def make_state(
     keyword_status: str = "PENDING",
     retry_count: int = 0,
     updated_seconds_ago: float = 0,
+    user_id: int | None = None,
+    record_id: int | None = None,
 ) -> None:
-    """Insert a state row as the core side does on create (§9)."""
+    """Insert a state row as the core side does on create (§9); ``user_id``/``record_id``
+    ``None`` is a core side following the original contract (no owner columns written)."""
     async with engine.begin() as conn:
         await conn.execute(
             text(
-                "INSERT INTO ai.context_ai_state "
-                "(context_id, embedding_status, keyword_status, retry_count, updated_at) "
-                "VALUES (:id, :e, :k, :r, now() - make_interval(secs => :ago))"
+                "INSERT INTO ai.context_ai_state (context_id, embedding_status, keyword_status, "
+                "retry_count, updated_at, user_id, record_id) "
+                "VALUES (:id, :e, :k, :r, now() - make_interval(secs => :ago), :u, :rec)"
             ),
             {
                 "id": context_id,
+                "u": user_id,
+                "rec": record_id,
                 "e": embedding_status,
                 "k": keyword_status,
                 "r": retry_count,

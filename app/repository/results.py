@@ -19,7 +19,7 @@ from app.repository import (
     context_keyword_analysis,
 )
 from app.repository.db import transaction
-from app.states import Stage, Status
+from app.states import Stage
 
 
 class SaveOutcome(StrEnum):
@@ -35,6 +35,7 @@ async def save_embedding(
     engine: AsyncEngine,
     *,
     context_id: int,
+    attempt: int,
     user_id: int,
     record_id: int,
     embedding: np.ndarray,
@@ -42,12 +43,13 @@ async def save_embedding(
 ) -> SaveOutcome:
     """Store the vector and mark the embedding stage ``COMPLETED`` if it is still ours (§3.2).
 
+    ``attempt``: the claim's fencing token; a superseded attempt is discarded.
     ``embedding``: float32, shape ``(dimension,)``. Raises ``TransientError`` on database loss.
     """
     try:
         async with transaction(engine) as conn:
             locked = await context_ai_state.lock_for_save(conn, context_id)
-            if locked is None or locked.embedding_status is not Status.PROCESSING:
+            if locked is None or not locked.owns(Stage.EMBEDDING, attempt):
                 raise _Discard
             await context_embedding.upsert(
                 conn,
@@ -57,7 +59,10 @@ async def save_embedding(
                 embedding=embedding,
                 embedding_profile=embedding_profile,
             )
-            if await context_ai_state.complete(conn, Stage.EMBEDDING, context_id) != 1:
+            if (
+                await context_ai_state.complete(conn, Stage.EMBEDDING, context_id, attempt=attempt)
+                != 1
+            ):
                 raise _Discard
     except _Discard:
         return SaveOutcome.DISCARDED
@@ -68,6 +73,7 @@ async def save_keywords(
     engine: AsyncEngine,
     *,
     context_id: int,
+    attempt: int,
     selections: Sequence[tuple[int, float]],
     preset_version: int,
     unmatched_concepts: Sequence[str],
@@ -76,16 +82,13 @@ async def save_keywords(
     """Replace the context's keywords, write the analysis, mark keyword ``COMPLETED`` (§3.3).
 
     ``selections``: ``(keyword_id, confidence 0..1)`` pairs, zero allowed. Requires
-    ``embedding_status = COMPLETED AND keyword_status = PROCESSING`` under the row lock.
+    ``embedding_status = COMPLETED AND keyword_status = PROCESSING`` and ``keyword_attempt =
+    attempt`` under the row lock.
     """
     try:
         async with transaction(engine) as conn:
             locked = await context_ai_state.lock_for_save(conn, context_id)
-            if (
-                locked is None
-                or locked.embedding_status is not Status.COMPLETED
-                or locked.keyword_status is not Status.PROCESSING
-            ):
+            if locked is None or not locked.owns(Stage.KEYWORD, attempt):
                 raise _Discard
             await context_keyword.replace(
                 conn, context_id=context_id, selections=selections, preset_version=preset_version
@@ -97,7 +100,10 @@ async def save_keywords(
                 unmatched_concepts=unmatched_concepts,
                 model_profile=model_profile,
             )
-            if await context_ai_state.complete(conn, Stage.KEYWORD, context_id) != 1:
+            if (
+                await context_ai_state.complete(conn, Stage.KEYWORD, context_id, attempt=attempt)
+                != 1
+            ):
                 raise _Discard
     except _Discard:
         return SaveOutcome.DISCARDED

@@ -63,10 +63,10 @@ class EmbeddingStage:
             STAGE,
             request.context_id,
             expiry_seconds=self._expiry_seconds,
-            work=lambda: self._produce_and_save(request),
+            work=lambda attempt: self._produce_and_save(request, attempt),
         )
 
-    async def _produce_and_save(self, request: ProcessRequest) -> np.ndarray | None:
+    async def _produce_and_save(self, request: ProcessRequest, attempt: int) -> np.ndarray | None:
         text = context_text.prepare_for_embedding(request.text, max_chars=self._max_input_chars)
         # The provider call runs with no transaction and no connection held (§3.2, FC-03).
         (vector,) = await self._breaker.call(lambda: self._provider.embed([text]))
@@ -77,6 +77,7 @@ class EmbeddingStage:
         outcome = await results.save_embedding(
             self._engine,
             context_id=request.context_id,
+            attempt=attempt,
             user_id=request.user_id,
             record_id=request.record_id,
             embedding=vector,

@@ -61,11 +61,15 @@ class KeywordStage:
             STAGE,
             request.context_id,
             expiry_seconds=self._expiry_seconds,
-            work=lambda: self._judge_and_save(request, progress, vector),
+            work=lambda attempt: self._judge_and_save(request, progress, vector, attempt),
         )
 
     async def _judge_and_save(
-        self, request: ProcessRequest, progress: ContextProgress, vector: np.ndarray | None
+        self,
+        request: ProcessRequest,
+        progress: ContextProgress,
+        vector: np.ndarray | None,
+        attempt: int,
     ) -> None:
         snapshot = self._presets.snapshot()  # one snapshot from candidates to save (§4)
         if vector is None:
@@ -88,6 +92,7 @@ class KeywordStage:
         outcome = await results.save_keywords(
             self._engine,
             context_id=request.context_id,
+            attempt=attempt,
             selections=selections,
             preset_version=snapshot.version,
             unmatched_concepts=unmatched,

@@ -41,6 +41,18 @@ class ContextProcessor:
             if progress is None:
                 logger.info("no state row, nothing to do: context_id=%d", context_id)
                 return
+            if progress.owner_known and not progress.is_owned_by(
+                request.user_id, request.record_id
+            ):
+                # The core wrote the owner at create time: the source of truth. This request
+                # is refused and leaves no trace, so the correct one still runs (§7, §8).
+                metrics.CONTRACT_VIOLATIONS.labels("owner_mismatch").inc()
+                logger.warning(
+                    "contract violation: userId or recordId differs from the owner the core "
+                    "side recorded, request refused: context_id=%d",
+                    context_id,
+                )
+                return
             match = await context_text_fingerprint.record(
                 conn,
                 context_id=context_id,
@@ -48,9 +60,10 @@ class ContextProcessor:
                 record_id=request.record_id,
                 text_sha256=context_text.fingerprint(request.text),
             )
-        if not match.same_owner:
-            # Storing a vector under another user would leak it into that user's search
-            # (§7): the first request's owner stays the truth and this request does nothing.
+        if not progress.owner_known and not match.same_owner:
+            # No owner from the core (a row written by the original contract's core side):
+            # storing a vector under another user would leak it into that user's search (§7),
+            # so the first request's owner stays the truth and this request does nothing.
             metrics.CONTRACT_VIOLATIONS.labels("owner_changed").inc()
             logger.warning(
                 "contract violation: same contextId with a different userId or recordId, "

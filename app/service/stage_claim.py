@@ -31,10 +31,12 @@ async def run_claimed(
     context_id: int,
     *,
     expiry_seconds: float,
-    work: Callable[[], Awaitable[T]],
+    work: Callable[[int], Awaitable[T]],
 ) -> T | None:
-    """Claim ``stage`` and run ``work``; ``work``'s result, or ``None`` when not claimed or
-    when it failed. Never raises: errors are settled by the §6 rules (``stage_failure``).
+    """Claim ``stage`` and run ``work(attempt)``; ``work``'s result, or ``None`` when not
+    claimed or when it failed. Never raises: errors are settled by the §6 rules
+    (``stage_failure``). ``attempt`` is the claim's fencing token: the save and the permanent
+    failure take effect only while no later claim superseded it (docs/state-machine.md).
 
     One deadline (``failure_policy.stage_deadline_seconds(expiry_seconds)``, seconds) covers
     everything from the claim to the save's commit: provider calls with the SDK's retries and
@@ -46,26 +48,34 @@ async def run_claimed(
     deadline = failure_policy.stage_deadline_seconds(expiry_seconds)
     scope = asyncio.timeout(deadline)
     with log_context(stage=stage.label):
+        attempt: int | None = None
         try:
             async with scope:
-                if not await claim_stage(engine, stage, context_id, expiry_seconds=expiry_seconds):
+                attempt = await claim_stage(
+                    engine, stage, context_id, expiry_seconds=expiry_seconds
+                )
+                if attempt is None:
                     return None
-                return await work()
+                return await work(attempt)
         except TimeoutError as exc:
             error: Exception = exc
             if scope.expired():
                 error = StageDeadlineExceeded(f"stage deadline of {deadline:g} s exceeded")
         except Exception as exc:
             error = exc
+        if attempt is None:
+            # The deadline fired before the claim answered: nothing of ours to settle.
+            return None
         # Outside the deadline: marking FAILED must not be cut short by it.
-        await stage_failure.settle(engine, stage, context_id, error)
+        await stage_failure.settle(engine, stage, context_id, error, attempt=attempt)
         return None
 
 
 async def claim_stage(
     engine: AsyncEngine, stage: Stage, context_id: int, *, expiry_seconds: float
-) -> bool:
-    """True when this request now owns ``stage`` of ``context_id`` (started or reclaimed)."""
+) -> int | None:
+    """The attempt number when this request now owns ``stage`` of ``context_id`` (started or
+    reclaimed), else ``None``. Never raises."""
     try:
         async with autocommit(engine) as conn:
             claim = await context_ai_state.claim(
@@ -82,7 +92,7 @@ async def claim_stage(
             type(exc).__name__,
             exc,
         )
-        return False
+        return None
     except Exception as exc:
         metrics.STAGE_OUTCOMES.labels(stage.label, "transient").inc()
         logger.error(
@@ -92,7 +102,7 @@ async def claim_stage(
             type(exc).__name__,
             exc_info=exc,
         )
-        return False
+        return None
     if not claim.claimed:
         metrics.STAGE_OUTCOMES.labels(stage.label, "not_claimed").inc()
         logger.debug(
@@ -101,8 +111,8 @@ async def claim_stage(
             context_id,
             claim.previous_status,
         )
-        return False
+        return None
     if claim.reclaimed:
         metrics.RECLAIMS.labels(stage.label).inc()
         logger.warning("stale %s stage reclaimed: context_id=%d", stage.label, context_id)
-    return True
+    return claim.attempt

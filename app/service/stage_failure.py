@@ -27,11 +27,14 @@ from app.states import Stage
 logger = logging.getLogger(__name__)
 
 
-async def settle(engine: AsyncEngine, stage: Stage, context_id: int, exc: Exception) -> None:
-    """Apply the §6 rule for ``exc`` raised while ``stage`` of ``context_id`` was ours."""
+async def settle(
+    engine: AsyncEngine, stage: Stage, context_id: int, exc: Exception, *, attempt: int
+) -> None:
+    """Apply the §6 rule for ``exc`` raised while ``stage`` of ``context_id`` was ours under
+    claim ``attempt`` (a superseded attempt marks nothing)."""
     if isinstance(exc, PermanentError):
         level = logging.WARNING if isinstance(exc, InvalidInputError) else logging.ERROR
-        failed = await _fail(engine, stage, context_id)
+        failed = await _fail(engine, stage, context_id, attempt)
         metrics.STAGE_OUTCOMES.labels(stage.label, "failed").inc()
         logger.log(
             level,
@@ -69,10 +72,10 @@ async def settle(engine: AsyncEngine, stage: Stage, context_id: int, exc: Except
         )
 
 
-async def _fail(engine: AsyncEngine, stage: Stage, context_id: int) -> bool:
+async def _fail(engine: AsyncEngine, stage: Stage, context_id: int, attempt: int) -> bool:
     try:
         async with transaction(engine) as conn:
-            return await context_ai_state.fail(conn, stage, context_id) == 1
+            return await context_ai_state.fail(conn, stage, context_id, attempt=attempt) == 1
     except TransientError as exc:
         logger.warning(
             "could not mark FAILED, stage left PROCESSING: context_id=%d stage=%s reason=%s",

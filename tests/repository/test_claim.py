@@ -60,8 +60,8 @@ async def test_cancelled_blocks_claim(engine, stage):
 async def test_cancelled_blocks_complete_and_fail(engine, stage):
     await make_state(engine, context_id=1, embedding_status="CANCELLED", keyword_status="CANCELLED")
     async with engine.begin() as conn:
-        assert await context_ai_state.complete(conn, stage, 1) == 0
-        assert await context_ai_state.fail(conn, stage, 1) == 0
+        assert await context_ai_state.complete(conn, stage, 1, attempt=0) == 0
+        assert await context_ai_state.fail(conn, stage, 1, attempt=0) == 0
     assert await fetch_state(engine, 1) == ("CANCELLED", "CANCELLED")
 
 
@@ -192,8 +192,8 @@ async def test_fail_moves_processing_to_failed_only(engine, stage):
         keyword_status="PROCESSING",
     )
     async with engine.begin() as conn:
-        assert await context_ai_state.fail(conn, stage, 1) == 1
-        assert await context_ai_state.fail(conn, stage, 1) == 0
+        assert await context_ai_state.fail(conn, stage, 1, attempt=0) == 1
+        assert await context_ai_state.fail(conn, stage, 1, attempt=0) == 0
     state = await fetch_state(engine, 1)
     assert state[0 if stage is Stage.EMBEDDING else 1] == "FAILED"
 
@@ -203,7 +203,7 @@ async def test_complete_keyword_requires_completed_embedding(engine):
         engine, context_id=1, embedding_status="PROCESSING", keyword_status="PROCESSING"
     )
     async with engine.begin() as conn:
-        assert await context_ai_state.complete(conn, Stage.KEYWORD, 1) == 0
+        assert await context_ai_state.complete(conn, Stage.KEYWORD, 1, attempt=0) == 0
 
 
 @pytest.mark.parametrize("bad_stage", ["embedding_status", "keyword_status; DROP TABLE x", None])
@@ -212,6 +212,6 @@ async def test_repository_accepts_only_stage_enum(engine, bad_stage):
         with pytest.raises(TypeError, match="must be a Stage"):
             await context_ai_state.claim(conn, bad_stage, 1, expiry_seconds=EXPIRY)
         with pytest.raises(TypeError, match="must be a Stage"):
-            await context_ai_state.complete(conn, bad_stage, 1)
+            await context_ai_state.complete(conn, bad_stage, 1, attempt=0)
         with pytest.raises(TypeError, match="must be a Stage"):
-            await context_ai_state.fail(conn, bad_stage, 1)
+            await context_ai_state.fail(conn, bad_stage, 1, attempt=0)

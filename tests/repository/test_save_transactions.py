@@ -24,10 +24,11 @@ from tests.builders import (
 )
 
 
-async def save_embedding(engine, context_id: int = 1):
+async def save_embedding(engine, context_id: int = 1, attempt: int = 1):
     return await results.save_embedding(
         engine,
         context_id=context_id,
+        attempt=attempt,
         user_id=7,
         record_id=70,
         embedding=vector(context_id),
@@ -35,10 +36,11 @@ async def save_embedding(engine, context_id: int = 1):
     )
 
 
-async def save_keywords(engine, context_id: int = 1, selections=((1, 0.9),)):
+async def save_keywords(engine, context_id: int = 1, selections=((1, 0.9),), attempt: int = 1):
     return await results.save_keywords(
         engine,
         context_id=context_id,
+        attempt=attempt,
         selections=list(selections),
         preset_version=3,
         unmatched_concepts=["주차"],
@@ -98,7 +100,8 @@ async def test_embedding_upsert_keeps_is_deleted_true(engine):
         engine, context_id=1, is_deleted=True, profile="old-profile-1536-cosine-v1"
     )
 
-    assert await save_embedding(engine) is SaveOutcome.SAVED
+    # A row moved to PROCESSING by hand has never been claimed: attempt 0.
+    assert await save_embedding(engine, attempt=0) is SaveOutcome.SAVED
 
     async with engine.connect() as conn:
         row = (await conn.execute(text("SELECT * FROM ai.context_embedding"))).one()
@@ -186,7 +189,7 @@ async def test_keyword_delete_insert_replaces_three_rows_with_zero(engine):
         await conn.execute(text("UPDATE ai.context_ai_state SET keyword_status = 'PENDING'"))
     await claim(engine, Stage.KEYWORD)
 
-    assert await save_keywords(engine, selections=[]) is SaveOutcome.SAVED
+    assert await save_keywords(engine, selections=[], attempt=2) is SaveOutcome.SAVED
 
     assert await count_rows(engine, "ai.context_keyword", 1) == 0
     assert await count_rows(engine, "ai.context_keyword_analysis", 1) == 1
