@@ -24,7 +24,6 @@ EMPTY_MEANS_DEFAULT = {
     "embedding_dimension",
     "vector_dimension",
     "embedding_max_input_chars",
-    "vector_dimension",
     "judge_similarity_threshold",
     "provider_timeout_seconds",
     "provider_max_retries",
