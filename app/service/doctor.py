@@ -69,7 +69,8 @@ CHECKS = (
     ),
     Check(
         "keywords_of_unfinished_stage",
-        "keyword rows of contexts whose keyword stage is not COMPLETED (after a reset, §0)",
+        "keyword rows of contexts whose keyword stage is not COMPLETED "
+        "(a cancelled context keeps its rows, §9; or after a reset, §0)",
         invariants.KEYWORDS_OF_UNFINISHED_STAGE,
         violation=False,
     ),
