@@ -45,19 +45,53 @@ def _asyncpg_url(value: str) -> str:
 RETRY_COUNT_CEILING = 3
 
 
-class CoreSettings(BaseSettings):
-    """Core service configuration. Raises ``pydantic.ValidationError`` with precise lines."""
+class CoreDatabaseSettings(BaseSettings):
+    """The database the core service uses; alone for ``db upgrade``, and the base of every
+    other settings class of the core (one set of rules for the shared fields)."""
 
     model_config = SettingsConfigDict(
         env_prefix="PINLOG_CORE_", extra="ignore", frozen=True, hide_input_in_errors=True
     )
 
     database_url: str = Field(description="postgresql+asyncpg://user:pass@host/db")
+    database_transaction_pooling: bool = Field(
+        default=False,
+        description="A transaction pooler (PgBouncer pool_mode=transaction) sits in between",
+    )
+
+    # Field validators, not one model validator: every problem is reported at once.
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_surrounding_space(cls, value: object) -> object:
+        return _without_surrounding_space(value)
+
+    @field_validator("database_url")
+    @classmethod
+    def _database_url(cls, value: str) -> str:
+        return _asyncpg_url(value)
+
+
+class TokenSettings(CoreDatabaseSettings):
+    """What ``pinlog-core token`` needs: the database and the signing key."""
+
+    jwt_secret: SecretStr = Field(description="HS256 key of member tokens, >= 32 characters")
+    token_ttl_seconds: int = Field(
+        default=7 * 24 * 3600, ge=60, description="Lifetime of tokens made by `token`"
+    )
+
+    @field_validator("jwt_secret")
+    @classmethod
+    def _jwt_secret_length(cls, value: SecretStr) -> SecretStr:
+        return _long_enough(value, JWT_SECRET_MIN_LENGTH)
+
+
+class CoreSettings(TokenSettings):
+    """Core service configuration. Raises ``pydantic.ValidationError`` with precise lines."""
+
     worker_base_url: str = Field(
         description="Base URL of the AI worker, or several comma-separated (round robin)"
     )
     internal_secret: SecretStr = Field(description="X-Internal-Secret shared with the worker (§8)")
-    jwt_secret: SecretStr = Field(description="HS256 key of member tokens, >= 32 characters")
     embedding_profile: str = Field(
         min_length=1, max_length=100, description="The worker's embedding profile (§5, §7)"
     )
@@ -70,15 +104,8 @@ class CoreSettings(BaseSettings):
         default=3, ge=0, le=RETRY_COUNT_CEILING, description="Rescan dispatches per context"
     )
     batch_size: int = Field(default=100, ge=1, le=10000, description="Rows per rescan claim")
-    token_ttl_seconds: int = Field(
-        default=7 * 24 * 3600, ge=60, description="Lifetime of tokens made by `token`"
-    )
     database_pool_size: int = Field(
         default=10, ge=1, le=200, description="Connections of one core process"
-    )
-    database_transaction_pooling: bool = Field(
-        default=False,
-        description="A transaction pooler (PgBouncer pool_mode=transaction) sits in between",
     )
     dispatch_connect_timeout_seconds: float = Field(
         default=1.0, gt=0, le=30, description="Connect timeout of a dispatch to the worker"
@@ -86,12 +113,6 @@ class CoreSettings(BaseSettings):
     dispatch_read_timeout_seconds: float = Field(
         default=3.0, gt=0, le=60, description="Read timeout of a dispatch to the worker"
     )
-
-    # Field validators, not one model validator: every problem is reported at once.
-    @field_validator("database_url")
-    @classmethod
-    def _database_url(cls, value: str) -> str:
-        return _asyncpg_url(value)
 
     @field_validator("worker_base_url")
     @classmethod
@@ -101,20 +122,10 @@ class CoreSettings(BaseSettings):
             raise ValueError("must be http:// or https:// URLs, separated by commas")
         return ",".join(urls)
 
-    @field_validator("*", mode="before")
-    @classmethod
-    def _no_surrounding_space(cls, value: object) -> object:
-        return _without_surrounding_space(value)
-
     @field_validator("internal_secret")
     @classmethod
     def _internal_secret_length(cls, value: SecretStr) -> SecretStr:
         return _long_enough(value, INTERNAL_SECRET_MIN_LENGTH)
-
-    @field_validator("jwt_secret")
-    @classmethod
-    def _jwt_secret_length(cls, value: SecretStr) -> SecretStr:
-        return _long_enough(value, JWT_SECRET_MIN_LENGTH)
 
     @property
     def worker_base_urls(self) -> tuple[str, ...]:
@@ -134,55 +145,6 @@ class LoggingSettings(BaseSettings):
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field(
         default="INFO", description="Lowest level written"
     )
-
-
-class CoreDatabaseSettings(BaseSettings):
-    """Only the database URL, for commands that need nothing else (``db upgrade``)."""
-
-    model_config = SettingsConfigDict(
-        env_prefix="PINLOG_CORE_", extra="ignore", frozen=True, hide_input_in_errors=True
-    )
-
-    database_url: str
-    database_transaction_pooling: bool = False
-
-    @field_validator("*", mode="before")
-    @classmethod
-    def _no_surrounding_space(cls, value: object) -> object:
-        return _without_surrounding_space(value)
-
-    @field_validator("database_url")
-    @classmethod
-    def _database_url(cls, value: str) -> str:
-        return _asyncpg_url(value)
-
-
-class TokenSettings(BaseSettings):
-    """What ``pinlog-core token`` needs: the database and the signing key."""
-
-    model_config = SettingsConfigDict(
-        env_prefix="PINLOG_CORE_", extra="ignore", frozen=True, hide_input_in_errors=True
-    )
-
-    database_url: str
-    database_transaction_pooling: bool = False
-    jwt_secret: SecretStr
-    token_ttl_seconds: int = Field(default=7 * 24 * 3600, ge=60)
-
-    @field_validator("*", mode="before")
-    @classmethod
-    def _no_surrounding_space(cls, value: object) -> object:
-        return _without_surrounding_space(value)
-
-    @field_validator("database_url")
-    @classmethod
-    def _database_url(cls, value: str) -> str:
-        return _asyncpg_url(value)
-
-    @field_validator("jwt_secret")
-    @classmethod
-    def _jwt_secret_length(cls, value: SecretStr) -> SecretStr:
-        return _long_enough(value, JWT_SECRET_MIN_LENGTH)
 
 
 def describe_errors(error: ValidationError) -> list[str]:
