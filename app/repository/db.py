@@ -28,17 +28,25 @@ _LOCK_NOT_AVAILABLE = "55P03"
 
 
 def create_engine(
-    database_url: str, *, pool_size: int = 10, with_vector_codec: bool = True
+    database_url: str,
+    *,
+    pool_size: int = 10,
+    with_vector_codec: bool = True,
+    pre_ping: bool = False,
 ) -> AsyncEngine:
     """Build the async engine for a ``postgresql+asyncpg://`` URL.
 
     ``with_vector_codec=False`` is for migrations, which run before the extension exists.
+    ``pre_ping=True`` pings every connection at checkout (one round trip each): only for
+    engines off the hot path (readiness, tooling). Without it a connection that died while
+    pooled fails its statement as a transient error (§6), and SQLAlchemy then recycles every
+    connection pooled before the failure, so one stage pays for a lost database session.
     """
     engine = create_async_engine(
         database_url,
         pool_size=pool_size,
         max_overflow=0,
-        pool_pre_ping=True,
+        pool_pre_ping=pre_ping,
         pool_timeout=30,
         # Parameters carry vectors and model output: never into exception text or logs (§6).
         hide_parameters=True,
