@@ -31,7 +31,7 @@ LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 def _configure_logging(level: str = "INFO") -> None:
     logging.basicConfig(level=level, format=LOG_FORMAT)
     # Request URLs of provider calls are ours to log, not the HTTP client's.
-    for name in ("httpx", "httpx2", "openai"):
+    for name in ("httpx", "httpx2", "aiohttp"):
         logging.getLogger(name).setLevel(logging.WARNING)
 
 
