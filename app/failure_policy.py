@@ -3,9 +3,8 @@
 - Which provider HTTP answers are transient, which say the provider refuses every call alike
   (``ProviderRefusedError``: the only errors the circuit breaker counts), and which are about
   one request's input (plain ``PermanentError``: that stage fails, the breaker is untouched).
-- How often one call is retried (the SDK's ``max_retries`` = ``PROVIDER_MAX_RETRIES``, honouring
-  ``Retry-After`` up to the SDK's cap) and how often an invalid judgment is re-asked
-  (``JUDGE_REASKS``).
+- How often one call is retried (``PROVIDER_MAX_RETRIES``, honouring ``Retry-After`` up to
+  ``RETRY_AFTER_CAP_SECONDS``) and how often an invalid judgment is re-asked (``JUDGE_REASKS``).
 - The hard deadline of one stage, from its claim to its save (``stage_deadline_seconds``).
 
 Leaf module: imports only ``app.errors``. Messages name the layer and at most the status code
@@ -31,6 +30,13 @@ PROVIDER_WIDE_CODES = frozenset({"invalid_api_key", "model_not_found"})
 # The model's own word that the input is too long: invalid input like our own length check
 # (WARNING, FC-09; 422 on search), not a fault of ours or the provider's.
 INPUT_TOO_LONG_CODES = frozenset({"context_length_exceeded", "string_above_max_length"})
+
+# Retries inside one provider call (app/providers/openai_http.py; the openai SDK's policy,
+# kept when the SDK was replaced): a server-directed Retry-After is honoured up to the cap and
+# a longer one ends the call at once (FC-07); otherwise exponential backoff with jitter.
+RETRY_AFTER_CAP_SECONDS = 120.0
+RETRY_INITIAL_DELAY_SECONDS = 0.5
+RETRY_MAX_DELAY_SECONDS = 8.0
 
 # Re-asks of a judgment whose answer does not parse or has no usable structure (§6 "still
 # invalid after retries"). Truncation and refusal are not re-asked: the same note and

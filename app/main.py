@@ -24,6 +24,7 @@ from app.errors import (
     TransientError,
     WorkerError,
 )
+from app.providers.embedding_batcher import BatchingEmbedder
 from app.providers.factory import build_embedding_provider, build_judge
 from app.repository.db import create_engine
 from app.service.circuit_breaker import CircuitBreaker
@@ -35,7 +36,7 @@ from app.service.processing import ContextProcessor
 from app.service.search import SearchService
 from app.service.vector_columns import check_vector_columns
 from app.service.worker_pool import WorkerPool
-from app.settings import Settings
+from app.settings import SEARCH_CONNECTIONS, STAGE_CONNECTIONS_CAP, Settings
 
 logger = logging.getLogger(__name__)
 
@@ -66,10 +67,25 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                 pool_size=1,
                 with_vector_codec=False,
                 transaction_pooling=settings.database_transaction_pooling,
+                pre_ping=True,
             )
             stack.push_async_callback(probe_engine.dispose)
+            # Search has its own small pool, so a burst of stage work never queues it (§7).
+            search_engine = create_engine(
+                settings.database_url,
+                pool_size=SEARCH_CONNECTIONS,
+                transaction_pooling=settings.database_transaction_pooling,
+            )
+            stack.push_async_callback(search_engine.dispose)
             embedder = build_embedding_provider(settings)
             stack.push_async_callback(embedder.aclose)
+            # Concurrent embedding stages share provider requests; search is never delayed.
+            stage_embedder = BatchingEmbedder(
+                embedder,
+                max_batch=settings.embedding_batch_size,
+                max_wait_seconds=settings.embedding_batch_wait_ms / 1000,
+            )
+            stack.push_async_callback(stage_embedder.aclose)
             judge = build_judge(settings)
             stack.push_async_callback(judge.aclose)
             # A column of another width would fail every save; refuse before serving (§5).
@@ -81,7 +97,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                 engine,
                 EmbeddingStage(
                     engine,
-                    embedder,
+                    stage_embedder,
                     embedding_breaker,
                     profile=settings.embedding_profile,
                     dimension=settings.vector_dimension,  # stored, zero-padded (§5)
@@ -98,6 +114,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                     similarity_floor=settings.keyword_similarity_floor,
                     max_input_chars=settings.embedding_max_input_chars,
                 ),
+                expiry_seconds=settings.processing_expiry_seconds,
             )
             pool = WorkerPool(
                 processor.process,
@@ -113,8 +130,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                 probe_engine, presets, offline=settings.offline
             )
             stack.push_async_callback(readiness.aclose)
+            app.state.engine = engine
             app.state.search = SearchService(
-                engine,
+                search_engine,
                 embedder,
                 embedding_breaker,
                 profile=settings.embedding_profile,
@@ -177,18 +195,19 @@ def _worker_error(status: int):
 
 
 def _warn_about_a_small_pool(settings: Settings) -> None:
-    """A pool smaller than the worker tasks plus search makes tasks queue for connections
-    (each wait counts against the stage deadline): allowed, but said once at startup."""
+    """A pool smaller than the worker tasks (up to the cap) plus spare makes tasks queue for
+    connections (each wait counts against the stage deadline): allowed, but said once."""
     explicit = settings.database_pool_size
     if explicit is not None and explicit < settings.pool_size_needed:
         logger.warning(
             "PINLOG_DATABASE_POOL_SIZE=%d is below the %d connections that "
-            "PINLOG_WORKER_CONCURRENCY=%d needs (one per worker task plus %d for search); "
+            "PINLOG_WORKER_CONCURRENCY=%d needs (one per worker task up to %d, plus %d spare); "
             "unset it to size the pool from the concurrency",
             explicit,
             settings.pool_size_needed,
             settings.worker_concurrency,
-            settings.pool_size_needed - settings.worker_concurrency,
+            STAGE_CONNECTIONS_CAP,
+            SEARCH_CONNECTIONS,
         )
 
 

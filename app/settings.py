@@ -62,8 +62,12 @@ _PROFILE_PATTERN = re.compile(r"^(?P<prefix>.+)-(?P<dimension>\d+)-(?P<distance>
 _EMPTY_MEANS_UNSET = frozenset({"embedding_api_key", "judge_api_key"})
 
 INTERNAL_SECRET_MIN_LENGTH = 16
-# Connections besides the worker tasks' own (one each): search requests.
+# Search's own pool (app/main.py), so stage work never queues it.
 SEARCH_CONNECTIONS = 2
+# A worker task holds a connection for one statement at a time and never across a provider
+# call, so past this many tasks more connections only add idle backends (and can exceed the
+# server's max_connections): the default pool stops growing here.
+STAGE_CONNECTIONS_CAP = 30
 
 
 class Settings(BaseSettings):
@@ -141,6 +145,16 @@ class Settings(BaseSettings):
         description="Similarity judge, and the learned judge's rule for untrained presets",
     )
 
+    embedding_batch_size: int = Field(
+        default=32, ge=1, le=2048, description="Embedding stages sent in one provider request"
+    )
+    embedding_batch_wait_ms: float = Field(
+        default=10.0,
+        ge=0,
+        le=1000,
+        description="How long a batch's first embedding stage waits for company",
+    )
+
     provider_timeout_seconds: float = Field(
         default=30.0, gt=0, description="Per attempt of one provider call"
     )
@@ -173,7 +187,9 @@ class Settings(BaseSettings):
         default=10.0, ge=0, description="Running work's time to finish on SIGTERM"
     )
     database_pool_size: int | None = Field(
-        default=None, ge=1, description="Default: WORKER_CONCURRENCY + SEARCH_CONNECTIONS"
+        default=None,
+        ge=1,
+        description="Default: min(WORKER_CONCURRENCY, STAGE_CONNECTIONS_CAP) + SEARCH_CONNECTIONS",
     )
     database_transaction_pooling: bool = Field(
         default=False,
@@ -358,8 +374,9 @@ class Settings(BaseSettings):
 
     @property
     def pool_size_needed(self) -> int:
-        """Connections the worker can use at once: one per worker task plus search."""
-        return self.worker_concurrency + SEARCH_CONNECTIONS
+        """Stage connections the worker can use at once: one per worker task (at most
+        ``STAGE_CONNECTIONS_CAP``) plus ``SEARCH_CONNECTIONS`` spare."""
+        return min(self.worker_concurrency, STAGE_CONNECTIONS_CAP) + SEARCH_CONNECTIONS
 
     @property
     def pool_size(self) -> int:

@@ -30,7 +30,7 @@ TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 JSON_FIELDS = ("asctime", "levelname", "name", "message")
 JSON_RENAMES = {"asctime": "timestamp", "levelname": "level", "name": "logger"}
 # Libraries whose request logs would name URLs we log ourselves, without their noise.
-QUIET_LOGGERS = ("httpx", "httpx2", "httpcore", "openai")
+QUIET_LOGGERS = ("httpx", "httpx2", "httpcore", "openai", "aiohttp")
 
 
 class _ContextFilter(logging.Filter):

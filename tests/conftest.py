@@ -64,7 +64,8 @@ async def migrated_database(database_url: str) -> str:
 
 @pytest.fixture(scope="session")
 async def engine(migrated_database: str) -> AsyncIterator[AsyncEngine]:
-    engine = create_engine(migrated_database, pool_size=30)
+    # The tests' own engine pings: some tests terminate every other session on purpose.
+    engine = create_engine(migrated_database, pool_size=30, pre_ping=True)
     yield engine
     await engine.dispose()
 

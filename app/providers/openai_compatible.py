@@ -1,9 +1,9 @@
 """Embedding and judge providers for any OpenAI-compatible server (CONTRACT §4, §5, §6).
 
-Built on the official ``openai`` SDK, so OpenAI, vLLM, Ollama and gateways work by base URL.
-The SDK performs the short bounded retries inside one call (``max_retries``; it honours
-``Retry-After`` up to its own cap and gives up on longer waits, FC-07). Bodies are read as raw
-JSON and validated here instead of being trusted to SDK models (FC-01, FC-05, FC-08).
+Plain OpenAI-compatible HTTP (``openai_http``), so OpenAI, vLLM, Ollama and gateways work by
+base URL. The short bounded retries inside one call (``max_retries``; ``Retry-After`` honoured up
+to a cap, longer waits given up at once, FC-07) live there. Bodies are read as raw JSON and
+validated here (FC-01, FC-05, FC-08).
 
 Errors (classified by ``app.failure_policy``): ``TransientError`` (timeout, connection,
 408/409/429/5xx), ``ProviderProtocolError`` (2xx with a malformed body), ``ProviderRefusedError``
@@ -16,17 +16,16 @@ the status code: never the upstream body, the URL or the key (§6).
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Sequence
-from typing import Any
+from collections.abc import Sequence
 
 import numpy as np
-import openai
 from pydantic import SecretStr
 
 from app import failure_policy, metrics
-from app.errors import ConfigurationError, InvalidOutputError, TransientError
+from app.errors import ConfigurationError, InvalidOutputError
 from app.providers import openai_wire
 from app.providers.base import JudgeCandidate, JudgeVerdict
+from app.providers.openai_http import JsonEndpointClient
 from app.settings import Settings
 
 JUDGE_SYSTEM_PROMPT = (
@@ -49,15 +48,13 @@ logger = logging.getLogger(__name__)
 
 
 class _ClientOwner:
-    """Owns one ``AsyncOpenAI`` client; ``aclose()`` releases its connections."""
+    """Owns one HTTP client (connection pool); ``aclose()`` releases its connections."""
 
     def __init__(self, base_url: str, api_key: str, timeout_seconds: float, retries: int) -> None:
-        self._client = openai.AsyncOpenAI(
-            base_url=base_url, api_key=api_key, timeout=timeout_seconds, max_retries=retries
-        )
+        self._client = JsonEndpointClient(base_url, api_key, timeout_seconds, retries)
 
     async def aclose(self) -> None:
-        await self._client.close()
+        await self._client.aclose()
 
 
 class OpenAIEmbedder(_ClientOwner):
@@ -97,11 +94,10 @@ class OpenAIEmbedder(_ClientOwner):
         """Embed ``texts`` exactly as given (no normalisation here) in one request."""
         if not texts:
             return []
-        body = await _call(
+        body = await self._client.post(
             "embedding",
-            self._client.embeddings.with_raw_response.create(
-                model=self.model, input=list(texts), encoding_format="float"
-            ),
+            "embeddings",
+            {"model": self.model, "input": list(texts), "encoding_format": "float"},
         )
         return openai_wire.parse_embeddings(body, len(texts), self.dimension)
 
@@ -155,13 +151,14 @@ class OpenAIJudge(_ClientOwner):
             {"role": "user", "content": openai_wire.judge_user_message(text, candidates)},
         ]
         for reask in range(failure_policy.JUDGE_REASKS + 1):
-            body = await _call(
+            body = await self._client.post(
                 "judge",
-                self._client.chat.completions.with_raw_response.create(
-                    model=self.model,
-                    temperature=0,
-                    messages=messages,
-                    response_format={
+                "chat/completions",
+                {
+                    "model": self.model,
+                    "temperature": 0,
+                    "messages": messages,
+                    "response_format": {
                         "type": "json_schema",
                         "json_schema": {
                             "name": "keyword_judgment",
@@ -169,7 +166,7 @@ class OpenAIJudge(_ClientOwner):
                             "schema": openai_wire.judgment_schema(ids),
                         },
                     },
-                ),
+                },
             )
             try:
                 return openai_wire.parse_verdict(body)
@@ -187,35 +184,3 @@ def _secret(value: SecretStr | None, name: str) -> str:
     if value is None or not value.get_secret_value().strip():
         raise ConfigurationError(f"{name} is required for an OpenAI-compatible provider")
     return value.get_secret_value()
-
-
-async def _call(layer: str, request: Awaitable[Any]) -> Any:
-    """Await one SDK request (retries included) and return its parsed JSON body (§6 mapping).
-
-    ``from None`` keeps the SDK exception, whose text quotes the upstream body, out of the
-    chained traceback.
-    """
-    try:
-        raw = await request
-    except openai.APITimeoutError:
-        raise TransientError(f"{layer} upstream timeout") from None
-    except openai.APIConnectionError:
-        raise TransientError(f"{layer} upstream unreachable") from None
-    except openai.APIStatusError as exc:
-        code = exc.code if isinstance(exc.code, str) else None
-        raise failure_policy.status_error(
-            layer, exc.status_code, code=code, retry_after=_retry_after(exc)
-        ) from None
-    try:
-        return raw.http_response.json()
-    except (ValueError, RecursionError):  # RecursionError: absurdly deep nesting
-        raise openai_wire.malformed(layer, "not JSON") from None
-
-
-def _retry_after(exc: openai.APIStatusError) -> float | None:
-    """The upstream's ``Retry-After`` in seconds, when it is a plain number (FC-07)."""
-    try:
-        value = float(exc.response.headers.get("retry-after", ""))
-    except ValueError:
-        return None
-    return value if 0 <= value < 1e9 else None

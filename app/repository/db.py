@@ -34,18 +34,23 @@ def create_engine(
     pool_size: int = 10,
     with_vector_codec: bool = True,
     transaction_pooling: bool = False,
+    pre_ping: bool = False,
 ) -> AsyncEngine:
     """Build the async engine for a ``postgresql+asyncpg://`` URL.
 
     ``with_vector_codec=False`` is for migrations, which run before the extension exists.
     ``transaction_pooling`` is for PgBouncer in transaction mode (``pinlog_schema.connection``).
     Connecting raises ``ConfigurationError`` when the ``vector`` type is not on the search path.
+    ``pre_ping=True`` pings every connection at checkout (one round trip each): only for
+    engines off the hot path (readiness, tooling). Without it a connection that died while
+    pooled fails its statement as a transient error (§6), and SQLAlchemy then recycles every
+    connection pooled before the failure, so one stage pays for a lost database session.
     """
     engine = create_async_engine(
         database_url,
         pool_size=pool_size,
         max_overflow=0,
-        pool_pre_ping=True,
+        pool_pre_ping=pre_ping,
         pool_timeout=30,
         # Parameters carry vectors and model output: never into exception text or logs (§6).
         hide_parameters=True,

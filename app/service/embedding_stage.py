@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 
 import numpy as np
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -10,9 +11,9 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from app import metrics
 from app.errors import ProviderRefusedError
 from app.providers.base import EmbeddingProvider
-from app.repository import results
-from app.repository.context_ai_state import ContextProgress
-from app.repository.results import SaveOutcome
+from app.repository import stage_saves
+from app.repository.context_start import ContextStart
+from app.repository.db import autocommit
 from app.service import context_text
 from app.service.circuit_breaker import CircuitBreaker
 from app.service.requests import ProcessRequest
@@ -23,7 +24,18 @@ logger = logging.getLogger(__name__)
 STAGE = Stage.EMBEDDING
 
 
+@dataclass(frozen=True, slots=True)
+class Embedded:
+    """The context's vector (float32 ``(dimension,)``) for the keyword stage, and the keyword
+    claim the save made in the same statement (``None``: not made, claim it separately)."""
+
+    vector: np.ndarray
+    keyword_attempt: int | None = None
+
+
 class EmbeddingStage:
+    """§3.2 for one request; the claim itself is part of starting the context."""
+
     def __init__(
         self,
         engine: AsyncEngine,
@@ -43,20 +55,27 @@ class EmbeddingStage:
         self._expiry_seconds = expiry_seconds
         self._max_input_chars = max_input_chars
 
-    async def run(self, request: ProcessRequest, progress: ContextProgress) -> np.ndarray | None:
-        """Return the context's vector (float32, ``(dimension,)``) for the keyword stage, or
-        ``None`` when this request did not produce or may not reuse one.
+    async def run(self, request: ProcessRequest, start: ContextStart) -> Embedded | None:
+        """The context's vector, or ``None`` when this request did not produce or may not
+        reuse one. ``start`` carries the claim (``embedding_attempt``) or the stored vector.
 
         Never raises: every error is settled by the §6 rules in ``stage_failure``.
         """
         if (
-            progress.embedding_status is Status.COMPLETED
-            and progress.embedding is not None
-            and progress.embedding_profile == self._profile
+            start.embedding_status is Status.COMPLETED
+            and start.embedding is not None
+            and start.embedding_profile == self._profile
         ):
             metrics.STAGE_OUTCOMES.labels(STAGE.label, "reused").inc()
-            return progress.embedding
-        if progress.embedding_status not in (Status.PENDING, Status.PROCESSING):
+            return Embedded(start.embedding)
+        if start.embedding_attempt is None:
+            if start.embedding_status in (Status.PENDING, Status.PROCESSING):
+                metrics.STAGE_OUTCOMES.labels(STAGE.label, "not_claimed").inc()
+                logger.debug(
+                    "embedding not claimed: context_id=%d status=%s",
+                    request.context_id,
+                    start.embedding_status,
+                )
             return None
         return await run_claimed(
             self._engine,
@@ -64,9 +83,10 @@ class EmbeddingStage:
             request.context_id,
             expiry_seconds=self._expiry_seconds,
             work=lambda attempt: self._produce_and_save(request, attempt),
+            attempt=start.embedding_attempt,
         )
 
-    async def _produce_and_save(self, request: ProcessRequest, attempt: int) -> np.ndarray | None:
+    async def _produce_and_save(self, request: ProcessRequest, attempt: int) -> Embedded | None:
         text = context_text.prepare_for_embedding(request.text, max_chars=self._max_input_chars)
         # The provider call runs with no transaction and no connection held (§3.2, FC-03).
         (vector,) = await self._breaker.call(lambda: self._provider.embed([text]))
@@ -74,19 +94,20 @@ class EmbeddingStage:
             raise ProviderRefusedError(
                 f"embedding dimension {vector.shape[-1]} differs from configured {self._dimension}"
             )
-        outcome = await results.save_embedding(
-            self._engine,
-            context_id=request.context_id,
-            attempt=attempt,
-            user_id=request.user_id,
-            record_id=request.record_id,
-            embedding=vector,
-            embedding_profile=self._profile,
-        )
-        if outcome is SaveOutcome.DISCARDED:
+        async with autocommit(self._engine) as conn:  # one statement: lock, re-check, write
+            saved = await stage_saves.save_embedding(
+                conn,
+                context_id=request.context_id,
+                attempt=attempt,
+                user_id=request.user_id,
+                record_id=request.record_id,
+                embedding=vector,
+                embedding_profile=self._profile,
+            )
+        if saved is None:
             metrics.STAGE_OUTCOMES.labels(STAGE.label, "discarded").inc()
             logger.info("embedding result discarded: context_id=%d", request.context_id)
             return None
         metrics.STAGE_OUTCOMES.labels(STAGE.label, "completed").inc()
         logger.info("embedding completed: context_id=%d", request.context_id)
-        return vector
+        return Embedded(vector, saved.keyword_attempt)

@@ -10,9 +10,9 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from app import metrics
 from app.errors import PermanentError, ProfileMismatchError
 from app.providers.base import KeywordJudge
-from app.repository import results
-from app.repository.context_ai_state import ContextProgress
-from app.repository.results import SaveOutcome
+from app.repository import stage_saves
+from app.repository.context_start import ContextStart
+from app.repository.db import autocommit
 from app.service import context_text
 from app.service.circuit_breaker import CircuitBreaker
 from app.service.judgment import map_verdict
@@ -26,6 +26,8 @@ STAGE = Stage.KEYWORD
 
 
 class KeywordStage:
+    """§3.3 for one request: candidates, judge, save; claimed here or by the embedding save."""
+
     def __init__(
         self,
         engine: AsyncEngine,
@@ -48,12 +50,17 @@ class KeywordStage:
         self._max_input_chars = max_input_chars
 
     async def run(
-        self, request: ProcessRequest, progress: ContextProgress, vector: np.ndarray | None
+        self,
+        request: ProcessRequest,
+        start: ContextStart,
+        vector: np.ndarray | None,
+        attempt: int | None,
     ) -> None:
-        """Judge and store keywords if this request may claim the stage.
+        """Judge and store keywords if this request owns or may claim the stage.
 
         ``vector``: float32 ``(dimension,)`` from the embedding stage, or ``None`` to use the
-        one the pre-check read in ``progress`` (no second read). Never raises: errors are
+        one the pre-check read in ``start`` (no second read). ``attempt``: the claim the
+        embedding save already made, or ``None`` to claim here. Never raises: errors are
         settled by the §6 rules.
         """
         await run_claimed(
@@ -61,19 +68,20 @@ class KeywordStage:
             STAGE,
             request.context_id,
             expiry_seconds=self._expiry_seconds,
-            work=lambda attempt: self._judge_and_save(request, progress, vector, attempt),
+            work=lambda attempt: self._judge_and_save(request, start, vector, attempt),
+            attempt=attempt,
         )
 
     async def _judge_and_save(
         self,
         request: ProcessRequest,
-        progress: ContextProgress,
+        start: ContextStart,
         vector: np.ndarray | None,
         attempt: int,
     ) -> None:
         snapshot = self._presets.snapshot()  # one snapshot from candidates to save (§4)
         if vector is None:
-            vector = self._stored_vector(progress, snapshot.profile)
+            vector = self._stored_vector(start, snapshot.profile)
         candidates = snapshot.candidates(vector, top_k=self._top_k, floor=self._similarity_floor)
         if candidates:
             text = context_text.prepare_for_embedding(request.text, max_chars=self._max_input_chars)
@@ -89,16 +97,17 @@ class KeywordStage:
             selections, unmatched = judgment.selections, judgment.unmatched_concepts
         else:
             selections, unmatched = (), ()  # zero candidates: COMPLETED, judge not called
-        outcome = await results.save_keywords(
-            self._engine,
-            context_id=request.context_id,
-            attempt=attempt,
-            selections=selections,
-            preset_version=snapshot.version,
-            unmatched_concepts=unmatched,
-            model_profile=self._judge.profile,
-        )
-        if outcome is SaveOutcome.DISCARDED:
+        async with autocommit(self._engine) as conn:  # one statement: lock, re-check, write
+            saved = await stage_saves.save_keywords(
+                conn,
+                context_id=request.context_id,
+                attempt=attempt,
+                selections=selections,
+                preset_version=snapshot.version,
+                unmatched_concepts=unmatched,
+                model_profile=self._judge.profile,
+            )
+        if not saved:
             metrics.STAGE_OUTCOMES.labels(STAGE.label, "discarded").inc()
             logger.info("keyword result discarded: context_id=%d", request.context_id)
             return
@@ -111,13 +120,13 @@ class KeywordStage:
         )
 
     @staticmethod
-    def _stored_vector(progress: ContextProgress, profile: str) -> np.ndarray:
+    def _stored_vector(start: ContextStart, profile: str) -> np.ndarray:
         """The vector the pre-check read; it must use the presets' profile (§5)."""
-        if progress.embedding is None:
+        if start.embedding is None:
             raise PermanentError("completed embedding has no stored vector")
-        if progress.embedding_profile != profile:
+        if start.embedding_profile != profile:
             raise ProfileMismatchError(
-                f"context embedding profile {progress.embedding_profile!r} differs from "
+                f"context embedding profile {start.embedding_profile!r} differs from "
                 f"preset profile {profile!r}"
             )
-        return progress.embedding
+        return start.embedding

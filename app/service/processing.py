@@ -10,40 +10,101 @@ import logging
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app import metrics
-from app.repository import context_ai_state, context_text_fingerprint
+from app.errors import TransientError
+from app.repository import context_start
+from app.repository.context_start import ContextStart
 from app.repository.db import autocommit
 from app.service import context_text
 from app.service.embedding_stage import EmbeddingStage
 from app.service.keyword_stage import KeywordStage
 from app.service.requests import ProcessRequest
-from app.states import CLAIMABLE, Status
+from app.service.stage_claim import note_claim
+from app.states import CLAIMABLE, Stage, Status
 
 logger = logging.getLogger(__name__)
 
 
 class ContextProcessor:
+    """Runs §3 for one request at a time per worker task; holds no per-context state."""
+
     def __init__(
-        self, engine: AsyncEngine, embedding_stage: EmbeddingStage, keyword_stage: KeywordStage
+        self,
+        engine: AsyncEngine,
+        embedding_stage: EmbeddingStage,
+        keyword_stage: KeywordStage,
+        *,
+        expiry_seconds: float,
     ) -> None:
         self._engine = engine
         self._embedding_stage = embedding_stage
         self._keyword_stage = keyword_stage
+        self._expiry_seconds = expiry_seconds
 
     async def process(self, request: ProcessRequest) -> None:
         """Advance whatever stages of ``request.context_id`` this request may claim.
 
-        Raises ``TransientError`` only when the pre-check cannot reach the database; stage
-        errors are settled inside the stages (§6).
+        Never raises for a database or provider fault: a start that cannot reach the database
+        changed nothing (WARNING, the rescan re-requests it); stage errors are settled inside
+        the stages (§6).
         """
+        start = await self._start(request)
+        if start is None or not self._acceptable(request, start):
+            return
+        if not start.anything_to_do:
+            logger.info(
+                "nothing to do: context_id=%d embedding=%s keyword=%s",
+                request.context_id,
+                start.embedding_status,
+                start.keyword_status,
+            )
+            return
+        embedded = await self._embedding_stage.run(request, start)
+        if embedded is not None and embedded.keyword_attempt is not None:
+            # The embedding save also started the keyword stage (§2, one statement).
+            await self._keyword_stage.run(request, start, embedded.vector, embedded.keyword_attempt)
+            return
+        # Otherwise the keyword claim needs embedding COMPLETED: this request produced or
+        # reused the vector, or it was COMPLETED already (resume, profile mismatch). Else the
+        # claim could only affect 0 rows, after waiting on the row lock for nothing.
+        embedding_ready = embedded is not None or start.embedding_status is Status.COMPLETED
+        if embedding_ready and start.keyword_status in CLAIMABLE:
+            vector = None if embedded is None else embedded.vector
+            await self._keyword_stage.run(request, start, vector, None)
+
+    async def _start(self, request: ProcessRequest) -> ContextStart | None:
+        """Pre-check, owner and text checks and the embedding claim: one statement (§3.1)."""
+        try:
+            async with autocommit(self._engine) as conn:
+                start = await context_start.start(
+                    conn,
+                    context_id=request.context_id,
+                    user_id=request.user_id,
+                    record_id=request.record_id,
+                    text_sha256=context_text.fingerprint(request.text),
+                    expiry_seconds=self._expiry_seconds,
+                )
+        except TransientError as exc:
+            # The message names the cause: "database lock timeout" (a row busy elsewhere) is
+            # not "database unavailable" (§6). Nothing changed; the rescan re-requests it.
+            logger.warning(
+                "context start failed, nothing changed: context_id=%d cause=%s reason=%s",
+                request.context_id,
+                type(exc).__name__,
+                exc,
+            )
+            return None
+        if start is None:
+            logger.info("no state row, nothing to do: context_id=%d", request.context_id)
+        elif start.embedding_attempt is not None:
+            note_claim(Stage.EMBEDDING, request.context_id, reclaimed=start.embedding_reclaimed)
+        return start
+
+    @staticmethod
+    def _acceptable(request: ProcessRequest, start: ContextStart) -> bool:
+        """Contract checks on the caller (§3): owner refused, text change only reported."""
         context_id = request.context_id
-        async with autocommit(self._engine) as conn:
-            progress = await context_ai_state.load_progress(conn, context_id)
-            if progress is None:
-                logger.info("no state row, nothing to do: context_id=%d", context_id)
-                return
-            if progress.owner_known and not progress.is_owned_by(
-                request.user_id, request.record_id
-            ):
+        if not start.same_owner:
+            if start.owner_from_core:
                 # The core wrote the owner at create time: the source of truth. This request
                 # is refused and leaves no trace, so the correct one still runs (§7, §8).
                 metrics.CONTRACT_VIOLATIONS.labels("owner_mismatch").inc()
@@ -52,44 +113,21 @@ class ContextProcessor:
                     "side recorded, request refused: context_id=%d",
                     context_id,
                 )
-                return
-            match = await context_text_fingerprint.record(
-                conn,
-                context_id=context_id,
-                user_id=request.user_id,
-                record_id=request.record_id,
-                text_sha256=context_text.fingerprint(request.text),
-            )
-        if not progress.owner_known and not match.same_owner:
-            # No owner from the core (a row written by the original contract's core side):
-            # storing a vector under another user would leak it into that user's search (§7),
-            # so the first request's owner stays the truth and this request does nothing.
-            metrics.CONTRACT_VIOLATIONS.labels("owner_changed").inc()
-            logger.warning(
-                "contract violation: same contextId with a different userId or recordId, "
-                "request ignored: context_id=%d",
-                context_id,
-            )
-            return
-        if not match.same_text:
+            else:
+                # No owner from the core (the original contract): the first request's owner
+                # stays the truth, so a vector is never stored under another user (§7).
+                metrics.CONTRACT_VIOLATIONS.labels("owner_changed").inc()
+                logger.warning(
+                    "contract violation: same contextId with a different userId or recordId, "
+                    "request ignored: context_id=%d",
+                    context_id,
+                )
+            return False
+        if not start.same_text:
             # A caller bug: never treated as an edit, nothing is reset (§3, scenario 5).
             metrics.CONTRACT_VIOLATIONS.labels("text_changed").inc()
             logger.warning(
                 "contract violation: same contextId with a different text: context_id=%d",
                 context_id,
             )
-        if progress.embedding_status not in CLAIMABLE and progress.keyword_status not in CLAIMABLE:
-            logger.info(
-                "nothing to do: context_id=%d embedding=%s keyword=%s",
-                context_id,
-                progress.embedding_status,
-                progress.keyword_status,
-            )
-            return
-        vector = await self._embedding_stage.run(request, progress)
-        # The keyword claim needs embedding COMPLETED: either this request just produced or
-        # reused the vector, or it was COMPLETED already (resume, profile mismatch). Otherwise
-        # the claim could only affect 0 rows, after waiting on the row lock for nothing.
-        embedding_ready = vector is not None or progress.embedding_status is Status.COMPLETED
-        if embedding_ready and progress.keyword_status in CLAIMABLE:
-            await self._keyword_stage.run(request, progress, vector)
+        return True

@@ -32,11 +32,13 @@ async def run_claimed(
     *,
     expiry_seconds: float,
     work: Callable[[int], Awaitable[T]],
+    attempt: int | None = None,
 ) -> T | None:
-    """Claim ``stage`` and run ``work(attempt)``; ``work``'s result, or ``None`` when not
-    claimed or when it failed. Never raises: errors are settled by the §6 rules
-    (``stage_failure``). ``attempt`` is the claim's fencing token: the save and the permanent
-    failure take effect only while no later claim superseded it (docs/state-machine.md).
+    """Claim ``stage`` (unless ``attempt`` says the statement before already did) and run
+    ``work(attempt)``; ``work``'s result, or ``None`` when not claimed or when it failed.
+    Never raises: errors are settled by the §6 rules (``stage_failure``). ``attempt`` is the
+    claim's fencing token: the save and the permanent failure take effect only while no later
+    claim superseded it (docs/state-machine.md).
 
     One deadline (``failure_policy.stage_deadline_seconds(expiry_seconds)``, seconds) covers
     everything from the claim to the save's commit: provider calls with the SDK's retries and
@@ -48,12 +50,12 @@ async def run_claimed(
     deadline = failure_policy.stage_deadline_seconds(expiry_seconds)
     scope = asyncio.timeout(deadline)
     with log_context(stage=stage.label):
-        attempt: int | None = None
         try:
             async with scope:
-                attempt = await claim_stage(
-                    engine, stage, context_id, expiry_seconds=expiry_seconds
-                )
+                if attempt is None:
+                    attempt = await claim_stage(
+                        engine, stage, context_id, expiry_seconds=expiry_seconds
+                    )
                 if attempt is None:
                     return None
                 return await work(attempt)
@@ -112,7 +114,13 @@ async def claim_stage(
             claim.previous_status,
         )
         return None
-    if claim.reclaimed:
+    note_claim(stage, context_id, reclaimed=claim.reclaimed)
+    return claim.attempt
+
+
+def note_claim(stage: Stage, context_id: int, *, reclaimed: bool) -> None:
+    """A reclaim of a stale ``PROCESSING`` means earlier work did not finish in time (§2):
+    WARNING and counted. A fresh start says nothing."""
+    if reclaimed:
         metrics.RECLAIMS.labels(stage.label).inc()
         logger.warning("stale %s stage reclaimed: context_id=%d", stage.label, context_id)
-    return claim.attempt

@@ -21,7 +21,7 @@ from app.errors import (
     TransientError,
 )
 from app.repository import context_ai_state
-from app.repository.db import transaction
+from app.repository.db import autocommit
 from app.states import Stage
 
 logger = logging.getLogger(__name__)
@@ -74,7 +74,7 @@ async def settle(
 
 async def _fail(engine: AsyncEngine, stage: Stage, context_id: int, attempt: int) -> bool:
     try:
-        async with transaction(engine) as conn:
+        async with autocommit(engine) as conn:  # one statement: its own transaction
             return await context_ai_state.fail(conn, stage, context_id, attempt=attempt) == 1
     except TransientError as exc:
         logger.warning(

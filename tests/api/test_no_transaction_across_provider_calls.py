@@ -53,7 +53,10 @@ async def test_fc03_rows_are_unlocked_and_no_session_idles_in_transaction_during
     fake_openai.script_embeddings(*embeddings)
     fake_openai.script_judge(*judgments)
 
-    async with make_worker(database_pool_size=2, worker_concurrency=4) as worker:
+    # One provider call per stage (no micro-batching), so each call can be held and observed.
+    async with make_worker(
+        database_pool_size=2, worker_concurrency=4, embedding_batch_size=1
+    ) as worker:
         responses = await asyncio.gather(
             *(
                 worker.post({"contextId": i, "userId": 7, "recordId": 70, "text": TEXT})

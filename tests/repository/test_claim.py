@@ -57,10 +57,9 @@ async def test_cancelled_blocks_claim(engine, stage):
 
 
 @pytest.mark.parametrize("stage", list(Stage))
-async def test_cancelled_blocks_complete_and_fail(engine, stage):
+async def test_cancelled_blocks_fail(engine, stage):
     await make_state(engine, context_id=1, embedding_status="CANCELLED", keyword_status="CANCELLED")
     async with engine.begin() as conn:
-        assert await context_ai_state.complete(conn, stage, 1, attempt=0) == 0
         assert await context_ai_state.fail(conn, stage, 1, attempt=0) == 0
     assert await fetch_state(engine, 1) == ("CANCELLED", "CANCELLED")
 
@@ -198,20 +197,10 @@ async def test_fail_moves_processing_to_failed_only(engine, stage):
     assert state[0 if stage is Stage.EMBEDDING else 1] == "FAILED"
 
 
-async def test_complete_keyword_requires_completed_embedding(engine):
-    await make_state(
-        engine, context_id=1, embedding_status="PROCESSING", keyword_status="PROCESSING"
-    )
-    async with engine.begin() as conn:
-        assert await context_ai_state.complete(conn, Stage.KEYWORD, 1, attempt=0) == 0
-
-
 @pytest.mark.parametrize("bad_stage", ["embedding_status", "keyword_status; DROP TABLE x", None])
 async def test_repository_accepts_only_stage_enum(engine, bad_stage):
     async with engine.begin() as conn:
         with pytest.raises(TypeError, match="must be a Stage"):
             await context_ai_state.claim(conn, bad_stage, 1, expiry_seconds=EXPIRY)
-        with pytest.raises(TypeError, match="must be a Stage"):
-            await context_ai_state.complete(conn, bad_stage, 1, attempt=0)
         with pytest.raises(TypeError, match="must be a Stage"):
             await context_ai_state.fail(conn, bad_stage, 1, attempt=0)

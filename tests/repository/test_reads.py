@@ -1,4 +1,5 @@
-"""Pre-check read, preset loading and the text fingerprint (§3.1, §4, §3 scenario 5)."""
+"""Starting a context (pre-check, owner and text checks, embedding claim) and preset loading
+(§3.1, §2, §4, scenario 5)."""
 
 from __future__ import annotations
 
@@ -6,33 +7,52 @@ import hashlib
 
 import numpy as np
 
-from app.repository import context_ai_state, context_text_fingerprint, keyword_preset
-from app.repository.context_text_fingerprint import FingerprintMatch
+from app.repository import context_start, keyword_preset
+from app.repository.db import autocommit
 from app.states import Status
-from tests.builders import PROFILE, make_embedding, make_preset, make_state, vector
+from tests.builders import PROFILE, fetch_state, make_embedding, make_preset, make_state, vector
+
+QUIET = hashlib.sha256("조용한 카페".encode()).digest()
+LOUD = hashlib.sha256("시끄러운 술집".encode()).digest()
 
 
-async def test_load_progress_returns_statuses_vector_and_profile(engine):
+async def start(engine, *, text_sha256=QUIET, user_id=7, record_id=70, context_id=1):
+    async with autocommit(engine) as conn:
+        return await context_start.start(
+            conn,
+            context_id=context_id,
+            user_id=user_id,
+            record_id=record_id,
+            text_sha256=text_sha256,
+            expiry_seconds=600,
+        )
+
+
+async def test_start_of_a_completed_embedding_returns_the_stored_vector_and_claims_nothing(
+    engine,
+):
     await make_state(engine, context_id=1, embedding_status="COMPLETED")
     await make_embedding(engine, context_id=1, embedding=vector("x"))
-    async with engine.connect() as conn:
-        progress = await context_ai_state.load_progress(conn, 1)
-    assert progress.embedding_status is Status.COMPLETED
-    assert progress.keyword_status is Status.PENDING
-    assert progress.embedding_profile == PROFILE
-    np.testing.assert_allclose(progress.embedding, vector("x"), rtol=1e-6)
+    started = await start(engine)
+    assert started.embedding_status is Status.COMPLETED
+    assert started.keyword_status is Status.PENDING
+    assert started.embedding_attempt is None
+    assert started.embedding_profile == PROFILE
+    np.testing.assert_allclose(started.embedding, vector("x"), rtol=1e-6)
 
 
-async def test_load_progress_without_embedding_row(engine):
+async def test_start_of_a_pending_context_claims_the_embedding_stage(engine):
     await make_state(engine, context_id=1)
-    async with engine.connect() as conn:
-        progress = await context_ai_state.load_progress(conn, 1)
-    assert progress.embedding is None and progress.embedding_profile is None
+    started = await start(engine)
+    assert (started.embedding_status, started.embedding_attempt) == (Status.PENDING, 1)
+    assert started.embedding is None and not started.embedding_reclaimed
+    assert await fetch_state(engine, 1) == ("PROCESSING", "PENDING")
+    duplicate = await start(engine)
+    assert duplicate.embedding_attempt is None  # a fresh PROCESSING is not taken over
 
 
-async def test_load_progress_without_state_row_is_none(engine):
-    async with engine.connect() as conn:
-        assert await context_ai_state.load_progress(conn, 1) is None
+async def test_start_without_state_row_is_none(engine):
+    assert await start(engine) is None
 
 
 async def test_usable_presets_exclude_blocked_inactive_and_other_profiles(engine):
@@ -48,20 +68,23 @@ async def test_usable_presets_exclude_blocked_inactive_and_other_profiles(engine
     assert presets[0].embedding.shape == (1536,)
 
 
-async def test_fingerprint_detects_a_different_text_or_owner_for_the_same_context(engine):
-    first = hashlib.sha256("조용한 카페".encode()).digest()
-    other = hashlib.sha256("시끄러운 술집".encode()).digest()
+async def test_the_first_claiming_request_is_the_reference_for_text_and_owner(engine):
+    await make_state(engine, context_id=1)  # no owner from the core: the first request's
 
-    async def record(text_sha256: bytes, user_id: int = 7, record_id: int = 70):
-        async with engine.begin() as conn:
-            return await context_text_fingerprint.record(
-                conn, context_id=1, user_id=user_id, record_id=record_id, text_sha256=text_sha256
-            )
+    first = await start(engine)
+    assert (first.same_text, first.same_owner, first.owner_from_core) == (True, True, False)
+    assert (await start(engine, text_sha256=LOUD)).same_text is False
+    assert (await start(engine, user_id=8)).same_owner is False
+    assert (await start(engine, record_id=71)).same_owner is False
+    again = await start(engine)  # the first request stays the reference
+    assert (again.same_text, again.same_owner) == (True, True)
 
-    assert await record(first) == FingerprintMatch(same_text=True, same_owner=True)
-    assert await record(first) == FingerprintMatch(same_text=True, same_owner=True)
-    assert await record(other) == FingerprintMatch(same_text=False, same_owner=True)
-    assert await record(first, user_id=8) == FingerprintMatch(same_text=True, same_owner=False)
-    assert await record(first, record_id=71) == FingerprintMatch(same_text=True, same_owner=False)
-    # The first request stays the reference.
-    assert await record(first) == FingerprintMatch(same_text=True, same_owner=True)
+
+async def test_the_core_owner_is_the_reference_and_a_mismatch_claims_nothing(engine):
+    await make_state(engine, context_id=1, user_id=7, record_id=70)
+
+    wrong = await start(engine, user_id=8)
+    assert (wrong.same_owner, wrong.owner_from_core, wrong.embedding_attempt) == (False, True, None)
+    assert await fetch_state(engine, 1) == ("PENDING", "PENDING")
+    right = await start(engine)
+    assert (right.same_owner, right.embedding_attempt) == (True, 1)

@@ -1,4 +1,5 @@
-"""The two save transactions of §3 against concurrent cancellations (scenarios 10, 11, 12)."""
+"""The two saves of §3 (one statement each) against concurrent cancellations (scenarios 10,
+11, 12), reclaims (the attempt) and the keyword claim folded into the embedding save."""
 
 from __future__ import annotations
 
@@ -8,9 +9,8 @@ import pytest
 from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError
 
-from app.repository import context_ai_state, context_keyword_analysis, results
+from app.repository import context_ai_state, stage_saves
 from app.repository.db import autocommit
-from app.repository.results import SaveOutcome
 from app.states import Stage
 from tests.builders import (
     PROFILE,
@@ -24,28 +24,33 @@ from tests.builders import (
 )
 
 
-async def save_embedding(engine, context_id: int = 1, attempt: int = 1):
-    return await results.save_embedding(
-        engine,
-        context_id=context_id,
-        attempt=attempt,
-        user_id=7,
-        record_id=70,
-        embedding=vector(context_id),
-        embedding_profile=PROFILE,
-    )
+async def save_embedding(engine, context_id: int = 1, attempt: int = 1) -> bool:
+    async with autocommit(engine) as conn:
+        saved = await stage_saves.save_embedding(
+            conn,
+            context_id=context_id,
+            attempt=attempt,
+            user_id=7,
+            record_id=70,
+            embedding=vector(context_id),
+            embedding_profile=PROFILE,
+        )
+    return saved is not None
 
 
-async def save_keywords(engine, context_id: int = 1, selections=((1, 0.9),), attempt: int = 1):
-    return await results.save_keywords(
-        engine,
-        context_id=context_id,
-        attempt=attempt,
-        selections=list(selections),
-        preset_version=3,
-        unmatched_concepts=["주차"],
-        model_profile="judge-x",
-    )
+async def save_keywords(
+    engine, context_id: int = 1, selections=((1, 0.9),), attempt: int = 1, model="judge-x"
+) -> bool:
+    async with autocommit(engine) as conn:
+        return await stage_saves.save_keywords(
+            conn,
+            context_id=context_id,
+            attempt=attempt,
+            selections=list(selections),
+            preset_version=3,
+            unmatched_concepts=["주차"],
+            model_profile=model,
+        )
 
 
 async def claim(engine, stage: Stage, context_id: int = 1):
@@ -57,9 +62,10 @@ async def test_embedding_save_stores_vector_and_completes(engine):
     await make_state(engine, context_id=1)
     await claim(engine, Stage.EMBEDDING)
 
-    assert await save_embedding(engine) is SaveOutcome.SAVED
+    assert await save_embedding(engine) is True
 
-    assert await fetch_state(engine, 1) == ("COMPLETED", "PENDING")
+    # The same statement started the keyword stage (§2: it needs embedding COMPLETED).
+    assert await fetch_state(engine, 1) == ("COMPLETED", "PROCESSING")
     async with engine.connect() as conn:
         row = (await conn.execute(text("SELECT * FROM ai.context_embedding"))).one()
     assert (row.user_id, row.record_id, row.embedding_profile, row.is_deleted) == (
@@ -76,7 +82,7 @@ async def test_scenario_10_12_embedding_save_after_cancel_is_discarded_and_write
     await claim(engine, Stage.EMBEDDING)
     await cancel_context(engine, context_id=1)  # delete before any embedding row exists
 
-    assert await save_embedding(engine) is SaveOutcome.DISCARDED
+    assert await save_embedding(engine) is False
 
     assert await count_rows(engine, "ai.context_embedding", 1) == 0
     assert await fetch_state(engine, 1) == ("CANCELLED", "CANCELLED")
@@ -84,12 +90,12 @@ async def test_scenario_10_12_embedding_save_after_cancel_is_discarded_and_write
 
 async def test_embedding_save_without_claim_is_discarded(engine):
     await make_state(engine, context_id=1)
-    assert await save_embedding(engine) is SaveOutcome.DISCARDED
+    assert await save_embedding(engine) is False
     assert await count_rows(engine, "ai.context_embedding", 1) == 0
 
 
 async def test_embedding_save_without_state_row_is_discarded(engine):
-    assert await save_embedding(engine, context_id=99) is SaveOutcome.DISCARDED
+    assert await save_embedding(engine, context_id=99) is False
     assert await count_rows(engine, "ai.context_embedding", 99) == 0
 
 
@@ -101,7 +107,7 @@ async def test_embedding_upsert_keeps_is_deleted_true(engine):
     )
 
     # A row moved to PROCESSING by hand has never been claimed: attempt 0.
-    assert await save_embedding(engine, attempt=0) is SaveOutcome.SAVED
+    assert await save_embedding(engine, attempt=0) is True
 
     async with engine.connect() as conn:
         row = (await conn.execute(text("SELECT * FROM ai.context_embedding"))).one()
@@ -127,7 +133,7 @@ async def test_save_waiting_on_a_cancelling_transaction_sees_cancelled_and_disca
         await transaction.commit()
         outcome = await save
 
-    assert outcome is SaveOutcome.DISCARDED
+    assert outcome is False
     assert await count_rows(engine, "ai.context_embedding", 1) == 0
 
 
@@ -135,7 +141,7 @@ async def test_cancel_waiting_on_a_save_wins_afterwards(engine):
     # The opposite order: the save holds the lock first, the cancellation lands after it.
     await make_state(engine, context_id=1)
     await claim(engine, Stage.EMBEDDING)
-    assert await save_embedding(engine) is SaveOutcome.SAVED
+    assert await save_embedding(engine) is True
     await cancel_context(engine, context_id=1)
     assert await fetch_state(engine, 1) == ("CANCELLED", "CANCELLED")
     async with engine.connect() as conn:
@@ -167,9 +173,7 @@ async def test_keyword_save_replaces_rows_and_writes_analysis(engine):
     await make_state(engine, context_id=1, embedding_status="COMPLETED")
     await claim(engine, Stage.KEYWORD)
 
-    assert await save_keywords(engine, selections=[(1, 0.9), (2, 0.5), (3, 0.25)]) is (
-        SaveOutcome.SAVED
-    )
+    assert await save_keywords(engine, selections=[(1, 0.9), (2, 0.5), (3, 0.25)]) is True
     assert await count_rows(engine, "ai.context_keyword", 1) == 3
     assert await fetch_state(engine, 1) == ("COMPLETED", "COMPLETED")
     async with engine.connect() as conn:
@@ -189,7 +193,7 @@ async def test_keyword_delete_insert_replaces_three_rows_with_zero(engine):
         await conn.execute(text("UPDATE ai.context_ai_state SET keyword_status = 'PENDING'"))
     await claim(engine, Stage.KEYWORD)
 
-    assert await save_keywords(engine, selections=[], attempt=2) is SaveOutcome.SAVED
+    assert await save_keywords(engine, selections=[], attempt=2) is True
 
     assert await count_rows(engine, "ai.context_keyword", 1) == 0
     assert await count_rows(engine, "ai.context_keyword_analysis", 1) == 1
@@ -202,7 +206,7 @@ async def test_scenario_11_keyword_save_after_cancel_is_discarded_and_writes_no_
     await claim(engine, Stage.KEYWORD)
     await cancel_context(engine, context_id=1)
 
-    assert await save_keywords(engine) is SaveOutcome.DISCARDED
+    assert await save_keywords(engine) is False
 
     assert await count_rows(engine, "ai.context_keyword", 1) == 0
     assert await count_rows(engine, "ai.context_keyword_analysis", 1) == 0
@@ -214,7 +218,7 @@ async def test_keyword_save_refuses_when_embedding_is_not_completed(engine):
         engine, context_id=1, embedding_status="PROCESSING", keyword_status="PROCESSING"
     )
 
-    assert await save_keywords(engine) is SaveOutcome.DISCARDED
+    assert await save_keywords(engine) is False
 
     assert await count_rows(engine, "ai.context_keyword", 1) == 0
     assert await fetch_state(engine, 1) == ("PROCESSING", "PROCESSING")
@@ -238,21 +242,69 @@ async def test_keyword_save_waiting_on_a_cancelling_transaction_discards(engine)
         await transaction.commit()
         outcome = await save
 
-    assert outcome is SaveOutcome.DISCARDED
+    assert outcome is False
     assert await count_rows(engine, "ai.context_keyword", 1) == 0
     assert await count_rows(engine, "ai.context_keyword_analysis", 1) == 0
 
 
 async def test_database_errors_never_carry_statement_parameters(engine):
     """Parameters hold vectors and model output; exception text reaches logs (§6)."""
+    await make_preset(engine, preset_id=1)
+    await make_state(engine, context_id=1, embedding_status="COMPLETED")
+    await claim(engine, Stage.KEYWORD)
     marker = "모델출력-marker-zqx9"
     with pytest.raises(DBAPIError) as raised:
-        async with engine.begin() as conn:
-            await context_keyword_analysis.upsert(
+        async with autocommit(engine) as conn:
+            await stage_saves.save_keywords(
                 conn,
                 context_id=1,
+                attempt=1,
+                selections=[(1, 0.9)],
                 preset_version=1,
                 unmatched_concepts=[marker],
                 model_profile="m" * 101,  # VARCHAR(100)
             )
-    assert marker not in str(raised.value)
+    assert marker not in str(raised.value) and marker not in str(raised.value.__cause__)
+    assert await count_rows(engine, "ai.context_keyword", 1) == 0
+
+
+async def test_embedding_save_also_starts_a_pending_keyword_stage(engine):
+    await make_preset(engine, preset_id=1)
+    await make_state(engine, context_id=1)
+    await claim(engine, Stage.EMBEDDING)
+    async with autocommit(engine) as conn:
+        saved = await stage_saves.save_embedding(
+            conn,
+            context_id=1,
+            attempt=1,
+            user_id=7,
+            record_id=70,
+            embedding=vector(1),
+            embedding_profile=PROFILE,
+        )
+    assert saved == stage_saves.EmbeddingSaved(keyword_attempt=1)
+    assert await fetch_state(engine, 1) == ("COMPLETED", "PROCESSING")
+    assert await save_keywords(engine, attempt=1) is True
+    assert await fetch_state(engine, 1) == ("COMPLETED", "COMPLETED")
+
+
+async def test_keyword_save_replaces_an_overlapping_set_in_one_statement(engine):
+    for preset_id in (1, 2, 3):
+        await make_preset(engine, preset_id=preset_id)
+    await make_state(engine, context_id=1, embedding_status="COMPLETED")
+    await claim(engine, Stage.KEYWORD)
+    await save_keywords(engine, selections=[(1, 0.9), (2, 0.5)])
+    async with engine.begin() as conn:
+        await conn.execute(text("UPDATE ai.context_ai_state SET keyword_status = 'PENDING'"))
+    await claim(engine, Stage.KEYWORD)
+
+    # Keyword 2 is kept (deleted and inserted again in the same statement), 1 goes, 3 comes.
+    assert await save_keywords(engine, selections=[(2, 0.4), (3, 0.3)], attempt=2) is True
+
+    async with engine.connect() as conn:
+        rows = (
+            await conn.execute(
+                text("SELECT keyword_id, confidence FROM ai.context_keyword ORDER BY keyword_id")
+            )
+        ).all()
+    assert [(r.keyword_id, float(r.confidence)) for r in rows] == [(2, 0.4), (3, 0.3)]

@@ -24,6 +24,8 @@ EMPTY_MEANS_DEFAULT = {
     "embedding_dimension",
     "vector_dimension",
     "embedding_max_input_chars",
+    "embedding_batch_size",
+    "embedding_batch_wait_ms",
     "judge_similarity_threshold",
     "provider_timeout_seconds",
     "provider_max_retries",

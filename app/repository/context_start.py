@@ -1,0 +1,130 @@
+"""Starting a context (§3.1 with §2's embedding start): one statement, one round trip.
+
+The pre-check, the owner and text checks and the embedding claim are one data-modifying
+statement: a CTE locks the state row and reads what the pre-check needs (both statuses, the
+owner facts, the text fingerprint); the claim ``UPDATE`` selects from it, so its guard is still
+the contract's WHERE clause (§2 "Start"), plus "the owner matches". The claim also records the
+first claiming request's text digest and owner on the row (``0009_state_row_fingerprint.sql``)
+at no extra write. The stored vector is read only when the embedding stage is ``COMPLETED``
+(resume, §3.2).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from app.repository.db import to_array
+from app.states import CLAIMABLE, Status
+
+# Pre-check + owner/text check + embedding start or reclaim (§2, §3.1), in one statement.
+# The owner reference is the core's user_id/record_id (0006) when written, else the first
+# claiming request's (seen_*); a request naming another owner claims nothing.
+START_CONTEXT = text(
+    """
+    WITH previous AS (
+        SELECT s.context_id, s.embedding_status, s.keyword_status,
+               s.user_id IS NOT NULL AS owner_from_core,
+               CASE WHEN s.user_id IS NOT NULL
+                        THEN s.user_id = :user_id AND s.record_id = :record_id
+                    WHEN s.seen_user_id IS NOT NULL
+                        THEN s.seen_user_id = :user_id AND s.seen_record_id = :record_id
+                    ELSE true END AS same_owner,
+               s.text_sha256 IS NULL OR s.text_sha256 = :text_sha256 AS same_text
+        FROM ai.context_ai_state AS s
+        WHERE s.context_id = :context_id
+        FOR UPDATE
+    ), claimed AS (
+        UPDATE ai.context_ai_state AS s
+        SET embedding_status = 'PROCESSING',
+            embedding_attempt = s.embedding_attempt + 1,
+            updated_at = now(),
+            text_sha256 = coalesce(s.text_sha256, :text_sha256),
+            seen_user_id = coalesce(s.seen_user_id, :user_id),
+            seen_record_id = coalesce(s.seen_record_id, :record_id)
+        FROM previous AS p
+        WHERE s.context_id = p.context_id
+          AND p.same_owner
+          AND s.embedding_status IN ('PENDING', 'PROCESSING')
+          AND (s.embedding_status = 'PENDING'
+               OR s.updated_at < now() - make_interval(secs => :expiry_seconds))
+        RETURNING s.embedding_attempt AS attempt
+    )
+    SELECT p.embedding_status, p.keyword_status, p.owner_from_core, p.same_owner, p.same_text,
+           (SELECT attempt FROM claimed) AS embedding_attempt,
+           e.embedding, e.embedding_profile
+    FROM previous AS p
+    LEFT JOIN ai.context_embedding AS e
+           ON e.context_id = p.context_id AND p.embedding_status = 'COMPLETED'
+    """
+)
+
+
+@dataclass(frozen=True, slots=True)
+class ContextStart:
+    """What starting a context found and did (§3.1, §2).
+
+    Statuses are those just before the statement. ``embedding_attempt`` is the claim's fencing
+    token when this request now owns the embedding stage, else ``None``. ``embedding`` (float32
+    ``(dimension,)``) and ``embedding_profile`` are the stored vector when the embedding stage
+    was ``COMPLETED``. ``same_owner`` is false when the request names another user or record
+    than the reference (``owner_from_core``: the core's columns; else the first request's).
+    """
+
+    embedding_status: Status
+    keyword_status: Status
+    owner_from_core: bool
+    same_owner: bool
+    same_text: bool
+    embedding_attempt: int | None
+    embedding: np.ndarray | None
+    embedding_profile: str | None
+
+    @property
+    def anything_to_do(self) -> bool:
+        """False when neither stage may still be claimed (§3.1: stop)."""
+        return self.embedding_status in CLAIMABLE or self.keyword_status in CLAIMABLE
+
+    @property
+    def embedding_reclaimed(self) -> bool:
+        """A stale ``PROCESSING`` embedding stage was taken over (§2: WARNING, counted)."""
+        return self.embedding_attempt is not None and self.embedding_status is Status.PROCESSING
+
+
+async def start(
+    conn: AsyncConnection,
+    *,
+    context_id: int,
+    user_id: int,
+    record_id: int,
+    text_sha256: bytes,
+    expiry_seconds: float,
+) -> ContextStart | None:
+    """Run ``START_CONTEXT``; ``None`` when there is no state row (§3.1: stop).
+
+    ``text_sha256``: 32 bytes; ``expiry_seconds``: the processing expiry (§2). Never raises to
+    steer the flow; driver errors propagate (translated by ``db.autocommit``).
+    """
+    params = {
+        "context_id": context_id,
+        "user_id": user_id,
+        "record_id": record_id,
+        "text_sha256": text_sha256,
+        "expiry_seconds": float(expiry_seconds),
+    }
+    row = (await conn.execute(START_CONTEXT, params)).one_or_none()
+    if row is None:
+        return None
+    return ContextStart(
+        embedding_status=Status(row.embedding_status),
+        keyword_status=Status(row.keyword_status),
+        owner_from_core=bool(row.owner_from_core),
+        same_owner=bool(row.same_owner),
+        same_text=bool(row.same_text),
+        embedding_attempt=None if row.embedding_attempt is None else int(row.embedding_attempt),
+        embedding=to_array(row.embedding),
+        embedding_profile=row.embedding_profile,
+    )

@@ -1,0 +1,173 @@
+"""The two saves of §3: lock, re-check, write, transition, each one statement.
+
+Each save is one data-modifying statement run on its own (autocommit: one statement, one
+implicit transaction). Its first CTE, ``locked``, takes the state row ``FOR UPDATE`` and keeps
+it only while the stage is still ours: ``PROCESSING`` with this claim's attempt (the fencing
+token, docs/state-machine.md) and, for keywords, embedding ``COMPLETED``. Every write selects
+``FROM locked``, so the state row is locked before any other row is touched (the lock order of
+docs/lock-order.md), and a failed re-check (a cancellation, a reclaim) writes nothing: 0 rows,
+a discarded result (§6 "not a failure"). The transitions keep their guards in their own WHERE
+clauses as well. Nothing but SQL runs between the lock and the commit (§3.4).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+# §3.2: store the vector and mark the embedding COMPLETED while attempt :attempt still owns the
+# stage. is_deleted is deliberately not in the conflict SET list (§0). The same UPDATE starts
+# the keyword stage when it is PENDING (§2 "Start" for keywords: it needs embedding COMPLETED,
+# which this very UPDATE sets), so the keyword stage costs no claim of its own.
+SAVE_EMBEDDING = text(
+    """
+    WITH locked AS (
+        SELECT context_id, keyword_status
+        FROM ai.context_ai_state
+        WHERE context_id = :context_id
+          AND embedding_status = 'PROCESSING' AND embedding_attempt = :attempt
+        FOR UPDATE
+    ), stored AS (
+        INSERT INTO ai.context_embedding
+            (context_id, user_id, record_id, embedding, embedding_profile, updated_at)
+        SELECT context_id, CAST(:user_id AS bigint), CAST(:record_id AS bigint),
+               CAST(:embedding AS vector), CAST(:embedding_profile AS varchar), now()
+        FROM locked
+        ON CONFLICT (context_id) DO UPDATE SET
+            user_id = EXCLUDED.user_id,
+            record_id = EXCLUDED.record_id,
+            embedding = EXCLUDED.embedding,
+            embedding_profile = EXCLUDED.embedding_profile,
+            updated_at = now()
+        RETURNING context_id
+    )
+    UPDATE ai.context_ai_state AS s
+    SET embedding_status = 'COMPLETED',
+        keyword_status = CASE WHEN s.keyword_status = 'PENDING'
+                              THEN 'PROCESSING' ELSE s.keyword_status END,
+        keyword_attempt = CASE WHEN s.keyword_status = 'PENDING'
+                               THEN s.keyword_attempt + 1 ELSE s.keyword_attempt END,
+        updated_at = now()
+    FROM locked AS l
+    WHERE s.context_id = l.context_id
+      AND s.embedding_status = 'PROCESSING' AND s.embedding_attempt = :attempt
+      AND (SELECT count(*) FROM stored) = 1
+    RETURNING CASE WHEN l.keyword_status = 'PENDING' THEN s.keyword_attempt END AS keyword_attempt
+    """
+)
+
+# §3.3: replace the context's keyword rows, upsert the analysis row and mark the keyword stage
+# COMPLETED while attempt :attempt still owns it. The INSERT reads the DELETE's output, which
+# makes PostgreSQL finish the DELETE first: without that dependency the sub-statements run in
+# an unspecified order and re-inserting a kept keyword would hit the primary key.
+SAVE_KEYWORDS = text(
+    """
+    WITH locked AS (
+        SELECT context_id
+        FROM ai.context_ai_state
+        WHERE context_id = :context_id AND embedding_status = 'COMPLETED'
+          AND keyword_status = 'PROCESSING' AND keyword_attempt = :attempt
+        FOR UPDATE
+    ), removed AS (
+        DELETE FROM ai.context_keyword AS k
+        USING locked AS l
+        WHERE k.context_id = l.context_id
+        RETURNING k.keyword_id
+    ), inserted AS (
+        INSERT INTO ai.context_keyword (context_id, keyword_id, confidence, preset_version)
+        SELECT l.context_id, selected.keyword_id, selected.confidence,
+               CAST(:preset_version AS int)
+        FROM locked AS l,
+             unnest(CAST(:keyword_ids AS int[]), CAST(:confidences AS numeric[]))
+                 AS selected(keyword_id, confidence)
+        WHERE (SELECT count(*) FROM removed) >= 0
+        RETURNING keyword_id
+    ), analysed AS (
+        INSERT INTO ai.context_keyword_analysis
+            (context_id, preset_version, unmatched_concepts, model_profile, updated_at)
+        SELECT context_id, CAST(:preset_version AS int), CAST(:unmatched_concepts AS jsonb),
+               CAST(:model_profile AS varchar), now()
+        FROM locked
+        ON CONFLICT (context_id) DO UPDATE SET
+            preset_version = EXCLUDED.preset_version,
+            unmatched_concepts = EXCLUDED.unmatched_concepts,
+            model_profile = EXCLUDED.model_profile,
+            updated_at = now()
+        RETURNING context_id
+    )
+    UPDATE ai.context_ai_state AS s
+    SET keyword_status = 'COMPLETED', updated_at = now()
+    FROM locked AS l
+    WHERE s.context_id = l.context_id AND s.embedding_status = 'COMPLETED'
+      AND s.keyword_status = 'PROCESSING' AND s.keyword_attempt = :attempt
+      AND (SELECT count(*) FROM analysed) = 1
+    RETURNING (SELECT count(*) FROM inserted) AS keywords
+    """
+)
+
+
+@dataclass(frozen=True, slots=True)
+class EmbeddingSaved:
+    """A stored vector; ``keyword_attempt`` is the keyword claim the same statement made
+    (``None`` when the keyword stage was not ``PENDING``)."""
+
+    keyword_attempt: int | None
+
+
+async def save_embedding(
+    conn: AsyncConnection,
+    *,
+    context_id: int,
+    attempt: int,
+    user_id: int,
+    record_id: int,
+    embedding: np.ndarray,
+    embedding_profile: str,
+) -> EmbeddingSaved | None:
+    """Store ``embedding`` (float32 ``(dimension,)``) and complete the embedding stage if
+    ``attempt`` still owns it (§3.2); ``None``: re-check failed, nothing written."""
+    params = {
+        "context_id": context_id,
+        "attempt": attempt,
+        "user_id": user_id,
+        "record_id": record_id,
+        "embedding": embedding,
+        "embedding_profile": embedding_profile,
+    }
+    row = (await conn.execute(SAVE_EMBEDDING, params)).one_or_none()
+    if row is None:
+        return None
+    return EmbeddingSaved(None if row.keyword_attempt is None else int(row.keyword_attempt))
+
+
+async def save_keywords(
+    conn: AsyncConnection,
+    *,
+    context_id: int,
+    attempt: int,
+    selections: Sequence[tuple[int, float]],
+    preset_version: int,
+    unmatched_concepts: Sequence[str],
+    model_profile: str,
+) -> bool:
+    """Replace the keywords, write the analysis and complete the keyword stage if ``attempt``
+    still owns it (§3.3); ``False``: re-check failed, nothing written.
+
+    ``selections``: ``(keyword_id, confidence 0..1)`` pairs, zero allowed; confidences are
+    stored with 3 decimals (``NUMERIC(4,3)``).
+    """
+    params = {
+        "context_id": context_id,
+        "attempt": attempt,
+        "keyword_ids": [keyword_id for keyword_id, _ in selections],
+        "confidences": [round(confidence, 3) for _, confidence in selections],
+        "preset_version": preset_version,
+        "unmatched_concepts": json.dumps(list(unmatched_concepts), ensure_ascii=False),
+        "model_profile": model_profile,
+    }
+    return (await conn.execute(SAVE_KEYWORDS, params)).one_or_none() is not None
