@@ -44,7 +44,10 @@ async def test_place_ids_and_names_are_normalised_and_the_stored_name_is_dispatc
 async def test_a_client_chosen_method_or_path_creates_no_metric_series(core_with_fake_worker):
     client = core_with_fake_worker.client
     for index in range(20):
-        await client.request(f"M{index:04X}", f"/nope/{index}")
+        # An invented method (the HTTP parser may refuse it outright) and real ones we do
+        # not serve, on paths of the client's choosing.
+        method = ("PATCH", "PROPFIND", f"M{index:04X}")[index % 3]
+        await client.request(method, f"/nope/{index}")
     body = (await client.get("/metrics")).text
 
     assert 'method="other"' in body and 'route="unmatched"' in body
