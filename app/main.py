@@ -6,6 +6,7 @@ this module; no work happens at import time.
 
 from __future__ import annotations
 
+import gc
 import logging
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
@@ -145,7 +146,15 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                 settings.judge_profile,
                 settings.worker_concurrency,
             )
-            yield
+            # Everything built so far lives as long as the process: moved out of the cyclic
+            # collector's sight, a full collection no longer walks it, which would stall the
+            # event loop (accept and search latency) for milliseconds at a time.
+            gc.collect()
+            gc.freeze()
+            try:
+                yield
+            finally:
+                gc.unfreeze()  # an app built again in this process (tests) starts clean
 
     # No /docs, /redoc or /openapi.json: an internal service has no public schema, and the docs
     # pages load their assets from a CDN (blank offline).

@@ -146,7 +146,7 @@ class Settings(BaseSettings):
     )
 
     embedding_batch_size: int = Field(
-        default=32, ge=1, le=2048, description="Embedding stages sent in one provider request"
+        default=16, ge=1, le=2048, description="Embedding stages sent in one provider request"
     )
     embedding_batch_wait_ms: float = Field(
         default=10.0,

@@ -51,6 +51,10 @@ def worker_settings(database_url: str, fake: FakeOpenAI, **overrides: Any) -> Se
         "breaker_threshold": 1000,
         "worker_concurrency": 4,
         "shutdown_grace_seconds": 2,
+        # One provider request per embedding stage, as most tests count them; the batching
+        # has its own tests (tests/service/test_hot_path_budget.py) and the e2e processes
+        # run with it.
+        "embedding_batch_size": 1,
     }
     values.update(overrides)
     return Settings(**values)

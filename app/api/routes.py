@@ -18,15 +18,19 @@ from app.service.worker_pool import WorkerPool
 RETRY_AFTER_SECONDS = 5
 
 
-def _pool(request: Request) -> WorkerPool:
+# The dependencies are coroutines on purpose: FastAPI runs a plain ``def`` dependency in a
+# worker thread, a thread hop per request on the accept path.
+
+
+async def _pool(request: Request) -> WorkerPool:
     return request.app.state.pool
 
 
-def _readiness(request: Request) -> Readiness:
+async def _readiness(request: Request) -> Readiness:
     return request.app.state.readiness
 
 
-def _search(request: Request) -> SearchService:
+async def _search(request: Request) -> SearchService:
     return request.app.state.search
 
 
