@@ -70,5 +70,11 @@ class InvalidInputError(PermanentError):
     """The context text cannot be embedded: blank, too long, or not encodable (FC-09)."""
 
 
+class DatabaseStatementError(Exception):
+    """A statement failed for a reason retrying will not fix: a bug of ours (HTTP 500, the
+    stage is left ``PROCESSING``). The message names the SQLSTATE and the driver's error class
+    only: driver messages can quote parameters, which carry vectors and model output."""
+
+
 class ConfigurationError(Exception):
     """Startup must stop: settings contradict each other or the database (§4, §5)."""

@@ -28,6 +28,7 @@ from app.errors import (
 from app.providers.embedding_batcher import BatchingEmbedder
 from app.providers.factory import build_embedding_provider, build_judge
 from app.repository.db import create_engine
+from app.repository.stage_pool import StagePool
 from app.service.circuit_breaker import CircuitBreaker
 from app.service.embedding_stage import EmbeddingStage
 from app.service.health import Readiness
@@ -37,7 +38,12 @@ from app.service.processing import ContextProcessor
 from app.service.search import SearchService
 from app.service.vector_columns import check_vector_columns
 from app.service.worker_pool import WorkerPool
-from app.settings import SEARCH_CONNECTIONS, STAGE_CONNECTIONS_CAP, Settings
+from app.settings import (
+    SEARCH_CONNECTIONS,
+    STAGE_CONNECTIONS_CAP,
+    SUPPORT_CONNECTIONS,
+    Settings,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -55,9 +61,17 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         async with AsyncExitStack() as stack:
             _warn_about_a_small_pool(settings)
+            # The stage statements (§3) run on a plain asyncpg pool; this engine serves the
+            # preset cache and startup checks.
+            stage_pool = await StagePool.open(
+                settings.database_url,
+                size=settings.pool_size,
+                transaction_pooling=settings.database_transaction_pooling,
+            )
+            stack.push_async_callback(stage_pool.close)
             engine = create_engine(
                 settings.database_url,
-                pool_size=settings.pool_size,
+                pool_size=SUPPORT_CONNECTIONS,
                 transaction_pooling=settings.database_transaction_pooling,
             )
             stack.push_async_callback(engine.dispose)
@@ -95,9 +109,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             await presets.reload()
             embedding_breaker = _breaker("embedding provider", settings)
             processor = ContextProcessor(
-                engine,
+                stage_pool,
                 EmbeddingStage(
-                    engine,
+                    stage_pool,
                     stage_embedder,
                     embedding_breaker,
                     profile=settings.embedding_profile,
@@ -106,7 +120,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                     max_input_chars=settings.embedding_max_input_chars,
                 ),
                 KeywordStage(
-                    engine,
+                    stage_pool,
                     judge,
                     _breaker("judge provider", settings),
                     presets,
@@ -132,6 +146,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             )
             stack.push_async_callback(readiness.aclose)
             app.state.engine = engine
+            app.state.stage_pool = stage_pool
             app.state.search = SearchService(
                 search_engine,
                 embedder,

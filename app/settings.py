@@ -64,6 +64,9 @@ _EMPTY_MEANS_UNSET = frozenset({"embedding_api_key", "judge_api_key"})
 INTERNAL_SECRET_MIN_LENGTH = 16
 # Search's own pool (app/main.py), so stage work never queues it.
 SEARCH_CONNECTIONS = 2
+# The SQLAlchemy pool of the preset cache and startup checks (app/main.py); stage statements
+# have a pool of their own.
+SUPPORT_CONNECTIONS = 2
 # A worker task holds a connection for one statement at a time and never across a provider
 # call, so past this many tasks more connections only add idle backends (and can exceed the
 # server's max_connections): the default pool stops growing here.

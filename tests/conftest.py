@@ -24,6 +24,7 @@ import pinlog_schema
 from app import embedded_postgres
 from app.repository import keyword_preset
 from app.repository.db import create_engine
+from app.repository.stage_pool import StagePool
 from tests.fake_openai import FakeOpenAI, Scripted
 from tests.harness import embed_bundled_presets, running_worker, worker_settings
 
@@ -179,3 +180,11 @@ def hold():
     for scripted in made:
         assert scripted.block is not None
         scripted.block.set()
+
+
+@pytest.fixture
+async def stage_pool(migrated_database: str) -> AsyncIterator[StagePool]:
+    """The worker's stage statements' pool (``app.repository.stage_pool``) on the test database."""
+    pool = await StagePool.open(migrated_database, size=10)
+    yield pool
+    await pool.close()

@@ -1,16 +1,14 @@
 """``ai.context_ai_state``: the worker's transitions, each guarded by its WHERE clause (§2).
 
 Every statement sets ``updated_at = now()`` explicitly (§0 principle 4) and compares times
-with the database clock only (FC-06). Column names reach SQL only from ``Stage`` values.
+with the database clock only (FC-06). Each stage has its own statements, written out in full.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sqlalchemy import TextClause, text
-from sqlalchemy.ext.asyncio import AsyncConnection
-
+from app.repository.stage_pool import StagePool
 from app.states import Stage, Status
 
 
@@ -36,51 +34,73 @@ class ClaimOutcome:
         return self.claimed and self.previous_status is Status.PROCESSING
 
 
-def _claim_statement(stage: Stage) -> TextClause:
-    # The CTE locks the row and reads the status before the UPDATE in the same statement,
-    # so a fresh start (PENDING) and a reclaim (PROCESSING) can be told apart (§2). Each claim
-    # takes the next attempt number: the token its save and fail must still match.
-    column, attempt = stage.value, stage.attempt_column
-    requires_embedding = "AND s.embedding_status = 'COMPLETED'" if stage is Stage.KEYWORD else ""
-    return text(
-        f"""
-        WITH previous AS (
-            SELECT context_id, {column} AS status
-            FROM ai.context_ai_state
-            WHERE context_id = :context_id
-            FOR UPDATE
-        ), claimed AS (
-            UPDATE ai.context_ai_state AS s
-            SET {column} = 'PROCESSING', {attempt} = s.{attempt} + 1, updated_at = now()
-            FROM previous AS p
-            WHERE s.context_id = p.context_id
-              AND s.{column} IN ('PENDING', 'PROCESSING')
-              AND (s.{column} = 'PENDING'
-                   OR s.updated_at < now() - make_interval(secs => :expiry_seconds))
-              {requires_embedding}
-            RETURNING s.{attempt} AS attempt
-        )
-        SELECT p.status AS previous_status, (SELECT count(*) FROM claimed) AS affected,
-               (SELECT attempt FROM claimed) AS attempt
+# Each claim's CTE locks the row and reads the status before the UPDATE in the same
+# statement, so a fresh start (PENDING) and a reclaim (PROCESSING) can be told apart (§2).
+# Each claim takes the next attempt number: the token its save and fail must still match.
+# $1 context_id, $2 expiry_seconds.
+CLAIM_EMBEDDING = """
+    WITH previous AS (
+        SELECT context_id, embedding_status AS status
+        FROM ai.context_ai_state
+        WHERE context_id = $1
+        FOR UPDATE
+    ), claimed AS (
+        UPDATE ai.context_ai_state AS s
+        SET embedding_status = 'PROCESSING', embedding_attempt = s.embedding_attempt + 1,
+            updated_at = now()
         FROM previous AS p
-        """  # noqa: S608 - column comes from the Stage enum only
+        WHERE s.context_id = p.context_id
+          AND s.embedding_status IN ('PENDING', 'PROCESSING')
+          AND (s.embedding_status = 'PENDING'
+               OR s.updated_at < now() - make_interval(secs => $2))
+        RETURNING s.embedding_attempt AS attempt
     )
+    SELECT p.status AS previous_status, (SELECT count(*) FROM claimed) AS affected,
+           (SELECT attempt FROM claimed) AS attempt
+    FROM previous AS p
+"""
 
-
-def _fail_statement(stage: Stage) -> TextClause:
-    # The PROCESSING guard keeps a CANCELLED that arrived meanwhile (CANCELLED wins); the
-    # attempt guard keeps a superseded attempt from failing its successor's live claim.
-    column, attempt = stage.value, stage.attempt_column
-    return text(
-        f"UPDATE ai.context_ai_state SET {column} = 'FAILED', updated_at = now() "  # noqa: S608
-        f"WHERE context_id = :context_id AND {column} = 'PROCESSING' AND {attempt} = :attempt"
+# The keyword stage also needs the embedding COMPLETED (§2 "Start").
+CLAIM_KEYWORD = """
+    WITH previous AS (
+        SELECT context_id, keyword_status AS status
+        FROM ai.context_ai_state
+        WHERE context_id = $1
+        FOR UPDATE
+    ), claimed AS (
+        UPDATE ai.context_ai_state AS s
+        SET keyword_status = 'PROCESSING', keyword_attempt = s.keyword_attempt + 1,
+            updated_at = now()
+        FROM previous AS p
+        WHERE s.context_id = p.context_id
+          AND s.keyword_status IN ('PENDING', 'PROCESSING')
+          AND (s.keyword_status = 'PENDING'
+               OR s.updated_at < now() - make_interval(secs => $2))
+          AND s.embedding_status = 'COMPLETED'
+        RETURNING s.keyword_attempt AS attempt
     )
+    SELECT p.status AS previous_status, (SELECT count(*) FROM claimed) AS affected,
+           (SELECT attempt FROM claimed) AS attempt
+    FROM previous AS p
+"""
 
+# PROCESSING -> FAILED for a permanent error (§2 "Fail"). The PROCESSING guard keeps a
+# CANCELLED that arrived meanwhile (CANCELLED wins); the attempt guard keeps a superseded
+# attempt from failing its successor's live claim. $1 context_id, $2 attempt.
+FAIL_EMBEDDING = """
+    UPDATE ai.context_ai_state SET embedding_status = 'FAILED', updated_at = now()
+    WHERE context_id = $1 AND embedding_status = 'PROCESSING' AND embedding_attempt = $2
+    RETURNING context_id
+"""
+FAIL_KEYWORD = """
+    UPDATE ai.context_ai_state SET keyword_status = 'FAILED', updated_at = now()
+    WHERE context_id = $1 AND keyword_status = 'PROCESSING' AND keyword_attempt = $2
+    RETURNING context_id
+"""
 
 # Start or reclaim one stage (§2 "Start").
-CLAIM_STAGE = {stage: _claim_statement(stage) for stage in Stage}
-# PROCESSING -> FAILED for a permanent error (§2 "Fail").
-FAIL_STAGE = {stage: _fail_statement(stage) for stage in Stage}
+CLAIM_STAGE = {Stage.EMBEDDING: CLAIM_EMBEDDING, Stage.KEYWORD: CLAIM_KEYWORD}
+FAIL_STAGE = {Stage.EMBEDDING: FAIL_EMBEDDING, Stage.KEYWORD: FAIL_KEYWORD}
 
 
 def _require_stage(stage: object) -> Stage:
@@ -90,7 +110,7 @@ def _require_stage(stage: object) -> Stage:
 
 
 async def claim(
-    conn: AsyncConnection, stage: Stage, context_id: int, *, expiry_seconds: float
+    stage_pool: StagePool, stage: Stage, context_id: int, *, expiry_seconds: float
 ) -> ClaimOutcome:
     """Start ``stage`` (PENDING) or reclaim it (PROCESSING older than ``expiry_seconds``).
 
@@ -99,21 +119,19 @@ async def claim(
     ``stage`` is not a ``Stage``.
     """
     statement = CLAIM_STAGE[_require_stage(stage)]
-    result = await conn.execute(
-        statement, {"context_id": context_id, "expiry_seconds": float(expiry_seconds)}
-    )
-    row = result.one_or_none()
+    row = await stage_pool.fetch_row(statement, context_id, float(expiry_seconds))
     if row is None:
         return ClaimOutcome(affected=0, previous_status=None)
+    attempt = row["attempt"]
     return ClaimOutcome(
-        affected=int(row.affected),
-        previous_status=Status(row.previous_status),
-        attempt=None if row.attempt is None else int(row.attempt),
+        affected=int(row["affected"]),
+        previous_status=Status(row["previous_status"]),
+        attempt=None if attempt is None else int(attempt),
     )
 
 
-async def fail(conn: AsyncConnection, stage: Stage, context_id: int, *, attempt: int) -> int:
+async def fail(stage_pool: StagePool, stage: Stage, context_id: int, *, attempt: int) -> int:
     """``PROCESSING -> FAILED`` for a permanent error found by ``attempt`` (§2); 0 rows when a
     later claim superseded it or the stage left ``PROCESSING``; returns rows affected."""
-    params = {"context_id": context_id, "attempt": attempt}
-    return (await conn.execute(FAIL_STAGE[_require_stage(stage)], params)).rowcount
+    row = await stage_pool.fetch_row(FAIL_STAGE[_require_stage(stage)], context_id, attempt)
+    return 0 if row is None else 1

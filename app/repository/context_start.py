@@ -14,43 +14,42 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from sqlalchemy import text
-from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.repository.db import to_array
+from app.repository.stage_pool import StagePool
 from app.states import CLAIMABLE, Status
 
 # Pre-check + owner/text check + embedding start or reclaim (§2, §3.1), in one statement.
+# $1 context_id, $2 user_id, $3 record_id, $4 text_sha256, $5 expiry_seconds.
 # The owner reference is the core's user_id/record_id (0006) when written, else the first
 # claiming request's (seen_*); a request naming another owner claims nothing.
-START_CONTEXT = text(
-    """
+START_CONTEXT = """
     WITH previous AS (
         SELECT s.context_id, s.embedding_status, s.keyword_status,
                s.user_id IS NOT NULL AS owner_from_core,
                CASE WHEN s.user_id IS NOT NULL
-                        THEN s.user_id = :user_id AND s.record_id = :record_id
+                        THEN s.user_id = $2 AND s.record_id = $3
                     WHEN s.seen_user_id IS NOT NULL
-                        THEN s.seen_user_id = :user_id AND s.seen_record_id = :record_id
+                        THEN s.seen_user_id = $2 AND s.seen_record_id = $3
                     ELSE true END AS same_owner,
-               s.text_sha256 IS NULL OR s.text_sha256 = :text_sha256 AS same_text
+               s.text_sha256 IS NULL OR s.text_sha256 = $4 AS same_text
         FROM ai.context_ai_state AS s
-        WHERE s.context_id = :context_id
+        WHERE s.context_id = $1
         FOR UPDATE
     ), claimed AS (
         UPDATE ai.context_ai_state AS s
         SET embedding_status = 'PROCESSING',
             embedding_attempt = s.embedding_attempt + 1,
             updated_at = now(),
-            text_sha256 = coalesce(s.text_sha256, :text_sha256),
-            seen_user_id = coalesce(s.seen_user_id, :user_id),
-            seen_record_id = coalesce(s.seen_record_id, :record_id)
+            text_sha256 = coalesce(s.text_sha256, $4),
+            seen_user_id = coalesce(s.seen_user_id, $2),
+            seen_record_id = coalesce(s.seen_record_id, $3)
         FROM previous AS p
         WHERE s.context_id = p.context_id
           AND p.same_owner
           AND s.embedding_status IN ('PENDING', 'PROCESSING')
           AND (s.embedding_status = 'PENDING'
-               OR s.updated_at < now() - make_interval(secs => :expiry_seconds))
+               OR s.updated_at < now() - make_interval(secs => $5))
         RETURNING s.embedding_attempt AS attempt
     )
     SELECT p.embedding_status, p.keyword_status, p.owner_from_core, p.same_owner, p.same_text,
@@ -59,8 +58,7 @@ START_CONTEXT = text(
     FROM previous AS p
     LEFT JOIN ai.context_embedding AS e
            ON e.context_id = p.context_id AND p.embedding_status = 'COMPLETED'
-    """
-)
+"""
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,7 +93,7 @@ class ContextStart:
 
 
 async def start(
-    conn: AsyncConnection,
+    stage_pool: StagePool,
     *,
     context_id: int,
     user_id: int,
@@ -106,25 +104,21 @@ async def start(
     """Run ``START_CONTEXT``; ``None`` when there is no state row (§3.1: stop).
 
     ``text_sha256``: 32 bytes; ``expiry_seconds``: the processing expiry (§2). Never raises to
-    steer the flow; driver errors propagate (translated by ``db.autocommit``).
+    steer the flow; database errors are raised as ``StagePool.fetch_row`` documents.
     """
-    params = {
-        "context_id": context_id,
-        "user_id": user_id,
-        "record_id": record_id,
-        "text_sha256": text_sha256,
-        "expiry_seconds": float(expiry_seconds),
-    }
-    row = (await conn.execute(START_CONTEXT, params)).one_or_none()
+    row = await stage_pool.fetch_row(
+        START_CONTEXT, context_id, user_id, record_id, text_sha256, float(expiry_seconds)
+    )
     if row is None:
         return None
+    attempt = row["embedding_attempt"]
     return ContextStart(
-        embedding_status=Status(row.embedding_status),
-        keyword_status=Status(row.keyword_status),
-        owner_from_core=bool(row.owner_from_core),
-        same_owner=bool(row.same_owner),
-        same_text=bool(row.same_text),
-        embedding_attempt=None if row.embedding_attempt is None else int(row.embedding_attempt),
-        embedding=to_array(row.embedding),
-        embedding_profile=row.embedding_profile,
+        embedding_status=Status(row["embedding_status"]),
+        keyword_status=Status(row["keyword_status"]),
+        owner_from_core=bool(row["owner_from_core"]),
+        same_owner=bool(row["same_owner"]),
+        same_text=bool(row["same_text"]),
+        embedding_attempt=None if attempt is None else int(attempt),
+        embedding=to_array(row["embedding"]),
+        embedding_profile=row["embedding_profile"],
     )

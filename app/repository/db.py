@@ -24,8 +24,8 @@ from pinlog_schema import connection
 
 # SQLSTATEs that mean "try again later": connection exceptions (08), serialization failure,
 # deadlock, lock not available, statement timeout / cancel, server shutdown, resources (53).
-_TRANSIENT_SQLSTATE_PREFIXES = ("08", "40001", "40P01", "55P03", "57014", "57P0", "53")
-_LOCK_NOT_AVAILABLE = "55P03"
+TRANSIENT_SQLSTATE_PREFIXES = ("08", "40001", "40P01", "55P03", "57014", "57P0", "53")
+LOCK_NOT_AVAILABLE = "55P03"
 
 
 def create_engine(
@@ -65,12 +65,12 @@ def create_engine(
 
         @event.listens_for(engine.sync_engine, "connect")
         def _register_vector(dbapi_connection, _connection_record) -> None:
-            dbapi_connection.run_async(_register_vector_codec)
+            dbapi_connection.run_async(register_vector_codec)
 
     return engine
 
 
-async def _register_vector_codec(driver_connection) -> None:
+async def register_vector_codec(driver_connection) -> None:
     # Managed PostgreSQL often installs extensions in their own schema: find the type the
     # way the SQL does, through the search path, instead of assuming ``public``.
     schema = await driver_connection.fetchval(VECTOR_TYPE_SCHEMA)
@@ -125,7 +125,7 @@ def is_transient_database_error(exc: BaseException) -> bool:
         state = sqlstate(exc)
         if state is None:
             return isinstance(exc, sa_exc.OperationalError | sa_exc.InterfaceError)
-        return state.startswith(_TRANSIENT_SQLSTATE_PREFIXES)
+        return state.startswith(TRANSIENT_SQLSTATE_PREFIXES)
     return False
 
 
@@ -141,7 +141,7 @@ async def _translated() -> AsyncIterator[None]:
     try:
         yield
     except (sa_exc.SQLAlchemyError, OSError, ConnectionError, TimeoutError) as exc:
-        if sqlstate(exc) == _LOCK_NOT_AVAILABLE:
+        if sqlstate(exc) == LOCK_NOT_AVAILABLE:
             raise DatabaseLockTimeout("database lock timeout") from exc
         if is_transient_database_error(exc):
             raise DatabaseUnavailable("database unavailable") from exc

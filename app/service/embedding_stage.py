@@ -6,14 +6,13 @@ import logging
 from dataclasses import dataclass
 
 import numpy as np
-from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app import metrics
 from app.errors import ProviderRefusedError
 from app.providers.base import EmbeddingProvider
 from app.repository import stage_saves
 from app.repository.context_start import ContextStart
-from app.repository.db import autocommit
+from app.repository.stage_pool import StagePool
 from app.service import context_text
 from app.service.circuit_breaker import CircuitBreaker
 from app.service.requests import ProcessRequest
@@ -38,7 +37,7 @@ class EmbeddingStage:
 
     def __init__(
         self,
-        engine: AsyncEngine,
+        stage_pool: StagePool,
         provider: EmbeddingProvider,
         breaker: CircuitBreaker,
         *,
@@ -47,7 +46,7 @@ class EmbeddingStage:
         expiry_seconds: float,
         max_input_chars: int,
     ) -> None:
-        self._engine = engine
+        self._stage_pool = stage_pool
         self._provider = provider
         self._breaker = breaker
         self._profile = profile
@@ -78,7 +77,7 @@ class EmbeddingStage:
                 )
             return None
         return await run_claimed(
-            self._engine,
+            self._stage_pool,
             STAGE,
             request.context_id,
             expiry_seconds=self._expiry_seconds,
@@ -94,16 +93,15 @@ class EmbeddingStage:
             raise ProviderRefusedError(
                 f"embedding dimension {vector.shape[-1]} differs from configured {self._dimension}"
             )
-        async with autocommit(self._engine) as conn:  # one statement: lock, re-check, write
-            saved = await stage_saves.save_embedding(
-                conn,
-                context_id=request.context_id,
-                attempt=attempt,
-                user_id=request.user_id,
-                record_id=request.record_id,
-                embedding=vector,
-                embedding_profile=self._profile,
-            )
+        saved = await stage_saves.save_embedding(
+            self._stage_pool,
+            context_id=request.context_id,
+            attempt=attempt,
+            user_id=request.user_id,
+            record_id=request.record_id,
+            embedding=vector,
+            embedding_profile=self._profile,
+        )
         if saved is None:
             metrics.STAGE_OUTCOMES.labels(STAGE.label, "discarded").inc()
             logger.info("embedding result discarded: context_id=%d", request.context_id)

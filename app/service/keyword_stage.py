@@ -5,14 +5,13 @@ from __future__ import annotations
 import logging
 
 import numpy as np
-from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app import metrics
 from app.errors import PermanentError, ProfileMismatchError
 from app.providers.base import KeywordJudge
 from app.repository import stage_saves
 from app.repository.context_start import ContextStart
-from app.repository.db import autocommit
+from app.repository.stage_pool import StagePool
 from app.service import context_text
 from app.service.circuit_breaker import CircuitBreaker
 from app.service.judgment import map_verdict
@@ -30,7 +29,7 @@ class KeywordStage:
 
     def __init__(
         self,
-        engine: AsyncEngine,
+        stage_pool: StagePool,
         judge: KeywordJudge,
         breaker: CircuitBreaker,
         presets: PresetCache,
@@ -40,7 +39,7 @@ class KeywordStage:
         similarity_floor: float,
         max_input_chars: int,
     ) -> None:
-        self._engine = engine
+        self._stage_pool = stage_pool
         self._judge = judge
         self._breaker = breaker
         self._presets = presets
@@ -64,7 +63,7 @@ class KeywordStage:
         settled by the §6 rules.
         """
         await run_claimed(
-            self._engine,
+            self._stage_pool,
             STAGE,
             request.context_id,
             expiry_seconds=self._expiry_seconds,
@@ -97,16 +96,15 @@ class KeywordStage:
             selections, unmatched = judgment.selections, judgment.unmatched_concepts
         else:
             selections, unmatched = (), ()  # zero candidates: COMPLETED, judge not called
-        async with autocommit(self._engine) as conn:  # one statement: lock, re-check, write
-            saved = await stage_saves.save_keywords(
-                conn,
-                context_id=request.context_id,
-                attempt=attempt,
-                selections=selections,
-                preset_version=snapshot.version,
-                unmatched_concepts=unmatched,
-                model_profile=self._judge.profile,
-            )
+        saved = await stage_saves.save_keywords(
+            self._stage_pool,
+            context_id=request.context_id,
+            attempt=attempt,
+            selections=selections,
+            preset_version=snapshot.version,
+            unmatched_concepts=unmatched,
+            model_profile=self._judge.profile,
+        )
         if not saved:
             metrics.STAGE_OUTCOMES.labels(STAGE.label, "discarded").inc()
             logger.info("keyword result discarded: context_id=%d", request.context_id)

@@ -7,13 +7,11 @@ from __future__ import annotations
 
 import logging
 
-from sqlalchemy.ext.asyncio import AsyncEngine
-
 from app import metrics
 from app.errors import TransientError
 from app.repository import context_start
 from app.repository.context_start import ContextStart
-from app.repository.db import autocommit
+from app.repository.stage_pool import StagePool
 from app.service import context_text
 from app.service.embedding_stage import EmbeddingStage
 from app.service.keyword_stage import KeywordStage
@@ -29,13 +27,13 @@ class ContextProcessor:
 
     def __init__(
         self,
-        engine: AsyncEngine,
+        stage_pool: StagePool,
         embedding_stage: EmbeddingStage,
         keyword_stage: KeywordStage,
         *,
         expiry_seconds: float,
     ) -> None:
-        self._engine = engine
+        self._stage_pool = stage_pool
         self._embedding_stage = embedding_stage
         self._keyword_stage = keyword_stage
         self._expiry_seconds = expiry_seconds
@@ -74,15 +72,14 @@ class ContextProcessor:
     async def _start(self, request: ProcessRequest) -> ContextStart | None:
         """Pre-check, owner and text checks and the embedding claim: one statement (§3.1)."""
         try:
-            async with autocommit(self._engine) as conn:
-                start = await context_start.start(
-                    conn,
-                    context_id=request.context_id,
-                    user_id=request.user_id,
-                    record_id=request.record_id,
-                    text_sha256=context_text.fingerprint(request.text),
-                    expiry_seconds=self._expiry_seconds,
-                )
+            start = await context_start.start(
+                self._stage_pool,
+                context_id=request.context_id,
+                user_id=request.user_id,
+                record_id=request.record_id,
+                text_sha256=context_text.fingerprint(request.text),
+                expiry_seconds=self._expiry_seconds,
+            )
         except TransientError as exc:
             # The message names the cause: "database lock timeout" (a row busy elsewhere) is
             # not "database unavailable" (§6). Nothing changed; the rescan re-requests it.

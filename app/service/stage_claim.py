@@ -11,12 +11,10 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
-from sqlalchemy.ext.asyncio import AsyncEngine
-
 from app import failure_policy, metrics
 from app.errors import StageDeadlineExceeded, TransientError
 from app.repository import context_ai_state
-from app.repository.db import autocommit
+from app.repository.stage_pool import StagePool
 from app.service import stage_failure
 from app.states import Stage
 from pinlog_logging import log_context
@@ -26,7 +24,7 @@ T = TypeVar("T")
 
 
 async def run_claimed(
-    engine: AsyncEngine,
+    stage_pool: StagePool,
     stage: Stage,
     context_id: int,
     *,
@@ -54,7 +52,7 @@ async def run_claimed(
             async with scope:
                 if attempt is None:
                     attempt = await claim_stage(
-                        engine, stage, context_id, expiry_seconds=expiry_seconds
+                        stage_pool, stage, context_id, expiry_seconds=expiry_seconds
                     )
                 if attempt is None:
                     return None
@@ -69,20 +67,19 @@ async def run_claimed(
             # The deadline fired before the claim answered: nothing of ours to settle.
             return None
         # Outside the deadline: marking FAILED must not be cut short by it.
-        await stage_failure.settle(engine, stage, context_id, error, attempt=attempt)
+        await stage_failure.settle(stage_pool, stage, context_id, error, attempt=attempt)
         return None
 
 
 async def claim_stage(
-    engine: AsyncEngine, stage: Stage, context_id: int, *, expiry_seconds: float
+    stage_pool: StagePool, stage: Stage, context_id: int, *, expiry_seconds: float
 ) -> int | None:
     """The attempt number when this request now owns ``stage`` of ``context_id`` (started or
     reclaimed), else ``None``. Never raises."""
     try:
-        async with autocommit(engine) as conn:
-            claim = await context_ai_state.claim(
-                conn, stage, context_id, expiry_seconds=expiry_seconds
-            )
+        claim = await context_ai_state.claim(
+            stage_pool, stage, context_id, expiry_seconds=expiry_seconds
+        )
     except TransientError as exc:
         # The message names the cause: "database lock timeout" (a row busy elsewhere) is not
         # "database unavailable" (§6).

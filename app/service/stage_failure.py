@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import logging
 
-from sqlalchemy.ext.asyncio import AsyncEngine
-
 from app import metrics
 from app.errors import (
     InvalidInputError,
@@ -21,20 +19,20 @@ from app.errors import (
     TransientError,
 )
 from app.repository import context_ai_state
-from app.repository.db import autocommit
+from app.repository.stage_pool import StagePool
 from app.states import Stage
 
 logger = logging.getLogger(__name__)
 
 
 async def settle(
-    engine: AsyncEngine, stage: Stage, context_id: int, exc: Exception, *, attempt: int
+    stage_pool: StagePool, stage: Stage, context_id: int, exc: Exception, *, attempt: int
 ) -> None:
     """Apply the §6 rule for ``exc`` raised while ``stage`` of ``context_id`` was ours under
     claim ``attempt`` (a superseded attempt marks nothing)."""
     if isinstance(exc, PermanentError):
         level = logging.WARNING if isinstance(exc, InvalidInputError) else logging.ERROR
-        failed = await _fail(engine, stage, context_id, attempt)
+        failed = await _fail(stage_pool, stage, context_id, attempt)
         metrics.STAGE_OUTCOMES.labels(stage.label, "failed").inc()
         logger.log(
             level,
@@ -72,10 +70,9 @@ async def settle(
         )
 
 
-async def _fail(engine: AsyncEngine, stage: Stage, context_id: int, attempt: int) -> bool:
+async def _fail(stage_pool: StagePool, stage: Stage, context_id: int, attempt: int) -> bool:
     try:
-        async with autocommit(engine) as conn:  # one statement: its own transaction
-            return await context_ai_state.fail(conn, stage, context_id, attempt=attempt) == 1
+        return await context_ai_state.fail(stage_pool, stage, context_id, attempt=attempt) == 1
     except TransientError as exc:
         logger.warning(
             "could not mark FAILED, stage left PROCESSING: context_id=%d stage=%s reason=%s",

@@ -8,9 +8,11 @@ PostgreSQL process may remain for that data directory.
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -66,12 +68,18 @@ def _wait_until_gone(data_dir: Path, timeout: float = 10.0) -> list[int]:
 
 
 @pytest.fixture
-def data_dir(tmp_path: Path):
-    """A data directory whose servers are stopped (fast shutdown) even when a test fails."""
-    data_dir = (tmp_path / "pgdata").resolve()
+def data_dir():
+    """A data directory whose servers are stopped (fast shutdown) even when a test fails.
+
+    Not under pytest's temp root, which is private to root (0700): run as root, the embedded
+    server's tools run as an unprivileged user that must reach the directory."""
+    parent = Path(tempfile.mkdtemp(prefix="pinlog-unclean-exit-"))
+    data_dir = (parent / "pgdata").resolve()
     yield data_dir
     for pid in _postgres_pids(data_dir):
         os.kill(pid, signal.SIGINT)
+    _wait_until_gone(data_dir)
+    shutil.rmtree(parent, ignore_errors=True)
 
 
 def test_sigkill_then_normal_run_leaves_no_server(data_dir: Path) -> None:

@@ -9,7 +9,10 @@ and the timeouts hold inside transactions via ``SET LOCAL``.
 from __future__ import annotations
 
 import asyncio
+import shutil
+import tempfile
 import time
+from pathlib import Path
 
 import pytest
 from sqlalchemy import text
@@ -35,10 +38,17 @@ COUNT_COMPLETED = text(
 
 
 @pytest.fixture(scope="module")
-def bouncer_url(migrated_database, tmp_path_factory):
+def bouncer_url(migrated_database):
     assert BINARY is not None
-    with running_pgbouncer(BINARY, migrated_database, tmp_path_factory.mktemp("pgb")) as url:
-        yield url
+    # Not under pytest's temp root: that is private to root (0700), and PgBouncer runs as an
+    # unprivileged user that must reach its work directory.
+    workdir = Path(tempfile.mkdtemp(prefix="pinlog-pgbouncer-"))
+    workdir.chmod(0o755)
+    try:
+        with running_pgbouncer(BINARY, migrated_database, workdir / "pgb") as url:
+            yield url
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
 
 
 async def test_startup_parameters_are_refused_without_the_setting(bouncer_url) -> None:

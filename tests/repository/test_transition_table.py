@@ -15,7 +15,6 @@ import pytest
 from sqlalchemy import text
 
 from app.repository import context_ai_state, context_start, stage_saves
-from app.repository.db import autocommit
 from app.states import WORKER_TRANSITIONS, Stage, Status
 from tests.builders import PROFILE, fetch_state, make_preset, make_state, vector
 
@@ -33,15 +32,15 @@ CASES = [(s, stage) for s in EXPECTED for stage in APPLIES.get(s, list(Stage))]
 DELETE_STATE = text("DELETE FROM ai.context_ai_state WHERE context_id = 1")
 
 
-async def _apply(engine, statement: str, stage: Stage, attempt: int = 0) -> int:
+async def _apply(stage_pool, statement: str, stage: Stage, attempt: int = 0) -> int:
     """Run one statement on context 1; rows it changed (0 or 1)."""
-    async with autocommit(engine) as conn:
+    if True:
         if statement == "claim":
-            outcome = await context_ai_state.claim(conn, stage, 1, expiry_seconds=EXPIRY)
+            outcome = await context_ai_state.claim(stage_pool, stage, 1, expiry_seconds=EXPIRY)
             return outcome.affected
         if statement == "start":
             started = await context_start.start(
-                conn,
+                stage_pool,
                 context_id=1,
                 user_id=1,
                 record_id=1,
@@ -51,7 +50,7 @@ async def _apply(engine, statement: str, stage: Stage, attempt: int = 0) -> int:
             return int(started is not None and started.embedding_attempt is not None)
         if statement == "save" and stage is Stage.EMBEDDING:
             saved = await stage_saves.save_embedding(
-                conn,
+                stage_pool,
                 context_id=1,
                 attempt=attempt,
                 user_id=1,
@@ -63,7 +62,7 @@ async def _apply(engine, statement: str, stage: Stage, attempt: int = 0) -> int:
         if statement == "save":
             return int(
                 await stage_saves.save_keywords(
-                    conn,
+                    stage_pool,
                     context_id=1,
                     attempt=attempt,
                     selections=[(1, 0.5)],
@@ -72,7 +71,7 @@ async def _apply(engine, statement: str, stage: Stage, attempt: int = 0) -> int:
                     model_profile="judge",
                 )
             )
-        return await context_ai_state.fail(conn, stage, 1, attempt=attempt)
+        return await context_ai_state.fail(stage_pool, stage, 1, attempt=attempt)
 
 
 def test_the_statements_together_cover_exactly_the_table():
@@ -80,7 +79,9 @@ def test_the_statements_together_cover_exactly_the_table():
 
 
 @pytest.mark.parametrize(("statement", "stage"), CASES)
-async def test_statement_moves_a_stage_only_along_the_transition_table(engine, stage, statement):
+async def test_statement_moves_a_stage_only_along_the_transition_table(
+    engine, stage, statement, stage_pool
+):
     await make_preset(engine, preset_id=1)
     column = 0 if stage is Stage.EMBEDDING else 1
     observed: set[tuple[Status, Status]] = set()
@@ -94,7 +95,7 @@ async def test_statement_moves_a_stage_only_along_the_transition_table(engine, s
             updated_seconds_ago=EXPIRY * 2 if stale else 0,
         )
         before_both = tuple(Status(s) for s in await fetch_state(engine, 1))
-        affected = await _apply(engine, statement, stage)
+        affected = await _apply(stage_pool, statement, stage)
         after_both = tuple(Status(s) for s in await fetch_state(engine, 1))
         if affected:
             observed.add((before_both[column], after_both[column]))
@@ -109,7 +110,9 @@ async def test_statement_moves_a_stage_only_along_the_transition_table(engine, s
 
 
 @pytest.mark.parametrize(("statement", "stage"), [c for c in CASES if c[0] in ("save", "fail")])
-async def test_a_superseded_attempt_moves_nothing_from_any_status(engine, stage, statement):
+async def test_a_superseded_attempt_moves_nothing_from_any_status(
+    engine, stage, statement, stage_pool
+):
     """The fencing token (docs/state-machine.md "Attempts"): the saves and fail name the
     attempt they belong to; any other attempt number changes no row."""
     await make_preset(engine, preset_id=1)
@@ -120,7 +123,7 @@ async def test_a_superseded_attempt_moves_nothing_from_any_status(engine, stage,
             embedding_status=before if stage is Stage.EMBEDDING else "COMPLETED",
             keyword_status=before if stage is Stage.KEYWORD else "PENDING",
         )
-        assert await _apply(engine, statement, stage, attempt=1) == 0
+        assert await _apply(stage_pool, statement, stage, attempt=1) == 0
         expected = (before.value, "PENDING") if stage is Stage.EMBEDDING else ("COMPLETED", before)
         assert await fetch_state(engine, 1) == tuple(str(s) for s in expected)
         async with engine.begin() as conn:
@@ -128,7 +131,7 @@ async def test_a_superseded_attempt_moves_nothing_from_any_status(engine, stage,
 
 
 @pytest.mark.parametrize("stage", list(Stage))
-async def test_every_claim_takes_the_next_attempt(engine, stage):
+async def test_every_claim_takes_the_next_attempt(engine, stage, stage_pool):
     await make_state(
         engine,
         context_id=1,
@@ -138,8 +141,7 @@ async def test_every_claim_takes_the_next_attempt(engine, stage):
     # A reclaim (expiry 0: any earlier claim is stale) takes the next number; a duplicate
     # within the expiry takes none.
     for expiry in (EXPIRY, 0, EXPIRY):
-        async with engine.begin() as conn:
-            claims.append(await context_ai_state.claim(conn, stage, 1, expiry_seconds=expiry))
+        claims.append(await context_ai_state.claim(stage_pool, stage, 1, expiry_seconds=expiry))
     first, second, duplicate = claims
     assert (first.attempt, second.attempt) == (1, 2)
     assert (duplicate.claimed, duplicate.attempt) == (False, None)

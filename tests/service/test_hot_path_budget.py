@@ -22,16 +22,19 @@ NOTES = [
 
 async def test_a_happy_path_context_costs_three_statements(engine, worker, fake_openai):
     """Start (pre-check + owner + embedding claim), embedding save (+ keyword claim) and
-    keyword save: one statement each, each its own implicit transaction, no pings."""
+    keyword save: one statement each on the stage pool, each its own implicit transaction,
+    and nothing on the worker's SQLAlchemy engine (no pings, no reads)."""
     for context_id in (1, 2):
         await make_state(engine, context_id=context_id)
     await worker.process(1, NOTE)  # warm: connections opened, statements prepared
-    statements: list[str] = []
+    engine_statements: list[str] = []
 
     def record(_conn, _cursor, statement, _parameters, _context, _executemany) -> None:
-        statements.append(" ".join(statement.split()[:4]))
+        engine_statements.append(" ".join(statement.split()[:4]))
 
+    stage_pool = worker.app.state.stage_pool
     worker_engine = worker.app.state.engine.sync_engine
+    before = stage_pool.statements_run
     event.listen(worker_engine, "before_cursor_execute", record)
     try:
         await worker.process(2, NOTE)
@@ -40,7 +43,8 @@ async def test_a_happy_path_context_costs_three_statements(engine, worker, fake_
 
     assert await fetch_state(engine, 2) == ("COMPLETED", "COMPLETED")
     assert fake_openai.judge_calls == 2  # the judge ran: the full keyword path was measured
-    assert len(statements) == 3, statements
+    assert stage_pool.statements_run - before == 3
+    assert engine_statements == []
 
 
 async def test_concurrent_embedding_stages_share_one_provider_request(
