@@ -15,7 +15,6 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
-from app.api.body_limit import BodySizeLimitMiddleware
 from app.api.routes import RETRY_AFTER_SECONDS, router
 from app.api.security import InternalSecretMiddleware
 from app.errors import (
@@ -38,6 +37,7 @@ from app.service.search import SearchService
 from app.service.vector_columns import check_vector_columns
 from app.service.worker_pool import WorkerPool
 from app.settings import SEARCH_CONNECTIONS, STAGE_CONNECTIONS_CAP, Settings
+from pinlog_body_limit import BodySizeLimitMiddleware
 
 logger = logging.getLogger(__name__)
 

@@ -24,6 +24,7 @@ CITED_SOURCES = (
     "core_service",
     "pinlog_schema",
     "pinlog_logging",
+    "pinlog_body_limit",
     "demo",
     "bench",
     "tests",
