@@ -15,7 +15,6 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
-from app.api.body_limit import BodySizeLimitMiddleware
 from app.api.routes import RETRY_AFTER_SECONDS, router
 from app.api.security import InternalSecretMiddleware
 from app.errors import (
@@ -44,6 +43,7 @@ from app.settings import (
     SUPPORT_CONNECTIONS,
     Settings,
 )
+from pinlog_body_limit import BodySizeLimitMiddleware
 
 logger = logging.getLogger(__name__)
 

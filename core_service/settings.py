@@ -13,6 +13,9 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 INTERNAL_SECRET_MIN_LENGTH = 16
 JWT_SECRET_MIN_LENGTH = 32
+# The smallest body cap that still admits every request valid after normalisation, even with
+# each character sent as an escaped surrogate pair (12 bytes): 500 + 100 + 200 characters.
+MAX_REQUEST_BYTES_FLOOR = 16 * 1024
 
 
 def _without_surrounding_space(value: object) -> object:
@@ -112,6 +115,12 @@ class CoreSettings(TokenSettings):
     )
     dispatch_read_timeout_seconds: float = Field(
         default=3.0, gt=0, le=60, description="Read timeout of a dispatch to the worker"
+    )
+    max_request_bytes: int = Field(
+        default=64 * 1024,
+        ge=MAX_REQUEST_BYTES_FLOOR,
+        le=1024 * 1024,
+        description="Larger request bodies answer 413, before or while they arrive",
     )
 
     @field_validator("worker_base_url")

@@ -220,9 +220,8 @@ async def run_demo(*, port: int, core_port: int, serve: bool, data_dir: Path) ->
                 print(f"TOKEN='{tokens[member_id]}'  # member {member_id}")
             if secret is None:
                 # A throwaway development secret, so the worker's API can be tried by hand.
-                print(
-                    f"X-Internal-Secret for this run: {settings.internal_secret.get_secret_value()}"
-                )
+                secret_value = settings.internal_secret.get_secret_value()
+                print(f"SECRET='{secret_value}'  # the worker's X-Internal-Secret")
             print("serving until Ctrl-C", flush=True)
             await services.closed()
     return 0 if completed == len(live) else 1

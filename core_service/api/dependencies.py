@@ -5,15 +5,10 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import Depends, Request
-from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
-from core_service.errors import UnauthenticatedError
 from core_service.service.lifecycle import ContextLifecycle
-from core_service.service.member_tokens import TokenAuthenticator
 from core_service.service.personal_search import PersonalSearch
 from core_service.service.record_reads import RecordReader
-
-_bearer = HTTPBearer(auto_error=False)
 
 
 def _lifecycle(request: Request) -> ContextLifecycle:
@@ -28,15 +23,10 @@ def _search(request: Request) -> PersonalSearch:
     return request.app.state.search
 
 
-async def _member_id(
-    request: Request,
-    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
-) -> int:
-    """The authenticated member; ``UnauthenticatedError`` (401) without a valid token."""
-    if credentials is None or credentials.scheme.lower() != "bearer":
-        raise UnauthenticatedError("missing bearer token")
-    authenticator: TokenAuthenticator = request.app.state.authenticator
-    return await authenticator.member_id(credentials.credentials)
+async def _member_id(request: Request) -> int:
+    """The member ``AuthenticatedRoute`` authenticated before the body was read (a coroutine:
+    FastAPI would run a plain function in its thread pool)."""
+    return request.state.member_id
 
 
 Lifecycle = Annotated[ContextLifecycle, Depends(_lifecycle)]

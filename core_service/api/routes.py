@@ -8,6 +8,7 @@ from typing import Annotated
 from fastapi import APIRouter, Path, Response, status
 from fastapi.responses import JSONResponse
 
+from core_service.api.authentication import AuthenticatedRoute
 from core_service.api.dependencies import Lifecycle, MemberId, Reader, Search
 from core_service.api.schemas import (
     BIGINT_MAX,
@@ -26,7 +27,8 @@ from core_service.api.schemas import (
 
 Id = Annotated[int, Path(ge=1, le=BIGINT_MAX)]
 
-router = APIRouter(prefix="/api/v1")
+# Every route authenticates the caller before its body is read (401 before 422 or any work).
+router = APIRouter(prefix="/api/v1", route_class=AuthenticatedRoute)
 
 
 @router.post("/records", status_code=status.HTTP_201_CREATED)

@@ -61,3 +61,17 @@ def test_every_problem_is_reported_at_once_without_values(environment):
     ]
     assert not any("hunter2" in line or "0123456789" in line for line in lines)
     assert any("white space" in line for line in lines)
+
+
+@pytest.mark.parametrize("value", ["16383", "1048577", "-1", "64k"])
+def test_the_body_cap_is_bounded(environment, value):
+    """At least 16 KiB (every request valid after normalisation fits, even fully escaped), at
+    most 1 MiB; the default is 64 KiB."""
+    assert CoreSettings().max_request_bytes == 64 * 1024
+    environment.setenv("PINLOG_CORE_MAX_REQUEST_BYTES", value)
+
+    with pytest.raises(ValidationError) as caught:
+        CoreSettings()
+
+    (line,) = describe_errors(caught.value)
+    assert line.startswith("PINLOG_CORE_MAX_REQUEST_BYTES: ")

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import re
 import shlex
+import tomllib
 from pathlib import Path
 
 import click
@@ -185,6 +186,16 @@ def test_image_is_non_root_multi_stage_and_installs_the_lock_file_only() -> None
     assert "[" not in runs, "no extra in the image"
     copied = {line.split()[0] for line in _instruction("COPY") if not line.startswith("--")}
     assert "demo" not in copied and "tests" not in copied
+
+
+def test_image_copies_every_runtime_package() -> None:
+    """``pip install --no-deps .`` installs only what was copied: a package left out imports
+    fine in a checkout and fails in the image."""
+    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    included = pyproject["tool"]["setuptools"]["packages"]["find"]["include"]
+    packages = {pattern.rstrip("*") for pattern in included} - {"demo"}
+    copied = {line.split()[0] for line in _instruction("COPY") if not line.startswith("--")}
+    assert packages <= copied, f"add COPY lines for {sorted(packages - copied)}"
 
 
 @pytest.mark.parametrize("service", ["migrate", "worker-1", "worker-2", "core"])

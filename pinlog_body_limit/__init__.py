@@ -1,12 +1,13 @@
-"""A request body cap enforced while the body arrives, as pure ASGI middleware (§8).
+"""A request body cap enforced while the body arrives, as pure ASGI middleware; used by both
+services (the worker's ``MAX_REQUEST_BYTES``, §8, and the core's ``MAX_REQUEST_BYTES``).
 
-A declared ``Content-Length`` above ``max_bytes`` is answered ``413`` before a byte of the body
-is read; a body without one (chunked) is counted as it is received and cut off with ``413`` as
-soon as it passes the cap (an ``HTTPException``, which FastAPI re-raises from body reading
-instead of turning it into a 400). So no request makes the worker hold more than ``max_bytes``
-of body, and a full queue holds at most ``QUEUE_CAPACITY`` texts of that size
-(docs/operations.md). Ours rather than ``FastAPI(max_body_size=...)``: that one runs outside
-every user middleware, so it would answer an unauthenticated caller before the secret check.
+A declared ``Content-Length`` above ``max_bytes`` (or not a number) is answered ``413`` before a
+byte of the body is read; a body without one (chunked) is counted as it is received and cut off
+with ``413`` as soon as it passes the cap (an ``HTTPException``, which FastAPI re-raises from
+body reading instead of turning it into a 400). So no request makes a service hold more than
+``max_bytes`` of body. Ours rather than ``FastAPI(max_body_size=...)``: that one runs outside
+every user middleware, so it would answer an unauthenticated caller of the worker before the
+secret check. It imports neither service: ``app`` and ``core_service`` never import each other.
 """
 
 from __future__ import annotations

@@ -1,0 +1,43 @@
+"""The bearer check of the client API, made before the request body is read.
+
+FastAPI reads and JSON-decodes a body before it solves any dependency, router-level ones
+included, so a dependency alone would read an unauthenticated caller's body and answer a
+malformed one 422. Every route of the client API is an ``AuthenticatedRoute``: a request
+without a valid token is refused (``UnauthenticatedError``, 401) with its body unread, and the
+member id is left in ``request.state`` for the ``MemberId`` dependency (``dependencies.py``).
+Bodies that are read are capped first by ``MAX_REQUEST_BYTES`` (``pinlog_body_limit``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+
+from fastapi import Request, Response
+from fastapi.routing import APIRoute
+from fastapi.security.utils import get_authorization_scheme_param
+
+from core_service.errors import UnauthenticatedError
+from core_service.service.member_tokens import TokenAuthenticator
+
+
+class AuthenticatedRoute(APIRoute):
+    """A route whose handler authenticates the caller before FastAPI reads the body."""
+
+    def get_route_handler(self) -> Callable[[Request], Awaitable[Response]]:
+        handler = super().get_route_handler()
+
+        async def authenticated_handler(request: Request) -> Response:
+            request.state.member_id = await authenticate(request)
+            return await handler(request)
+
+        return authenticated_handler
+
+
+async def authenticate(request: Request) -> int:
+    """The active member named by ``Authorization: Bearer <token>``; ``UnauthenticatedError``
+    for a missing header, another scheme, or a token ``TokenAuthenticator`` refuses."""
+    scheme, token = get_authorization_scheme_param(request.headers.get("Authorization"))
+    if scheme.lower() != "bearer" or not token:
+        raise UnauthenticatedError("missing bearer token")
+    authenticator: TokenAuthenticator = request.app.state.authenticator
+    return await authenticator.member_id(token)
