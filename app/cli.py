@@ -205,6 +205,12 @@ def serve(
         help="Seconds open HTTP connections get to finish on SIGTERM before the worker pool's "
         "own PINLOG_SHUTDOWN_GRACE_SECONDS starts (default: wait for them)",
     ),
+    access_log: bool = typer.Option(
+        False,
+        "--access-log/--no-access-log",
+        help="One INFO line per HTTP request (uvicorn.access); off by default: two requests "
+        "per context, and GET /metrics counts requests by route and status",
+    ),
 ) -> None:
     """Serve the worker in one process (settings from PINLOG_* environment variables).
 
@@ -242,6 +248,7 @@ def serve(
         proxy_headers=proxy_headers,
         forwarded_allow_ips=forwarded_allow_ips,
         timeout_graceful_shutdown=timeout_graceful_shutdown,
+        access_log=access_log,
     )
 
 

@@ -107,5 +107,6 @@ class EmbeddingStage:
             logger.info("embedding result discarded: context_id=%d", request.context_id)
             return None
         metrics.STAGE_OUTCOMES.labels(STAGE.label, "completed").inc()
-        logger.info("embedding completed: context_id=%d", request.context_id)
+        # One INFO line per context is enough: the keyword stage's completion names it.
+        logger.debug("embedding completed: context_id=%d", request.context_id)
         return Embedded(vector, saved.keyword_attempt)
