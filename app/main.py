@@ -15,6 +15,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
+from app.api.request_timing import RequestTimingMiddleware
 from app.api.routes import RETRY_AFTER_SECONDS, router
 from app.api.security import InternalSecretMiddleware
 from app.errors import (
@@ -24,8 +25,10 @@ from app.errors import (
     TransientError,
     WorkerError,
 )
+from app.metrics import WorkerMetrics
 from app.providers.embedding_batcher import BatchingEmbedder
 from app.providers.factory import build_embedding_provider, build_judge
+from app.providers.metered import MeteredEmbedder, MeteredJudge
 from app.repository.db import create_engine
 from app.repository.stage_pool import StagePool
 from app.service.circuit_breaker import CircuitBreaker
@@ -56,6 +59,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     ``pydantic.ValidationError`` for contradictory or missing settings (§5).
     """
     settings = settings or Settings()
+    # Built here, not in the lifespan: the request timing middleware needs it at construction.
+    metrics = WorkerMetrics()
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -92,7 +97,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                 transaction_pooling=settings.database_transaction_pooling,
             )
             stack.push_async_callback(search_engine.dispose)
-            embedder = build_embedding_provider(settings)
+            embedder = MeteredEmbedder(
+                build_embedding_provider(settings),
+                metrics.providers["embedding"],
+                batch_inputs=metrics.embedding_batch_inputs,
+            )
             stack.push_async_callback(embedder.aclose)
             # Concurrent embedding stages share provider requests; search is never delayed.
             stage_embedder = BatchingEmbedder(
@@ -101,19 +110,20 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                 max_wait_seconds=settings.embedding_batch_wait_ms / 1000,
             )
             stack.push_async_callback(stage_embedder.aclose)
-            judge = build_judge(settings)
+            judge = MeteredJudge(build_judge(settings, metrics), metrics.providers["judge"])
             stack.push_async_callback(judge.aclose)
             # A column of another width would fail every save; refuse before serving (§5).
             await check_vector_columns(engine, settings.vector_dimension)
             presets = PresetCache(engine, settings.embedding_profile)
             await presets.reload()
-            embedding_breaker = _breaker("embedding provider", settings)
+            embedding_breaker = _breaker("embedding provider", settings, metrics)
             processor = ContextProcessor(
                 stage_pool,
                 EmbeddingStage(
                     stage_pool,
                     stage_embedder,
                     embedding_breaker,
+                    metrics=metrics,
                     profile=settings.embedding_profile,
                     dimension=settings.vector_dimension,  # stored, zero-padded (§5)
                     expiry_seconds=settings.processing_expiry_seconds,
@@ -122,19 +132,22 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                 KeywordStage(
                     stage_pool,
                     judge,
-                    _breaker("judge provider", settings),
+                    _breaker("judge provider", settings, metrics),
                     presets,
+                    metrics=metrics,
                     expiry_seconds=settings.processing_expiry_seconds,
                     top_k=settings.keyword_top_k,
                     similarity_floor=settings.keyword_similarity_floor,
                     max_input_chars=settings.embedding_max_input_chars,
                 ),
                 expiry_seconds=settings.processing_expiry_seconds,
+                metrics=metrics,
             )
             pool = WorkerPool(
                 processor.process,
                 concurrency=settings.worker_concurrency,
                 capacity=settings.queue_capacity,
+                metrics=metrics,
             )
             pool.start()
             stack.push_async_callback(pool.stop, settings.shutdown_grace_seconds)
@@ -151,6 +164,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                 search_engine,
                 embedder,
                 embedding_breaker,
+                metrics=metrics,
                 profile=settings.embedding_profile,
                 max_input_chars=settings.embedding_max_input_chars,
             )
@@ -176,14 +190,17 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app = FastAPI(
         title="PinLog AI worker", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None
     )
+    app.state.metrics = metrics
     app.include_router(router)
     app.add_exception_handler(RequestValidationError, _validation_error)
     for error_class, status in _ERROR_STATUSES.items():
         app.add_exception_handler(error_class, _worker_error(status))
-    # Added last = outermost: the secret is checked before the body size, so an
-    # unauthenticated caller learns nothing, not even the limit (§8).
+    # A middleware added later runs further out: the secret is checked before the body size,
+    # so an unauthenticated caller learns nothing, not even the limit (§8).
     app.add_middleware(BodySizeLimitMiddleware, max_bytes=settings.max_request_bytes)
     app.add_middleware(InternalSecretMiddleware, secret=settings.internal_secret.get_secret_value())
+    # Outermost of all: requests refused before routing (401, a declared 413) are timed too.
+    app.add_middleware(RequestTimingMiddleware, histogram=metrics.http_requests)
     return app
 
 
@@ -235,9 +252,10 @@ def _warn_about_a_small_pool(settings: Settings) -> None:
         )
 
 
-def _breaker(name: str, settings: Settings) -> CircuitBreaker:
+def _breaker(name: str, settings: Settings, metrics: WorkerMetrics) -> CircuitBreaker:
     return CircuitBreaker(
         name,
+        metrics=metrics,
         threshold=settings.breaker_threshold,
         cooldown_seconds=settings.breaker_cooldown_seconds,
     )

@@ -1,37 +1,240 @@
-"""Prometheus counters of the worker, served at ``GET /metrics``.
+"""Prometheus metrics of the worker, on a registry owned by one app instance.
 
-Leaf module. Labels never carry ids or text: cardinality stays fixed.
+``create_app`` builds one ``WorkerMetrics`` and hands it to every object that counts, by
+construction; ``GET /metrics`` serves its registry. A registry per instance keeps two apps in
+one process (tests, the demo) from sharing counts.
+
+Labels come from fixed sets only, never ids or text, so the number of series is fixed. The
+children counted on the hot path (a few per context) are bound once here: ``.labels()`` per
+event would validate and look up the labels under a lock every time (issue 9).
+Leaf module: imports only the leaf modules ``states`` and ``errors``.
 """
 
-from prometheus_client import Counter, Gauge
+from __future__ import annotations
 
-STAGE_OUTCOMES = Counter(
-    "pinlog_stage_outcomes_total",
-    "Stage runs by outcome (completed, failed, transient, discarded, not_claimed, reused)",
-    ["stage", "outcome"],
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from app.errors import (
+    InvalidInputError,
+    InvalidOutputError,
+    PermanentError,
+    ProfileMismatchError,
+    ProviderProtocolError,
+    ProviderRefusedError,
+    TransientError,
 )
-RECLAIMS = Counter("pinlog_reclaims_total", "Stale PROCESSING stages taken over (§2)", ["stage"])
-CONTRACT_VIOLATIONS = Counter(
-    "pinlog_contract_violations_total",
-    "Requests that broke the caller contract, e.g. one contextId with two texts (§3)",
-    ["kind"],
+from app.states import Stage
+
+STAGE_OUTCOMES = ("completed", "failed", "transient", "discarded", "not_claimed", "reused")
+CONTRACT_VIOLATION_KINDS = ("owner_mismatch", "owner_changed", "text_changed")
+REJECTION_REASONS = ("queue_full", "shutting_down")
+PROVIDER_KINDS = ("embedding", "judge")
+# Most specific class first: the first match names the error.
+PROVIDER_ERROR_CLASSES: tuple[tuple[type[Exception], str], ...] = (
+    (ProviderRefusedError, "refused"),
+    (InvalidOutputError, "invalid_output"),
+    (InvalidInputError, "invalid_input"),
+    (PermanentError, "permanent"),
+    (ProviderProtocolError, "protocol"),
+    (TransientError, "transient"),
 )
-JUDGE_ITEMS_DROPPED = Counter(
-    "pinlog_judge_items_dropped_total",
-    "Judge output items dropped by the mapping rules of §4",
-    ["reason"],
+UNEXPECTED = "unexpected"
+SEARCH_OUTCOMES = ("ok", "invalid", "provider_failed", "unavailable", "error")
+# The HTTP mapping of main.py, by search outcome: 422, 502, 503; anything else is a 500.
+_SEARCH_ERROR_OUTCOMES: tuple[tuple[type[Exception], str], ...] = (
+    (ProfileMismatchError, "invalid"),
+    (InvalidInputError, "invalid"),
+    (PermanentError, "provider_failed"),
+    (TransientError, "unavailable"),
 )
-REQUESTS_REJECTED = Counter(
-    "pinlog_process_requests_rejected_total",
-    "Process requests refused before queueing",
-    ["reason"],
-)
-CIRCUIT_OPEN = Gauge(
-    "pinlog_circuit_open",
-    "1 while a provider's circuit breaker is open or half-open, 0 when closed (§6)",
-    ["provider"],
-)
-JUDGE_REASKS = Counter(
-    "pinlog_judge_reasks_total",
-    "Judgments asked again because the answer did not parse or had no usable structure (§6)",
-)
+HTTP_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
+UNMATCHED_ROUTE = "unmatched"
+OTHER_METHOD = "other"
+
+# Seconds. Provider calls run up to PROVIDER_TIMEOUT_SECONDS per attempt, with retries.
+PROVIDER_SECONDS_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
+SEARCH_SECONDS_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
+# Inputs per embedding request; EMBEDDING_BATCH_SIZE is 16 by default, at most 2048.
+BATCH_INPUT_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 512, 2048)
+
+
+def provider_error_class(exc: BaseException) -> str:
+    """The ``error`` label of a provider failure: the most specific class of ``app.errors``
+    (``refused``, ``invalid_output``, ``invalid_input``, ``permanent``, ``protocol``,
+    ``transient``), else ``unexpected`` (a bug of ours or of a local model)."""
+    for error_class, label in PROVIDER_ERROR_CLASSES:
+        if isinstance(exc, error_class):
+            return label
+    return UNEXPECTED
+
+
+def search_outcome(exc: BaseException) -> str:
+    """The ``outcome`` label of a failed search, matching its HTTP status (``main.py``)."""
+    for error_class, label in _SEARCH_ERROR_OUTCOMES:
+        if isinstance(exc, error_class):
+            return label
+    return "error"
+
+
+class StageMetrics:
+    """The children of one stage (label ``stage``), bound once.
+
+    One attribute per outcome of ``STAGE_OUTCOMES`` (a counter each), ``reclaims``,
+    ``deadlines`` (counters) and ``in_flight`` (a gauge: runs of this stage in progress).
+    """
+
+    __slots__ = (*STAGE_OUTCOMES, "deadlines", "in_flight", "reclaims")
+
+    def __init__(self, metrics: WorkerMetrics, stage: Stage) -> None:
+        outcomes = metrics.stage_outcomes
+        self.completed = outcomes.labels(stage.label, "completed")
+        self.failed = outcomes.labels(stage.label, "failed")
+        self.transient = outcomes.labels(stage.label, "transient")
+        self.discarded = outcomes.labels(stage.label, "discarded")
+        self.not_claimed = outcomes.labels(stage.label, "not_claimed")
+        self.reused = outcomes.labels(stage.label, "reused")
+        self.reclaims = metrics.reclaims.labels(stage.label)
+        self.deadlines = metrics.stage_deadlines.labels(stage.label)
+        self.in_flight = metrics.stages_in_flight.labels(stage.label)
+
+
+class ProviderMetrics:
+    """The children of one provider kind (``embedding`` or ``judge``): call latency by
+    outcome (``ok``, ``error``, ``cancelled``) and errors by class, bound once."""
+
+    __slots__ = ("_cancelled", "_errors", "_failed", "_ok")
+
+    def __init__(self, metrics: WorkerMetrics, kind: str) -> None:
+        self._ok = metrics.provider_seconds.labels(kind, "ok")
+        self._failed = metrics.provider_seconds.labels(kind, "error")
+        self._cancelled = metrics.provider_seconds.labels(kind, "cancelled")
+        self._errors = {
+            label: metrics.provider_errors.labels(kind, label)
+            for label in (*(label for _, label in PROVIDER_ERROR_CLASSES), UNEXPECTED)
+        }
+
+    def succeeded(self, seconds: float) -> None:
+        """One call answered in ``seconds``."""
+        self._ok.observe(seconds)
+
+    def failed(self, seconds: float, exc: BaseException) -> None:
+        """One call ended after ``seconds`` with ``exc``: counted by its class."""
+        self._failed.observe(seconds)
+        self._errors[provider_error_class(exc)].inc()
+
+    def cancelled(self, seconds: float) -> None:
+        """One call abandoned after ``seconds`` (stage deadline, shutdown): no provider error."""
+        self._cancelled.observe(seconds)
+
+
+class WorkerMetrics:
+    """Every metric of the worker, registered on ``registry`` (a new one when not given).
+
+    Names and labels are listed in ``docs/operations.md``. ``queue_depth`` is filled in by
+    the ``WorkerPool`` (read when scraped, no cost per request).
+    """
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry or CollectorRegistry()
+        self.stage_outcomes = Counter(
+            "pinlog_stage_outcomes_total",
+            "Stage runs by outcome (completed, failed, transient, discarded, not_claimed, reused)",
+            ["stage", "outcome"],
+            registry=self.registry,
+        )
+        self.reclaims = Counter(
+            "pinlog_reclaims_total",
+            "Stale PROCESSING stages taken over (§2)",
+            ["stage"],
+            registry=self.registry,
+        )
+        self.stage_deadlines = Counter(
+            "pinlog_stage_deadlines_exceeded_total",
+            "Stage runs abandoned at their hard deadline, left PROCESSING (§2); also transient",
+            ["stage"],
+            registry=self.registry,
+        )
+        self.stages_in_flight = Gauge(
+            "pinlog_stages_in_flight",
+            "Stage runs in progress in this process, from the claim to the save or failure",
+            ["stage"],
+            registry=self.registry,
+        )
+        self.queue_depth = Gauge(
+            "pinlog_queue_depth",
+            "Process requests queued and not yet taken by a worker task",
+            registry=self.registry,
+        )
+        self.requests_rejected = Counter(
+            "pinlog_process_requests_rejected_total",
+            "Process requests refused before queueing (503), by reason",
+            ["reason"],
+            registry=self.registry,
+        )
+        self.contract_violations = Counter(
+            "pinlog_contract_violations_total",
+            "Requests that broke the caller contract, e.g. one contextId with two texts (§3)",
+            ["kind"],
+            registry=self.registry,
+        )
+        self.judge_items_dropped = Counter(
+            "pinlog_judge_items_dropped_total",
+            "Judge output items dropped by the mapping rules of §4",
+            ["reason"],
+            registry=self.registry,
+        )
+        self.judge_reasks = Counter(
+            "pinlog_judge_reasks_total",
+            "Judgments asked again because the answer did not parse or had no usable structure "
+            "(§6)",
+            registry=self.registry,
+        )
+        self.circuit_open = Gauge(
+            "pinlog_circuit_open",
+            "1 while a provider's circuit breaker is open or half-open, 0 when closed (§6)",
+            ["provider"],
+            registry=self.registry,
+        )
+        self.provider_seconds = Histogram(
+            "pinlog_provider_call_seconds",
+            "Provider call latency in seconds (retries within the call included), by provider "
+            "kind and outcome (ok, error, cancelled)",
+            ["provider", "outcome"],
+            buckets=PROVIDER_SECONDS_BUCKETS,
+            registry=self.registry,
+        )
+        self.provider_errors = Counter(
+            "pinlog_provider_errors_total",
+            "Failed provider calls by provider kind and error class of app.errors",
+            ["provider", "error"],
+            registry=self.registry,
+        )
+        self.embedding_batch_inputs = Histogram(
+            "pinlog_embedding_batch_inputs",
+            "Inputs per embedding provider request (stages sharing one request, or a query)",
+            buckets=BATCH_INPUT_BUCKETS,
+            registry=self.registry,
+        )
+        self.search_seconds = Histogram(
+            "pinlog_search_seconds",
+            "Personal search latency in seconds, by outcome (ok 200, invalid 422, "
+            "provider_failed 502, unavailable 503, error 500)",
+            ["outcome"],
+            buckets=SEARCH_SECONDS_BUCKETS,
+            registry=self.registry,
+        )
+        self.http_requests = Histogram(
+            "pinlog_http_request_seconds",
+            "HTTP request latency in seconds, by route template, method and status class",
+            ["route", "method", "status"],
+            registry=self.registry,
+        )
+        self.stages = {stage: StageMetrics(self, stage) for stage in Stage}
+        self.providers = {kind: ProviderMetrics(self, kind) for kind in PROVIDER_KINDS}
+        self.search = {outcome: self.search_seconds.labels(outcome) for outcome in SEARCH_OUTCOMES}
+        self.rejected = {
+            reason: self.requests_rejected.labels(reason) for reason in REJECTION_REASONS
+        }
+        self.violations = {
+            kind: self.contract_violations.labels(kind) for kind in CONTRACT_VIOLATION_KINDS
+        }

@@ -17,6 +17,7 @@ from typing import Any
 import httpx
 import uvicorn
 from fastapi import FastAPI
+from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.main import create_app
@@ -93,9 +94,25 @@ class RunningWorker:
         headers = {} if secret is None else {"X-Internal-Secret": secret}
         return await self.client.post(PROCESS_PATH, json=body, headers=headers)
 
+    async def metric(self, name: str, **labels: str) -> float | None:
+        """The sample ``name`` with exactly ``labels`` from this worker's ``GET /metrics``;
+        ``None`` when the series does not exist."""
+        response = await self.client.get("/metrics")
+        assert response.status_code == 200
+        return sample_value(response.text, name, **labels)
+
     async def drain(self) -> None:
         """Wait until every queued request has been handled."""
         await asyncio.wait_for(self.app.state.pool.join(), timeout=60)
+
+
+def sample_value(exposition: str, name: str, **labels: str) -> float | None:
+    """The sample ``name`` with exactly ``labels`` in a Prometheus text ``exposition``."""
+    for family in text_string_to_metric_families(exposition):
+        for sample in family.samples:
+            if sample.name == name and sample.labels == labels:
+                return sample.value
+    return None
 
 
 @asynccontextmanager

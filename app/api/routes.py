@@ -6,9 +6,8 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends, Request, Response, status
 from fastapi.responses import JSONResponse
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
-from app import metrics
 from app.api.schemas import ProcessContextBody, SearchBody, SearchResponse, SearchResult
 from app.service.health import Readiness
 from app.service.requests import ProcessRequest
@@ -34,6 +33,11 @@ async def _search(request: Request) -> SearchService:
     return request.app.state.search
 
 
+async def _registry(request: Request) -> CollectorRegistry:
+    return request.app.state.metrics.registry
+
+
+Registry = Annotated[CollectorRegistry, Depends(_registry)]
 Pool = Annotated[WorkerPool, Depends(_pool)]
 ReadinessCheck = Annotated[Readiness, Depends(_readiness)]
 Search = Annotated[SearchService, Depends(_search)]
@@ -43,7 +47,8 @@ router = APIRouter()
 
 @router.post("/internal/v1/context/process", status_code=status.HTTP_202_ACCEPTED)
 async def process_context(body: ProcessContextBody, pool: Pool) -> JSONResponse:
-    """Queue a context for processing: 202, or 503 with ``Retry-After`` (seconds) when full."""
+    """Queue a context for processing: 202, or 503 with ``Retry-After`` (seconds) when full
+    or shutting down (the pool counts the refusal)."""
     accepted = pool.submit(
         ProcessRequest(
             context_id=body.context_id,
@@ -53,7 +58,6 @@ async def process_context(body: ProcessContextBody, pool: Pool) -> JSONResponse:
         )
     )
     if not accepted:
-        metrics.REQUESTS_REJECTED.labels("queue_full").inc()
         return JSONResponse(
             {"detail": "worker queue full"},
             status_code=status.HTTP_503_SERVICE_UNAVAILABLE,
@@ -101,5 +105,6 @@ async def readyz(readiness: ReadinessCheck) -> JSONResponse:
 
 
 @router.get("/metrics")
-async def prometheus_metrics() -> Response:
-    return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)
+async def prometheus_metrics(registry: Registry) -> Response:
+    """Prometheus text format of this app's registry (``app.metrics.WorkerMetrics``)."""
+    return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)

@@ -10,6 +10,7 @@ embedder built here returns float32 ``(vector_dimension,)``. Every judge gets
 from __future__ import annotations
 
 from app.errors import ConfigurationError
+from app.metrics import WorkerMetrics
 from app.providers.base import EmbeddingProvider, KeywordJudge
 from app.providers.hashing import HashingEmbedder
 from app.providers.openai_compatible import OpenAIEmbedder, OpenAIJudge
@@ -39,12 +40,13 @@ def build_embedding_provider(settings: Settings) -> EmbeddingProvider:
     return embedder
 
 
-def build_judge(settings: Settings) -> KeywordJudge:
-    """The judge named by ``settings.judge_provider``."""
+def build_judge(settings: Settings, metrics: WorkerMetrics) -> KeywordJudge:
+    """The judge named by ``settings.judge_provider``; an OpenAI judge counts its re-asks in
+    ``metrics``."""
     if settings.judge_provider == "similarity":
         return SimilarityJudge(settings.judge_similarity_threshold, profile=settings.judge_profile)
     if settings.judge_provider == "openai":
-        return OpenAIJudge.from_settings(settings)
+        return OpenAIJudge.from_settings(settings, metrics)
     if settings.judge_provider == "learned":
         from app.providers.learned_judge import LearnedJudge, load_model
         from app.providers.sentence_encoder import shared_encoder

@@ -21,8 +21,9 @@ from collections.abc import Sequence
 import numpy as np
 from pydantic import SecretStr
 
-from app import failure_policy, metrics
+from app import failure_policy
 from app.errors import ConfigurationError, InvalidOutputError
+from app.metrics import WorkerMetrics
 from app.providers import openai_wire
 from app.providers.base import JudgeCandidate, JudgeVerdict
 from app.providers.openai_http import JsonEndpointClient
@@ -108,6 +109,7 @@ class OpenAIJudge(_ClientOwner):
     The schema's ``keywordId`` enum is exactly this request's candidate ids. The verdict is
     returned raw: ids outside the candidates and confidences outside 0..1 are the keyword
     stage's to discard. ``profile`` (``Settings.judge_profile``) is stored as ``model_profile``.
+    Re-asks are counted in ``metrics``.
     """
 
     def __init__(
@@ -119,14 +121,17 @@ class OpenAIJudge(_ClientOwner):
         profile: str,
         timeout_seconds: float,
         max_retries: int,
+        metrics: WorkerMetrics,
     ) -> None:
         super().__init__(base_url, api_key, timeout_seconds, max_retries)
         self.model = model
         self.profile = profile
+        self._reasks = metrics.judge_reasks
 
     @classmethod
-    def from_settings(cls, settings: Settings) -> OpenAIJudge:
+    def from_settings(cls, settings: Settings, metrics: WorkerMetrics) -> OpenAIJudge:
         return cls(
+            metrics=metrics,
             base_url=settings.judge_base_url,
             api_key=_secret(settings.judge_api_key, "PINLOG_JUDGE_API_KEY"),
             model=settings.judge_model,
@@ -173,7 +178,7 @@ class OpenAIJudge(_ClientOwner):
             except InvalidOutputError:
                 if reask == failure_policy.JUDGE_REASKS:
                     raise
-            metrics.JUDGE_REASKS.inc()
+            self._reasks.inc()
             logger.info("judge output invalid, asking again: reask=%d", reask + 1)
             # The invalid answer is not sent back: it may be huge, and the reminder suffices.
             messages = [*messages[:2], {"role": "user", "content": JUDGE_REASK_PROMPT}]

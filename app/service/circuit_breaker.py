@@ -26,8 +26,9 @@ from collections.abc import Awaitable, Callable
 from enum import StrEnum
 from typing import TypeVar
 
-from app import failure_policy, metrics
+from app import failure_policy
 from app.errors import PermanentError, TransientError
+from app.metrics import WorkerMetrics
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -42,26 +43,28 @@ class BreakerState(StrEnum):
 
 
 class CircuitBreaker:
-    """One provider's breaker. ``name`` (e.g. ``"embedding provider"``) appears in messages;
+    """One provider's breaker. ``name`` (e.g. ``"embedding provider"``) appears in messages,
+    without `` provider`` as the ``provider`` label of ``pinlog_circuit_open`` in ``metrics``;
     ``cooldown_seconds`` is measured with ``clock`` (seconds, monotonic)."""
 
     def __init__(
         self,
         name: str,
         *,
+        metrics: WorkerMetrics,
         threshold: int,
         cooldown_seconds: float,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._name = name
-        self._label = name.removesuffix(" provider")
         self._threshold = threshold
         self._cooldown_seconds = cooldown_seconds
         self._clock = clock
         self._consecutive = 0
         self._opened_at: float | None = None
         self._probing = False
-        metrics.CIRCUIT_OPEN.labels(self._label).set(0)
+        self._open_gauge = metrics.circuit_open.labels(name.removesuffix(" provider"))
+        self._open_gauge.set(0)
 
     @property
     def state(self) -> BreakerState:
@@ -122,12 +125,12 @@ class CircuitBreaker:
         else:
             return True
         self._opened_at = self._clock()
-        metrics.CIRCUIT_OPEN.labels(self._label).set(1)
+        self._open_gauge.set(1)
         return True
 
     def _close(self) -> None:
         self._consecutive = 0
         if self._opened_at is not None:
             self._opened_at = None
-            metrics.CIRCUIT_OPEN.labels(self._label).set(0)
+            self._open_gauge.set(0)
             logger.info("%s circuit closed", self._name)

@@ -7,8 +7,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from app import metrics
 from app.errors import ProviderRefusedError
+from app.metrics import WorkerMetrics
 from app.providers.base import EmbeddingProvider
 from app.repository import stage_saves
 from app.repository.context_start import ContextStart
@@ -33,7 +33,10 @@ class Embedded:
 
 
 class EmbeddingStage:
-    """§3.2 for one request; the claim itself is part of starting the context."""
+    """§3.2 for one request; the claim itself is part of starting the context.
+
+    Outcomes are counted in ``metrics`` under ``stage="embedding"``.
+    """
 
     def __init__(
         self,
@@ -41,6 +44,7 @@ class EmbeddingStage:
         provider: EmbeddingProvider,
         breaker: CircuitBreaker,
         *,
+        metrics: WorkerMetrics,
         profile: str,
         dimension: int,
         expiry_seconds: float,
@@ -53,6 +57,7 @@ class EmbeddingStage:
         self._dimension = dimension
         self._expiry_seconds = expiry_seconds
         self._max_input_chars = max_input_chars
+        self._counts = metrics.stages[STAGE]
 
     async def run(self, request: ProcessRequest, start: ContextStart) -> Embedded | None:
         """The context's vector, or ``None`` when this request did not produce or may not
@@ -65,11 +70,11 @@ class EmbeddingStage:
             and start.embedding is not None
             and start.embedding_profile == self._profile
         ):
-            metrics.STAGE_OUTCOMES.labels(STAGE.label, "reused").inc()
+            self._counts.reused.inc()
             return Embedded(start.embedding)
         if start.embedding_attempt is None:
             if start.embedding_status in (Status.PENDING, Status.PROCESSING):
-                metrics.STAGE_OUTCOMES.labels(STAGE.label, "not_claimed").inc()
+                self._counts.not_claimed.inc()
                 logger.debug(
                     "embedding not claimed: context_id=%d status=%s",
                     request.context_id,
@@ -82,6 +87,7 @@ class EmbeddingStage:
             request.context_id,
             expiry_seconds=self._expiry_seconds,
             work=lambda attempt: self._produce_and_save(request, attempt),
+            counts=self._counts,
             attempt=start.embedding_attempt,
         )
 
@@ -103,10 +109,10 @@ class EmbeddingStage:
             embedding_profile=self._profile,
         )
         if saved is None:
-            metrics.STAGE_OUTCOMES.labels(STAGE.label, "discarded").inc()
+            self._counts.discarded.inc()
             logger.info("embedding result discarded: context_id=%d", request.context_id)
             return None
-        metrics.STAGE_OUTCOMES.labels(STAGE.label, "completed").inc()
+        self._counts.completed.inc()
         # One INFO line per context is enough: the keyword stage's completion names it.
         logger.debug("embedding completed: context_id=%d", request.context_id)
         return Embedded(vector, saved.keyword_attempt)

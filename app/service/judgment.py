@@ -21,7 +21,6 @@ from collections import Counter
 from collections.abc import Collection
 from dataclasses import dataclass, field
 
-from app import metrics
 from app.providers.base import JudgeSelection, JudgeVerdict
 
 MAX_UNMATCHED_CONCEPTS = 20
@@ -54,8 +53,6 @@ def map_verdict(verdict: JudgeVerdict, candidate_ids: Collection[int]) -> Mapped
     concepts = [c for c in verdict.unmatched_concepts if isinstance(c, str)]
     if len(concepts) < len(verdict.unmatched_concepts):
         dropped["concept_not_a_string"] += len(verdict.unmatched_concepts) - len(concepts)
-    for reason, count in dropped.items():
-        metrics.JUDGE_ITEMS_DROPPED.labels(reason).inc(count)
     selections = tuple(sorted(best.items(), key=lambda pair: (-pair[1], pair[0])))
     return MappedJudgment(selections, _clean_concepts(concepts), dropped)
 

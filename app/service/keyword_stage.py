@@ -6,8 +6,8 @@ import logging
 
 import numpy as np
 
-from app import metrics
 from app.errors import PermanentError, ProfileMismatchError
+from app.metrics import WorkerMetrics
 from app.providers.base import KeywordJudge
 from app.repository import stage_saves
 from app.repository.context_start import ContextStart
@@ -25,7 +25,10 @@ STAGE = Stage.KEYWORD
 
 
 class KeywordStage:
-    """§3.3 for one request: candidates, judge, save; claimed here or by the embedding save."""
+    """§3.3 for one request: candidates, judge, save; claimed here or by the embedding save.
+
+    Outcomes are counted in ``metrics`` under ``stage="keyword"``, dropped judge items by reason.
+    """
 
     def __init__(
         self,
@@ -34,6 +37,7 @@ class KeywordStage:
         breaker: CircuitBreaker,
         presets: PresetCache,
         *,
+        metrics: WorkerMetrics,
         expiry_seconds: float,
         top_k: int,
         similarity_floor: float,
@@ -47,6 +51,8 @@ class KeywordStage:
         self._top_k = top_k
         self._similarity_floor = similarity_floor
         self._max_input_chars = max_input_chars
+        self._counts = metrics.stages[STAGE]
+        self._items_dropped = metrics.judge_items_dropped
 
     async def run(
         self,
@@ -68,6 +74,7 @@ class KeywordStage:
             request.context_id,
             expiry_seconds=self._expiry_seconds,
             work=lambda attempt: self._judge_and_save(request, start, vector, attempt),
+            counts=self._counts,
             attempt=attempt,
         )
 
@@ -87,6 +94,8 @@ class KeywordStage:
             verdict = await self._breaker.call(lambda: self._judge.judge(text, candidates))
             judgment = map_verdict(verdict, {candidate.id for candidate in candidates})
             if judgment.dropped:
+                for reason, count in judgment.dropped.items():
+                    self._items_dropped.labels(reason).inc(count)
                 # Counts by reason only: an item may quote model output, never logged (§6).
                 logger.info(
                     "judge items dropped: context_id=%d %s",
@@ -106,10 +115,10 @@ class KeywordStage:
             model_profile=self._judge.profile,
         )
         if not saved:
-            metrics.STAGE_OUTCOMES.labels(STAGE.label, "discarded").inc()
+            self._counts.discarded.inc()
             logger.info("keyword result discarded: context_id=%d", request.context_id)
             return
-        metrics.STAGE_OUTCOMES.labels(STAGE.label, "completed").inc()
+        self._counts.completed.inc()
         logger.info(
             "keyword completed: context_id=%d keywords=%d candidates=%d",
             request.context_id,

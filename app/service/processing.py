@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import logging
 
-from app import metrics
 from app.errors import TransientError
+from app.metrics import WorkerMetrics
 from app.repository import context_start
 from app.repository.context_start import ContextStart
 from app.repository.stage_pool import StagePool
@@ -23,7 +23,10 @@ logger = logging.getLogger(__name__)
 
 
 class ContextProcessor:
-    """Runs §3 for one request at a time per worker task; holds no per-context state."""
+    """Runs §3 for one request at a time per worker task; holds no per-context state.
+
+    ``metrics``: contract violations by kind, and embedding claims made by the start.
+    """
 
     def __init__(
         self,
@@ -32,11 +35,14 @@ class ContextProcessor:
         keyword_stage: KeywordStage,
         *,
         expiry_seconds: float,
+        metrics: WorkerMetrics,
     ) -> None:
         self._stage_pool = stage_pool
         self._embedding_stage = embedding_stage
         self._keyword_stage = keyword_stage
         self._expiry_seconds = expiry_seconds
+        self._embedding_counts = metrics.stages[Stage.EMBEDDING]
+        self._violations = metrics.violations
 
     async def process(self, request: ProcessRequest) -> None:
         """Advance whatever stages of ``request.context_id`` this request may claim.
@@ -93,18 +99,22 @@ class ContextProcessor:
         if start is None:
             logger.info("no state row, nothing to do: context_id=%d", request.context_id)
         elif start.embedding_attempt is not None:
-            note_claim(Stage.EMBEDDING, request.context_id, reclaimed=start.embedding_reclaimed)
+            note_claim(
+                Stage.EMBEDDING,
+                request.context_id,
+                reclaimed=start.embedding_reclaimed,
+                counts=self._embedding_counts,
+            )
         return start
 
-    @staticmethod
-    def _acceptable(request: ProcessRequest, start: ContextStart) -> bool:
+    def _acceptable(self, request: ProcessRequest, start: ContextStart) -> bool:
         """Contract checks on the caller (§3): owner refused, text change only reported."""
         context_id = request.context_id
         if not start.same_owner:
             if start.owner_from_core:
                 # The core wrote the owner at create time: the source of truth. This request
                 # is refused and leaves no trace, so the correct one still runs (§7, §8).
-                metrics.CONTRACT_VIOLATIONS.labels("owner_mismatch").inc()
+                self._violations["owner_mismatch"].inc()
                 logger.warning(
                     "contract violation: userId or recordId differs from the owner the core "
                     "side recorded, request refused: context_id=%d",
@@ -113,7 +123,7 @@ class ContextProcessor:
             else:
                 # No owner from the core (the original contract): the first request's owner
                 # stays the truth, so a vector is never stored under another user (§7).
-                metrics.CONTRACT_VIOLATIONS.labels("owner_changed").inc()
+                self._violations["owner_changed"].inc()
                 logger.warning(
                     "contract violation: same contextId with a different userId or recordId, "
                     "request ignored: context_id=%d",
@@ -122,7 +132,7 @@ class ContextProcessor:
             return False
         if not start.same_text:
             # A caller bug: never treated as an edit, nothing is reset (§3, scenario 5).
-            metrics.CONTRACT_VIOLATIONS.labels("text_changed").inc()
+            self._violations["text_changed"].inc()
             logger.warning(
                 "contract violation: same contextId with a different text: context_id=%d",
                 context_id,

@@ -8,6 +8,7 @@ Errors carry fixed messages naming the layer, for the HTTP mapping in ``main.py`
 from __future__ import annotations
 
 import logging
+import time
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -17,6 +18,7 @@ from app.errors import (
     ProfileMismatchError,
     TransientError,
 )
+from app.metrics import WorkerMetrics, search_outcome
 from app.providers.base import EmbeddingProvider
 from app.repository import context_embedding
 from app.repository.context_embedding import SearchHit
@@ -28,12 +30,16 @@ logger = logging.getLogger(__name__)
 
 
 class SearchService:
+    """Personal search over one profile; each search's latency (seconds) is observed in
+    ``pinlog_search_seconds`` by outcome (``app.metrics.search_outcome``)."""
+
     def __init__(
         self,
         engine: AsyncEngine,
         provider: EmbeddingProvider,
         breaker: CircuitBreaker,
         *,
+        metrics: WorkerMetrics,
         profile: str,
         max_input_chars: int,
     ) -> None:
@@ -42,6 +48,7 @@ class SearchService:
         self._breaker = breaker
         self._profile = profile
         self._max_input_chars = max_input_chars
+        self._latency = metrics.search
 
     async def search(
         self, *, user_id: int, query: str, limit: int, embedding_profile: str
@@ -49,6 +56,18 @@ class SearchService:
         """Up to ``limit`` records of ``user_id``, one per record (its best context), by
         descending cosine similarity. Raises as described in the module docstring.
         """
+        started = time.perf_counter()
+        try:
+            hits = await self._search(user_id, query, limit, embedding_profile)
+        except Exception as exc:
+            self._latency[search_outcome(exc)].observe(time.perf_counter() - started)
+            raise
+        self._latency["ok"].observe(time.perf_counter() - started)
+        return hits
+
+    async def _search(
+        self, user_id: int, query: str, limit: int, embedding_profile: str
+    ) -> list[SearchHit]:
         if embedding_profile != self._profile:
             logger.warning(
                 "search profile mismatch: requested=%s server=%s",

@@ -11,8 +11,9 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
-from app import failure_policy, metrics
+from app import failure_policy
 from app.errors import StageDeadlineExceeded, TransientError
+from app.metrics import StageMetrics
 from app.repository import context_ai_state
 from app.repository.stage_pool import StagePool
 from app.service import stage_failure
@@ -30,6 +31,7 @@ async def run_claimed(
     *,
     expiry_seconds: float,
     work: Callable[[int], Awaitable[T]],
+    counts: StageMetrics,
     attempt: int | None = None,
 ) -> T | None:
     """Claim ``stage`` (unless ``attempt`` says the statement before already did) and run
@@ -44,38 +46,56 @@ async def run_claimed(
     abandoned while still ours, left ``PROCESSING`` (transient) and logged, so a request that
     reclaims it after the expiry never meets a live attempt (§2, §10 #9). A save cancelled
     mid-transaction rolls back whole.
+
+    ``counts``: this stage's metrics (outcomes, reclaims, deadlines, runs in flight).
     """
     deadline = failure_policy.stage_deadline_seconds(expiry_seconds)
     scope = asyncio.timeout(deadline)
-    with log_context(stage=stage.label):
-        try:
-            async with scope:
-                if attempt is None:
-                    attempt = await claim_stage(
-                        stage_pool, stage, context_id, expiry_seconds=expiry_seconds
-                    )
-                if attempt is None:
-                    return None
-                return await work(attempt)
-        except TimeoutError as exc:
-            error: Exception = exc
-            if scope.expired():
-                error = StageDeadlineExceeded(f"stage deadline of {deadline:g} s exceeded")
-        except Exception as exc:
-            error = exc
-        if attempt is None:
-            # The deadline fired before the claim answered: nothing of ours to settle.
+    counts.in_flight.inc()
+    try:
+        with log_context(stage=stage.label):
+            try:
+                async with scope:
+                    if attempt is None:
+                        attempt = await claim_stage(
+                            stage_pool,
+                            stage,
+                            context_id,
+                            expiry_seconds=expiry_seconds,
+                            counts=counts,
+                        )
+                    if attempt is None:
+                        return None
+                    return await work(attempt)
+            except TimeoutError as exc:
+                error: Exception = exc
+                if scope.expired():
+                    counts.deadlines.inc()
+                    error = StageDeadlineExceeded(f"stage deadline of {deadline:g} s exceeded")
+            except Exception as exc:
+                error = exc
+            if attempt is None:
+                # The deadline fired before the claim answered: nothing of ours to settle.
+                return None
+            # Outside the deadline: marking FAILED must not be cut short by it.
+            await stage_failure.settle(
+                stage_pool, stage, context_id, error, attempt=attempt, counts=counts
+            )
             return None
-        # Outside the deadline: marking FAILED must not be cut short by it.
-        await stage_failure.settle(stage_pool, stage, context_id, error, attempt=attempt)
-        return None
+    finally:
+        counts.in_flight.dec()
 
 
 async def claim_stage(
-    stage_pool: StagePool, stage: Stage, context_id: int, *, expiry_seconds: float
+    stage_pool: StagePool,
+    stage: Stage,
+    context_id: int,
+    *,
+    expiry_seconds: float,
+    counts: StageMetrics,
 ) -> int | None:
     """The attempt number when this request now owns ``stage`` of ``context_id`` (started or
-    reclaimed), else ``None``. Never raises."""
+    reclaimed), else ``None`` (counted in ``counts``). Never raises."""
     try:
         claim = await context_ai_state.claim(
             stage_pool, stage, context_id, expiry_seconds=expiry_seconds
@@ -83,7 +103,7 @@ async def claim_stage(
     except TransientError as exc:
         # The message names the cause: "database lock timeout" (a row busy elsewhere) is not
         # "database unavailable" (§6).
-        metrics.STAGE_OUTCOMES.labels(stage.label, "transient").inc()
+        counts.transient.inc()
         logger.warning(
             "%s claim failed, stage unchanged: context_id=%d cause=%s reason=%s",
             stage.label,
@@ -93,7 +113,7 @@ async def claim_stage(
         )
         return None
     except Exception as exc:
-        metrics.STAGE_OUTCOMES.labels(stage.label, "transient").inc()
+        counts.transient.inc()
         logger.error(
             "unexpected error while claiming %s: context_id=%d cause=%s",
             stage.label,
@@ -103,7 +123,7 @@ async def claim_stage(
         )
         return None
     if not claim.claimed:
-        metrics.STAGE_OUTCOMES.labels(stage.label, "not_claimed").inc()
+        counts.not_claimed.inc()
         logger.debug(
             "%s not claimed: context_id=%d status=%s",
             stage.label,
@@ -111,13 +131,13 @@ async def claim_stage(
             claim.previous_status,
         )
         return None
-    note_claim(stage, context_id, reclaimed=claim.reclaimed)
+    note_claim(stage, context_id, reclaimed=claim.reclaimed, counts=counts)
     return claim.attempt
 
 
-def note_claim(stage: Stage, context_id: int, *, reclaimed: bool) -> None:
+def note_claim(stage: Stage, context_id: int, *, reclaimed: bool, counts: StageMetrics) -> None:
     """A reclaim of a stale ``PROCESSING`` means earlier work did not finish in time (§2):
     WARNING and counted. A fresh start says nothing."""
     if reclaimed:
-        metrics.RECLAIMS.labels(stage.label).inc()
+        counts.reclaims.inc()
         logger.warning("stale %s stage reclaimed: context_id=%d", stage.label, context_id)

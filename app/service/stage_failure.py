@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import logging
 
-from app import metrics
 from app.errors import (
     InvalidInputError,
     PermanentError,
     ProviderProtocolError,
     TransientError,
 )
+from app.metrics import StageMetrics
 from app.repository import context_ai_state
 from app.repository.stage_pool import StagePool
 from app.states import Stage
@@ -26,14 +26,21 @@ logger = logging.getLogger(__name__)
 
 
 async def settle(
-    stage_pool: StagePool, stage: Stage, context_id: int, exc: Exception, *, attempt: int
+    stage_pool: StagePool,
+    stage: Stage,
+    context_id: int,
+    exc: Exception,
+    *,
+    attempt: int,
+    counts: StageMetrics,
 ) -> None:
     """Apply the §6 rule for ``exc`` raised while ``stage`` of ``context_id`` was ours under
-    claim ``attempt`` (a superseded attempt marks nothing)."""
+    claim ``attempt`` (a superseded attempt marks nothing); the outcome is counted in
+    ``counts`` (``failed`` or ``transient``)."""
     if isinstance(exc, PermanentError):
         level = logging.WARNING if isinstance(exc, InvalidInputError) else logging.ERROR
         failed = await _fail(stage_pool, stage, context_id, attempt)
-        metrics.STAGE_OUTCOMES.labels(stage.label, "failed").inc()
+        counts.failed.inc()
         logger.log(
             level,
             "stage failed permanently: context_id=%d stage=%s cause=%s reason=%s marked=%s",
@@ -44,7 +51,7 @@ async def settle(
             "FAILED" if failed else "unchanged",
         )
         return
-    metrics.STAGE_OUTCOMES.labels(stage.label, "transient").inc()
+    counts.transient.inc()
     if isinstance(exc, ProviderProtocolError):
         logger.error(
             "provider protocol fault, stage left PROCESSING: context_id=%d stage=%s reason=%s",

@@ -13,6 +13,7 @@ import logging
 from collections.abc import Awaitable, Callable
 
 from app.errors import TransientError
+from app.metrics import WorkerMetrics
 from app.service.requests import ProcessRequest
 from pinlog_logging import log_context
 
@@ -20,16 +21,26 @@ logger = logging.getLogger(__name__)
 
 
 class WorkerPool:
+    """``concurrency`` tasks running ``handler`` on requests from a queue of ``capacity``.
+
+    ``metrics``: refusals are counted in ``pinlog_process_requests_rejected_total`` and the
+    queue length is read into ``pinlog_queue_depth`` when scraped (no cost per request).
+    """
+
     def __init__(
         self,
         handler: Callable[[ProcessRequest], Awaitable[None]],
         *,
         concurrency: int,
         capacity: int,
+        metrics: WorkerMetrics,
     ) -> None:
         self._handler = handler
         self._concurrency = concurrency
         self._queue: asyncio.Queue[ProcessRequest] = asyncio.Queue(maxsize=capacity)
+        self._rejected_full = metrics.rejected["queue_full"]
+        self._rejected_stopping = metrics.rejected["shutting_down"]
+        metrics.queue_depth.set_function(self._queue.qsize)
         self._workers: list[asyncio.Task[None]] = []
         self._in_flight: dict[asyncio.Task[None], int] = {}
         self._accepting = False
@@ -42,12 +53,15 @@ class WorkerPool:
         ]
 
     def submit(self, request: ProcessRequest) -> bool:
-        """Queue ``request``; ``False`` when the queue is full or the pool is stopping."""
+        """Queue ``request``; ``False`` (counted) when the queue is full or the pool is
+        stopping."""
         if not self._accepting:
+            self._rejected_stopping.inc()
             return False
         try:
             self._queue.put_nowait(request)
         except asyncio.QueueFull:
+            self._rejected_full.inc()
             return False
         return True
 

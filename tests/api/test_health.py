@@ -6,7 +6,6 @@ import pytest
 
 from app.errors import ConfigurationError
 from app.main import create_app
-from tests.builders import make_state
 from tests.harness import worker_settings
 
 
@@ -22,17 +21,6 @@ async def test_readyz_answers_200_when_database_and_presets_are_ready(worker):
 
     assert response.status_code == 200
     assert response.json() == {"status": "ready", "mode": "online"}
-
-
-async def test_metrics_expose_stage_outcomes_counter(engine, worker):
-    await make_state(engine, context_id=1)
-    await worker.post({"contextId": 1, "userId": 7, "recordId": 70, "text": "조용한 카페"})
-    await worker.drain()
-
-    response = await worker.client.get("/metrics")
-
-    assert response.status_code == 200
-    assert 'pinlog_stage_outcomes_total{outcome="completed",stage="embedding"}' in response.text
 
 
 async def test_startup_fails_with_configuration_error_when_no_presets_are_stored(

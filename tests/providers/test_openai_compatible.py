@@ -17,7 +17,6 @@ from collections.abc import AsyncIterator
 import numpy as np
 import pytest
 
-from app import metrics
 from app.errors import (
     InvalidInputError,
     InvalidOutputError,
@@ -26,6 +25,7 @@ from app.errors import (
     ProviderRefusedError,
     TransientError,
 )
+from app.metrics import WorkerMetrics
 from app.providers.base import JudgeCandidate, JudgeSelection, JudgeVerdict
 from app.providers.factory import build_embedding_provider, build_judge
 from app.providers.hashing import hash_embed
@@ -62,13 +62,21 @@ async def embedder(fake: FakeOpenAI) -> AsyncIterator[OpenAIEmbedder]:
 
 
 @pytest.fixture
-async def judge(fake: FakeOpenAI) -> AsyncIterator[OpenAIJudge]:
-    provider = _judge_with(fake, max_retries=0)
+def judge_metrics() -> WorkerMetrics:
+    """The judge's own registry: its re-ask count starts at 0 in every test."""
+    return WorkerMetrics()
+
+
+@pytest.fixture
+async def judge(fake: FakeOpenAI, judge_metrics: WorkerMetrics) -> AsyncIterator[OpenAIJudge]:
+    provider = _judge_with(fake, max_retries=0, metrics=judge_metrics)
     yield provider
     await provider.aclose()
 
 
-def _judge_with(fake: FakeOpenAI, *, max_retries: int) -> OpenAIJudge:
+def _judge_with(
+    fake: FakeOpenAI, *, max_retries: int, metrics: WorkerMetrics | None = None
+) -> OpenAIJudge:
     return OpenAIJudge(
         base_url=fake.base_url,
         api_key=API_KEY,
@@ -76,6 +84,7 @@ def _judge_with(fake: FakeOpenAI, *, max_retries: int) -> OpenAIJudge:
         profile="openai-chat-gpt-4o-mini",
         timeout_seconds=5.0,
         max_retries=max_retries,
+        metrics=metrics or WorkerMetrics(),
     )
 
 
@@ -401,13 +410,13 @@ INVALID_STRUCTURE = [
 ]
 
 
-def _reasks() -> float:
-    return metrics.JUDGE_REASKS._value.get()
+def _reasks(metrics: WorkerMetrics) -> float | None:
+    return metrics.registry.get_sample_value("pinlog_judge_reasks_total")
 
 
 @pytest.mark.parametrize("content", INVALID_STRUCTURE)
 async def test_judge_output_without_usable_structure_is_asked_again_once_then_invalid(
-    fake, judge, content
+    fake, judge, judge_metrics, content
 ) -> None:
     """§6 "still invalid after retries", issue 7 item 2: one re-ask, then ``InvalidOutputError``
     (permanent); the re-ask repeats the note and candidates plus a reminder, not the answer."""
@@ -415,26 +424,28 @@ async def test_judge_output_without_usable_structure_is_asked_again_once_then_in
         body = judge_body([], raw_content=content if content is not None else "")
         body["choices"][0]["message"]["content"] = content
         fake.script_judge(Scripted(json=body))
-    before = _reasks()
 
     with pytest.raises(InvalidOutputError, match=r"^judge output invalid$"):
         await judge.judge("메모", CANDIDATES)
 
     assert fake.judge_calls == 2
-    assert _reasks() == before + 1
+    assert _reasks(judge_metrics) == 1
     first, second = fake.judge_requests
     assert second["messages"][:2] == first["messages"]
     assert second["messages"][2]["role"] == "user"
     assert "JSON object" in second["messages"][2]["content"]
 
 
-async def test_judge_invalid_then_valid_answer_returns_the_valid_one(fake, judge) -> None:
+async def test_judge_invalid_then_valid_answer_returns_the_valid_one(
+    fake, judge, judge_metrics
+) -> None:
     fake.script_judge(Scripted(json=judge_body([], raw_content="not json")))
 
     verdict = await judge.judge("메모", CANDIDATES)
 
     assert verdict.selected == (JudgeSelection(12, 0.9),)
     assert fake.judge_calls == 2
+    assert _reasks(judge_metrics) == 1
 
 
 ANSWER = '{"selected": [{"keywordId": 12, "confidence": 0.9}], "unmatchedConcepts": []}'
@@ -449,16 +460,15 @@ ANSWER = '{"selected": [{"keywordId": 12, "confidence": 0.9}], "unmatchedConcept
     ids=["json-fence", "bare-fence"],
 )
 async def test_judge_answer_in_a_markdown_code_fence_is_read_without_a_reask(
-    fake, judge, content
+    fake, judge, judge_metrics, content
 ) -> None:
     fake.script_judge(Scripted(json=judge_body([], raw_content=content)))
-    before = _reasks()
 
     verdict = await judge.judge("메모", CANDIDATES)
 
     assert verdict.selected == (JudgeSelection(12, 0.9),)
     assert fake.judge_calls == 1
-    assert _reasks() == before
+    assert _reasks(judge_metrics) == 0
 
 
 @pytest.mark.parametrize(
@@ -556,7 +566,7 @@ async def test_factory_builds_openai_providers_from_settings(fake) -> None:
         provider_max_retries=0,
     )
     embedder = build_embedding_provider(settings)
-    judge = build_judge(settings)
+    judge = build_judge(settings, WorkerMetrics())
 
     [vector] = await embedder.embed(["메모"])
     verdict = await judge.judge("메모", CANDIDATES)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from app.metrics import WorkerMetrics
 from app.providers.base import JudgeCandidate, JudgeSelection
 from app.providers.factory import build_embedding_provider, build_judge
 from app.providers.hashing import HashingEmbedder
@@ -72,7 +73,7 @@ def test_factory_builds_offline_providers_with_matching_profile() -> None:
     settings = _offline_settings(0.35)
 
     embedder = build_embedding_provider(settings)
-    judge = build_judge(settings)
+    judge = build_judge(settings, WorkerMetrics())
 
     assert isinstance(embedder, HashingEmbedder)
     assert embedder.dimension == settings.embedding_dimension

@@ -10,10 +10,9 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from app import metrics
 from tests.builders import fetch_state, make_state
 from tests.fake_openai import Scripted
-from tests.harness import PROFILE, SECRET
+from tests.harness import PROFILE, SECRET, RunningWorker
 from tests.service.support import app_records, arrived, release
 
 NOTE = "노트북 들고 공부하기 좋은 조용한 카페. 콘센트 많음."
@@ -26,8 +25,12 @@ CONTEXT_LENGTH = {
 }
 
 
-def _circuit_open(provider: str) -> float:
-    return metrics.CIRCUIT_OPEN.labels(provider)._value.get()
+async def _circuit_open(worker: RunningWorker, provider: str) -> float | None:
+    return await worker.metric("pinlog_circuit_open", provider=provider)
+
+
+async def _provider_errors(worker: RunningWorker, error: str) -> float | None:
+    return await worker.metric("pinlog_provider_errors_total", provider="embedding", error=error)
 
 
 async def _wait_for(tasks: set[asyncio.Task], count: int) -> set[asyncio.Task]:
@@ -63,6 +66,8 @@ async def test_bad_key_half_open_lets_one_probe_through_while_three_workers_stay
         calls_while_probing = fake_openai.embedding_calls
         release(probe)
         await asyncio.gather(*tasks)
+        circuit_open = await _circuit_open(worker, "embedding")
+        refusals = await _provider_errors(worker, "refused")
 
     assert calls_while_probing == 2
     states = [(await fetch_state(engine, i))[0] for i in range(2, 6)]
@@ -70,7 +75,8 @@ async def test_bad_key_half_open_lets_one_probe_through_while_three_workers_stay
     assert sorted(states) == ["FAILED", "PROCESSING", "PROCESSING", "PROCESSING"]
     assert fake_openai.embedding_calls == 2
     assert fake_openai.judge_calls == 0
-    assert _circuit_open("embedding") == 1
+    assert circuit_open == 1
+    assert refusals == 2  # the first 401 and the probe's; no other call reached the provider
     warnings = [r.getMessage() for r in app_records(caplog, logging.WARNING)]
     assert sum("probe in flight" in m for m in warnings) == 3
     assert sum("probe refused" in m for m in warnings) == 1
@@ -95,11 +101,15 @@ async def test_context_length_errors_fail_their_own_stage_and_leave_the_breaker_
             json={"userId": 1, "query": "조용한 카페", "embeddingProfile": PROFILE},
             headers={"X-Internal-Secret": SECRET},
         )
+        circuit_open = await _circuit_open(worker, "embedding")
+        input_errors = await _provider_errors(worker, "invalid_input")
+        refusals = await _provider_errors(worker, "refused")
 
     for context_id in range(1, 6):
         assert await fetch_state(engine, context_id) == ("FAILED", "PENDING")
     assert await fetch_state(engine, 6) == ("COMPLETED", "COMPLETED")
-    assert _circuit_open("embedding") == 0
+    assert circuit_open == 0
+    assert (input_errors, refusals) == (5, 0)
     assert not app_records(caplog, logging.ERROR)
     warnings = [r.getMessage() for r in app_records(caplog, logging.WARNING)]
     assert len(warnings) == 5

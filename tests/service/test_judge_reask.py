@@ -11,19 +11,21 @@ from __future__ import annotations
 import json
 import logging
 
-from app import metrics
 from app.providers.hashing import hash_embed
 from tests.builders import fetch_state, make_embedding, make_keyword, make_state
 from tests.fake_openai import Scripted, candidate_ids, judge_body
 from tests.harness import PROFILE
 from tests.service.support import app_records, keyword_rows
 
+DROP_REASONS = (
+    "confidence_not_a_number",
+    "confidence_out_of_range",
+    "duplicate",
+    "id_not_an_integer",
+    "unknown_id",
+)
 NOTE = "노트북 들고 공부하기 좋은 조용한 카페, 콘센트 많음"
 MARK = "zz-model-output-marker"
-
-
-def _reasks() -> float:
-    return metrics.JUDGE_REASKS._value.get()
 
 
 def _plain(content: str) -> Scripted:
@@ -35,7 +37,6 @@ async def test_plain_text_answer_is_asked_again_and_the_second_answer_is_stored(
 ):
     fake_openai.script_judge(_plain(f"The note fits keyword 12. {MARK}"))
     await make_state(engine, context_id=1)
-    before = _reasks()
 
     await worker.process(1, NOTE)
 
@@ -43,7 +44,7 @@ async def test_plain_text_answer_is_asked_again_and_the_second_answer_is_stored(
     assert await fetch_state(engine, 1) == ("COMPLETED", "COMPLETED")
     assert set(await keyword_rows(engine, 1)) == {offered[0]}
     assert fake_openai.judge_calls == 2
-    assert _reasks() == before + 1
+    assert await worker.metric("pinlog_judge_reasks_total") == 1
     assert not app_records(caplog, logging.ERROR)
     assert MARK not in caplog.text
 
@@ -94,14 +95,13 @@ async def test_json_object_in_a_markdown_fence_is_stored_without_a_reask(
     await worker.process(1, NOTE)  # learn which candidates this note gets
     offered = candidate_ids(fake_openai.judge_requests[-1])
     fake_openai.script_judge(fenced(offered))
-    before = _reasks()
 
     await worker.process(2, NOTE)
 
     assert await fetch_state(engine, 2) == ("COMPLETED", "COMPLETED")
     assert {k: c for k, (c, _) in (await keyword_rows(engine, 2)).items()} == {offered[0]: 0.8}
     assert fake_openai.judge_calls == 2
-    assert _reasks() == before
+    assert await worker.metric("pinlog_judge_reasks_total") == 0
 
 
 async def test_malformed_items_are_dropped_one_by_one_and_logged_as_counts_only(
@@ -133,5 +133,8 @@ async def test_malformed_items_are_dropped_one_by_one_and_logged_as_counts_only(
         "judge items dropped: context_id=1 confidence_not_a_number=1 "
         "confidence_out_of_range=1 duplicate=1 id_not_an_integer=1 unknown_id=1"
     )
+    for reason in DROP_REASONS:
+        dropped = await worker.metric("pinlog_judge_items_dropped_total", reason=reason)
+        assert dropped == 1, reason
     assert MARK not in caplog.text
     assert not app_records(caplog, logging.ERROR)

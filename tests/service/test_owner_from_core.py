@@ -12,26 +12,25 @@ import logging
 
 from sqlalchemy import text
 
-from app import metrics
 from tests.builders import count_rows, fetch_state, make_state
+from tests.harness import RunningWorker
 
 NOTE = "노트북 들고 공부하기 좋은 조용한 카페. 콘센트 많음."
 
 
-def _violations(kind: str) -> float:
-    return metrics.CONTRACT_VIOLATIONS.labels(kind)._value.get()
+async def _violations(worker: RunningWorker, kind: str) -> float | None:
+    return await worker.metric("pinlog_contract_violations_total", kind=kind)
 
 
 async def test_wrong_first_dispatch_is_refused_and_the_correct_one_completes(
     engine, worker, fake_openai, caplog
 ):
     await make_state(engine, context_id=1, user_id=7, record_id=70)
-    before = _violations("owner_mismatch")
 
     with caplog.at_level(logging.WARNING):
         await worker.process(1, NOTE, user_id=8, record_id=70)  # wrong user, first sight
 
-    assert _violations("owner_mismatch") == before + 1
+    assert await _violations(worker, "owner_mismatch") == 1
     assert fake_openai.embedding_calls == 0
     assert await fetch_state(engine, 1) == ("PENDING", "PENDING")
     assert await count_rows(engine, "ai.context_text_fingerprint", 1) == 0
@@ -55,11 +54,10 @@ async def test_mismatching_record_is_refused_even_after_the_context_completed(
     await make_state(engine, context_id=1, user_id=7, record_id=70)
     await worker.process(1, NOTE, user_id=7, record_id=70)
     calls = fake_openai.embedding_calls
-    before = _violations("owner_mismatch")
 
     await worker.process(1, NOTE, user_id=7, record_id=71)
 
-    assert _violations("owner_mismatch") == before + 1
+    assert await _violations(worker, "owner_mismatch") == 1
     assert fake_openai.embedding_calls == calls
     assert await fetch_state(engine, 1) == ("COMPLETED", "COMPLETED")
 
@@ -67,11 +65,11 @@ async def test_mismatching_record_is_refused_even_after_the_context_completed(
 async def test_row_without_owner_keeps_the_first_request_rule(engine, worker, fake_openai):
     await make_state(engine, context_id=1)  # the original contract: no owner columns
     await worker.process(1, NOTE, user_id=8, record_id=80)  # first request: its owner wins
-    before = _violations("owner_changed")
+    assert await _violations(worker, "owner_changed") == 0
 
     await worker.process(1, NOTE, user_id=7, record_id=70)
 
-    assert _violations("owner_changed") == before + 1
+    assert await _violations(worker, "owner_changed") == 1
     async with engine.connect() as conn:
         owner = (
             await conn.execute(text("SELECT user_id, record_id FROM ai.context_embedding"))

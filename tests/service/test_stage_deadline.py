@@ -59,9 +59,21 @@ async def test_retry_after_sleep_inside_the_sdk_is_cut_by_the_stage_deadline(
         assert "context_id=1 stage=keyword" in warning
         assert f"stage deadline of {DEADLINE_SECONDS:g} s exceeded" in warning
         assert not app_records(caplog, logging.ERROR)
+        # The abandoned judge call is "cancelled", not a provider error.
+        assert await worker.metric("pinlog_stage_deadlines_exceeded_total", stage="keyword") == 1
+        assert (
+            await worker.metric("pinlog_stage_outcomes_total", stage="keyword", outcome="transient")
+            == 1
+        )
+        judge_calls = "pinlog_provider_call_seconds_count"
+        assert await worker.metric(judge_calls, provider="judge", outcome="cancelled") == 1
+        assert await worker.metric(judge_calls, provider="judge", outcome="error") == 0
 
         await backdate(engine, 1, seconds=EXPIRY_SECONDS + 1)
         await worker.process(1, NOTE)
+
+        assert await worker.metric("pinlog_reclaims_total", stage="keyword") == 1
+        assert await worker.metric(judge_calls, provider="judge", outcome="ok") == 1
 
     assert await fetch_state(engine, 1) == ("COMPLETED", "COMPLETED")
     assert fake_openai.judge_calls == 2

@@ -17,6 +17,7 @@ from app.errors import (
     ProviderRefusedError,
     TransientError,
 )
+from app.metrics import WorkerMetrics
 from app.service.circuit_breaker import BreakerState, CircuitBreaker
 
 
@@ -48,6 +49,10 @@ def held(release: asyncio.Event, entered: asyncio.Event, outcome: Exception | No
     return operation
 
 
+def _circuit_open(metrics: WorkerMetrics) -> float | None:
+    return metrics.registry.get_sample_value("pinlog_circuit_open", {"provider": "embedding"})
+
+
 async def open_breaker(breaker: CircuitBreaker, threshold: int) -> None:
     for _ in range(threshold):
         with pytest.raises(ProviderRefusedError):
@@ -57,7 +62,9 @@ async def open_breaker(breaker: CircuitBreaker, threshold: int) -> None:
 
 async def test_opens_after_threshold_refusals_and_stops_calling_until_cooldown():
     clock, calls = Clock(), []
-    breaker = CircuitBreaker("embedding provider", threshold=3, cooldown_seconds=60, clock=clock)
+    breaker = CircuitBreaker(
+        "embedding provider", metrics=WorkerMetrics(), threshold=3, cooldown_seconds=60, clock=clock
+    )
     operation = failing(ProviderRefusedError("embedding upstream 401"), calls)
 
     for _ in range(3):
@@ -78,9 +85,12 @@ async def test_half_open_lets_exactly_one_of_four_concurrent_calls_through(probe
     """Issue 7 item 1a: after the cooldown, four concurrent callers; one probes, three get
     ``TransientError`` without calling. Refused: open again (one more ``FAILED`` per
     cooldown); success or an input error: closed; transient: still half-open, slot free."""
-    clock, calls = Clock(), []
-    breaker = CircuitBreaker("embedding provider", threshold=2, cooldown_seconds=60, clock=clock)
+    clock, calls, metrics = Clock(), [], WorkerMetrics()
+    breaker = CircuitBreaker(
+        "embedding provider", metrics=metrics, threshold=2, cooldown_seconds=60, clock=clock
+    )
     await open_breaker(breaker, 2)
+    assert _circuit_open(metrics) == 1
     clock.now = 60
     outcome = {
         "refused": ProviderRefusedError("embedding upstream 401"),
@@ -105,6 +115,8 @@ async def test_half_open_lets_exactly_one_of_four_concurrent_calls_through(probe
         "transient": BreakerState.HALF_OPEN,
     }[probe_outcome]
     assert breaker.state is expected_state
+    # The gauge reads 1 while open or half-open, 0 once closed.
+    assert _circuit_open(metrics) == (0 if expected_state is BreakerState.CLOSED else 1)
     if outcome is None:
         assert probe_result == ["ok"]
     else:
@@ -114,7 +126,9 @@ async def test_half_open_lets_exactly_one_of_four_concurrent_calls_through(probe
 async def test_refusals_arriving_after_another_call_opened_it_are_transient():
     """Threshold 1 and three calls in flight: the first refusal opens the breaker and is
     permanent; the two that land afterwards are ``TransientError`` (left for the rescan)."""
-    breaker = CircuitBreaker("judge provider", threshold=1, cooldown_seconds=60)
+    breaker = CircuitBreaker(
+        "judge provider", metrics=WorkerMetrics(), threshold=1, cooldown_seconds=60
+    )
     release, calls = asyncio.Event(), []
     refused = ProviderRefusedError("judge upstream 401")
     entered = [asyncio.Event() for _ in range(3)]
@@ -144,7 +158,9 @@ async def test_refusals_arriving_after_another_call_opened_it_are_transient():
 )
 async def test_input_specific_and_transient_errors_never_open_it(error):
     """Issue 7 item 1b: five errors about one input each (threshold 1) leave it closed."""
-    breaker = CircuitBreaker("embedding provider", threshold=1, cooldown_seconds=60)
+    breaker = CircuitBreaker(
+        "embedding provider", metrics=WorkerMetrics(), threshold=1, cooldown_seconds=60
+    )
     for _ in range(5):
         with pytest.raises(type(error)):
             await breaker.call(failing(error, []))
@@ -152,7 +168,9 @@ async def test_input_specific_and_transient_errors_never_open_it(error):
 
 
 async def test_an_input_error_between_refusals_resets_the_count():
-    breaker = CircuitBreaker("embedding provider", threshold=2, cooldown_seconds=60)
+    breaker = CircuitBreaker(
+        "embedding provider", metrics=WorkerMetrics(), threshold=2, cooldown_seconds=60
+    )
     refused = failing(ProviderRefusedError("embedding upstream 401"), [])
     with pytest.raises(ProviderRefusedError):
         await breaker.call(refused)
