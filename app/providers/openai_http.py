@@ -47,7 +47,9 @@ class JsonEndpointClient:
 
     async def post(self, layer: str, path: str, payload: dict[str, Any]) -> Any:
         """The parsed JSON body of a 2xx answer to ``payload``; raises as the module says."""
-        body = json.dumps(payload, ensure_ascii=False).encode()
+        # orjson: UTF-8 without escapes, like json.dumps(ensure_ascii=False), at a tenth of the
+        # CPU (the judge request carries ten candidates with their examples).
+        body = orjson.dumps(payload)
         url = f"{self._base_url}/{path}"
         for attempt in range(self._retries + 1):
             last = attempt == self._retries

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+import orjson
 
 from app.errors import (
     InvalidOutputError,
@@ -114,7 +115,7 @@ def judge_user_message(text: str, candidates: Sequence[JudgeCandidate]) -> str:
             for c in candidates
         ],
     }
-    return json.dumps(payload, ensure_ascii=False)
+    return orjson.dumps(payload).decode()
 
 
 def parse_verdict(body: Any) -> JudgeVerdict:
