@@ -47,8 +47,9 @@ router = APIRouter()
 
 @router.post("/internal/v1/context/process", status_code=status.HTTP_202_ACCEPTED)
 async def process_context(body: ProcessContextBody, pool: Pool) -> JSONResponse:
-    """Queue a context for processing: 202, or 503 with ``Retry-After`` (seconds) when full
-    or shutting down (the pool counts the refusal)."""
+    """Queue a context for processing: 202, or 503 with ``Retry-After`` (whole seconds, from
+    the queue's drain rate: ``WorkerPool.retry_after_seconds``) when full or shutting down
+    (the pool counts the refusal)."""
     accepted = pool.submit(
         ProcessRequest(
             context_id=body.context_id,
@@ -61,7 +62,7 @@ async def process_context(body: ProcessContextBody, pool: Pool) -> JSONResponse:
         return JSONResponse(
             {"detail": "worker queue full"},
             status_code=status.HTTP_503_SERVICE_UNAVAILABLE,
-            headers={"Retry-After": str(RETRY_AFTER_SECONDS)},
+            headers={"Retry-After": str(pool.retry_after_seconds())},
         )
     return JSONResponse({"contextId": body.context_id}, status_code=status.HTTP_202_ACCEPTED)
 

@@ -10,6 +10,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
+import time
+from collections import deque
 from collections.abc import Awaitable, Callable
 
 from app.errors import TransientError
@@ -18,6 +21,15 @@ from app.service.requests import ProcessRequest
 from pinlog_logging import log_context
 
 logger = logging.getLogger(__name__)
+
+# Retry-After of a refusal (whole seconds, RFC 9110) when the drain rate is unknown (nothing
+# finished yet) or the pool is stopping.
+DEFAULT_RETRY_AFTER_SECONDS = 5
+# Bounds of the estimated Retry-After (seconds): a stuck pool asks for at most a minute.
+MIN_RETRY_AFTER_SECONDS = 1
+MAX_RETRY_AFTER_SECONDS = 60
+# Completions remembered for the drain rate.
+DRAIN_RATE_WINDOW = 64
 
 
 class WorkerPool:
@@ -44,6 +56,8 @@ class WorkerPool:
         self._workers: list[asyncio.Task[None]] = []
         self._in_flight: dict[asyncio.Task[None], int] = {}
         self._accepting = False
+        # Monotonic times (seconds) of the latest completions: the drain rate.
+        self._finished_at: deque[float] = deque(maxlen=DRAIN_RATE_WINDOW)
 
     def start(self) -> None:
         self._accepting = True
@@ -68,6 +82,24 @@ class WorkerPool:
     @property
     def queued(self) -> int:
         return self._queue.qsize()
+
+    def retry_after_seconds(self) -> int:
+        """Seconds a refused caller should wait (the ``Retry-After`` of a 503): the time the
+        queue needs, at the measured drain rate, to get down to half full, in whole seconds
+        within ``MIN_RETRY_AFTER_SECONDS`` .. ``MAX_RETRY_AFTER_SECONDS``.
+
+        Half full: callers coming back then find room while the other half still keeps every
+        worker task busy, so a burst neither waits on an idle pool nor retries into a full
+        one. The rate is measured up to now, so a pool that stopped finishing work asks for
+        longer and longer waits. ``DEFAULT_RETRY_AFTER_SECONDS`` before anything finished or
+        while stopping.
+        """
+        if not self._accepting or not self._finished_at:
+            return DEFAULT_RETRY_AFTER_SECONDS
+        elapsed = time.monotonic() - self._finished_at[0]
+        drain_per_second = len(self._finished_at) / max(elapsed, 1e-3)
+        seconds = math.ceil(self._queue.qsize() / 2 / drain_per_second)
+        return min(max(seconds, MIN_RETRY_AFTER_SECONDS), MAX_RETRY_AFTER_SECONDS)
 
     async def join(self) -> None:
         """Wait until every queued request has been handled (tests, the demo)."""
@@ -124,4 +156,5 @@ class WorkerPool:
                 )
             finally:
                 self._in_flight.pop(current, None)
+                self._finished_at.append(time.monotonic())
                 self._queue.task_done()

@@ -1,0 +1,102 @@
+"""The ``Retry-After`` of a full queue comes from the measured drain rate (issue 9).
+
+A fixed 5 s made every refused caller of a burst wait while the queue emptied; the estimate
+asks callers back when the queue is about half drained, and asks for longer waits from a pool
+that stopped finishing work. Real asyncio queue and tasks; the handler is gated by events.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+
+from app.metrics import WorkerMetrics
+from app.service.requests import ProcessRequest
+from app.service.worker_pool import (
+    DEFAULT_RETRY_AFTER_SECONDS,
+    MAX_RETRY_AFTER_SECONDS,
+    MIN_RETRY_AFTER_SECONDS,
+    WorkerPool,
+)
+
+CAPACITY = 10
+
+
+def _request(context_id: int) -> ProcessRequest:
+    return ProcessRequest(context_id=context_id, user_id=1, record_id=1, text="note")
+
+
+class GatedHandler:
+    """Finishes the first ``free`` requests at once, then holds every later one."""
+
+    def __init__(self, free: int) -> None:
+        self.free = free
+        self.finished = 0
+        self.gate = asyncio.Event()
+        self.holding = asyncio.Event()
+
+    async def __call__(self, _request: ProcessRequest) -> None:
+        if self.finished >= self.free:
+            self.holding.set()
+            await self.gate.wait()
+        self.finished += 1
+
+
+async def _full_pool(handler: GatedHandler) -> WorkerPool:
+    pool = WorkerPool(handler, concurrency=1, capacity=CAPACITY, metrics=WorkerMetrics())
+    pool.start()
+    for context_id in range(1, handler.free + 1):
+        assert pool.submit(_request(context_id))
+        await pool.join()
+    # One request held by the only task, then a full queue behind it.
+    assert pool.submit(_request(1000))
+    await handler.holding.wait()
+    for context_id in range(1001, 1001 + CAPACITY):
+        assert pool.submit(_request(context_id))
+    assert not pool.submit(_request(9999))
+    return pool
+
+
+async def test_before_anything_finished_the_default_is_asked():
+    handler = GatedHandler(free=0)
+    pool = await _full_pool(handler)
+    try:
+        assert pool.retry_after_seconds() == DEFAULT_RETRY_AFTER_SECONDS
+    finally:
+        handler.gate.set()
+        await pool.stop(grace_seconds=1)
+
+
+async def test_a_fast_pool_asks_for_the_minimum():
+    handler = GatedHandler(free=40)  # forty finished within milliseconds
+    pool = await _full_pool(handler)
+    try:
+        assert pool.retry_after_seconds() == MIN_RETRY_AFTER_SECONDS
+    finally:
+        handler.gate.set()
+        await pool.stop(grace_seconds=1)
+
+
+async def test_a_pool_that_stopped_finishing_asks_for_longer_and_longer_waits():
+    handler = GatedHandler(free=2)  # two finished, then nothing
+    pool = await _full_pool(handler)
+    try:
+        await asyncio.sleep(1.0)
+        after_one_second = pool.retry_after_seconds()
+        # Two completions over at least 1 s, half the queue to drain: 5 / (2 / 1 s) = 2.5 s.
+        assert after_one_second >= math.ceil(CAPACITY / 2 / 2)
+        await asyncio.sleep(1.0)
+        after_two_seconds = pool.retry_after_seconds()
+        assert after_one_second < after_two_seconds <= MAX_RETRY_AFTER_SECONDS
+    finally:
+        handler.gate.set()
+        await pool.stop(grace_seconds=1)
+
+
+async def test_a_stopping_pool_asks_for_the_default():
+    handler = GatedHandler(free=40)
+    pool = await _full_pool(handler)
+    handler.gate.set()
+    await pool.stop(grace_seconds=1)
+    assert not pool.submit(_request(1))
+    assert pool.retry_after_seconds() == DEFAULT_RETRY_AFTER_SECONDS
