@@ -113,6 +113,13 @@ class Settings(BaseSettings):
     embedding_dimension: int = Field(
         default=1536, ge=1, le=16000, description="The model's vector length (§5)"
     )
+    embedding_encoding: Literal["base64", "float"] = Field(
+        default="base64",
+        description="Vector wire format asked of the embedding provider: base64 (packed "
+        "little-endian float32, OpenAI's own clients' default: a quarter of the bytes, parsed "
+        "at C speed) or float (JSON numbers, for a provider without base64); answers are read "
+        "in either format",
+    )
     embedding_distance: Literal["cosine"] = Field(
         default="cosine", description="Distance of the profile (§5)"
     )

@@ -17,6 +17,7 @@ Every control is guarded by one lock: the server thread and the pytest thread bo
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import socket
 import threading
@@ -26,6 +27,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -56,10 +58,13 @@ class Scripted:
     entered: threading.Event = field(default_factory=threading.Event)
 
 
-def embedding_body(vectors: Iterable[Iterable[float]], model: str = "fake-embedding") -> dict:
-    """An OpenAI ``/embeddings`` response body with items in input order (``index`` = i)."""
+def embedding_body(
+    vectors: Iterable[Iterable[float]], model: str = "fake-embedding", encoding: str = "float"
+) -> dict:
+    """An OpenAI ``/embeddings`` response body with items in input order (``index`` = i);
+    ``encoding`` ``base64`` packs each vector as little-endian float32, as OpenAI does."""
     data = [
-        {"object": "embedding", "index": i, "embedding": [float(x) for x in vector]}
+        {"object": "embedding", "index": i, "embedding": _encoded(vector, encoding)}
         for i, vector in enumerate(vectors)
     ]
     return {
@@ -267,10 +272,19 @@ async def _wait(event: threading.Event) -> None:
         await asyncio.sleep(0.005)
 
 
+def _encoded(vector: Iterable[float], encoding: str) -> list[float] | str:
+    if encoding == "base64":
+        packed = np.asarray(list(vector), dtype="<f4").tobytes()
+        return base64.b64encode(packed).decode("ascii")
+    return [float(x) for x in vector]
+
+
 def _default_embeddings(payload: Mapping[str, Any], dimension: int) -> dict:
     inputs = payload["input"]
     texts: Sequence[str] = [inputs] if isinstance(inputs, str) else inputs
-    return embedding_body((hash_embed(text, dimension) for text in texts), payload["model"])
+    vectors = (hash_embed(text, dimension) for text in texts)
+    # The API's default when the field is absent is float.
+    return embedding_body(vectors, payload["model"], payload.get("encoding_format") or "float")
 
 
 def _default_judgment(payload: Mapping[str, Any], selection: JudgeSelectionFn | None) -> dict:

@@ -64,6 +64,8 @@ class OpenAIEmbedder(_ClientOwner):
     Returns one float32 vector of shape ``(dimension,)`` per input, matched to inputs by the
     items' ``index`` (FC-05 d). A vector of another length is a ``PermanentError`` naming
     expected and actual dimension (FC-05 a); a zero vector is a ``PermanentError`` (FC-04).
+    ``encoding``: the ``encoding_format`` asked for, ``base64`` or ``float``
+    (``Settings.embedding_encoding``); answers are read in either.
     """
 
     def __init__(
@@ -75,10 +77,12 @@ class OpenAIEmbedder(_ClientOwner):
         dimension: int,
         timeout_seconds: float,
         max_retries: int,
+        encoding: str = "base64",
     ) -> None:
         super().__init__(base_url, api_key, timeout_seconds, max_retries)
         self.model = model
         self.dimension = dimension
+        self.encoding = encoding
 
     @classmethod
     def from_settings(cls, settings: Settings) -> OpenAIEmbedder:
@@ -89,6 +93,7 @@ class OpenAIEmbedder(_ClientOwner):
             dimension=settings.embedding_dimension,
             timeout_seconds=settings.provider_timeout_seconds,
             max_retries=settings.provider_max_retries,
+            encoding=settings.embedding_encoding,
         )
 
     async def embed(self, texts: Sequence[str]) -> list[np.ndarray]:
@@ -98,7 +103,7 @@ class OpenAIEmbedder(_ClientOwner):
         body = await self._client.post(
             "embedding",
             "embeddings",
-            {"model": self.model, "input": list(texts), "encoding_format": "float"},
+            {"model": self.model, "input": list(texts), "encoding_format": self.encoding},
         )
         return openai_wire.parse_embeddings(body, len(texts), self.dimension)
 

@@ -8,6 +8,7 @@ Vectors are float32 ``numpy.ndarray`` of shape ``(dimension,)``.
 
 from __future__ import annotations
 
+import binascii
 import json
 import re
 from collections.abc import Sequence
@@ -54,6 +55,44 @@ def malformed(layer: str, reason: str) -> ProviderProtocolError:
     return ProviderProtocolError(f"{layer} provider returned a malformed body: {reason}")
 
 
+def _from_numbers(values: list[Any], dimension: int) -> np.ndarray:
+    # JSON booleans and strings would silently become numbers in numpy. One pass over the
+    # element types (C speed) instead of a Python-level check per number.
+    types = set(map(type, values))
+    if not types <= _NUMBER_TYPES:
+        raise malformed("embedding", "non-numeric embedding")
+    if len(values) != dimension:
+        raise ProviderRefusedError(
+            f"embedding dimension mismatch: expected {dimension}, got {len(values)}"
+        )
+    if int in types and not all(abs(v) <= _FLOAT32_MAX for v in values):
+        # Checked before numpy sees them: an integer beyond float64 would overflow it.
+        raise malformed("embedding", "non-finite embedding")
+    as_float64 = np.asarray(values, dtype=np.float64)
+    # Also false for NaN and infinities.
+    if not bool(np.all(np.abs(as_float64) <= _FLOAT32_MAX)):
+        raise malformed("embedding", "non-finite embedding")
+    return as_float64
+
+
+def _from_base64(encoded: str, dimension: int) -> np.ndarray:
+    """``encoding_format: base64``: packed little-endian float32 values."""
+    try:
+        packed = binascii.a2b_base64(encoded, strict_mode=True)
+    except (binascii.Error, ValueError):
+        raise malformed("embedding", "invalid base64 embedding") from None
+    if len(packed) % 4:
+        raise malformed("embedding", "base64 embedding is not float32 values")
+    if len(packed) // 4 != dimension:
+        raise ProviderRefusedError(
+            f"embedding dimension mismatch: expected {dimension}, got {len(packed) // 4}"
+        )
+    as_float64 = np.frombuffer(packed, dtype="<f4").astype(np.float64)
+    if not bool(np.all(np.isfinite(as_float64))):
+        raise malformed("embedding", "non-finite embedding")
+    return as_float64
+
+
 def parse_embeddings(body: Any, count: int, dimension: int) -> list[np.ndarray]:
     data = body.get("data") if isinstance(body, dict) else None
     if not isinstance(data, list):
@@ -72,24 +111,12 @@ def parse_embeddings(body: Any, count: int, dimension: int) -> list[np.ndarray]:
 
 
 def _vector(values: Any, dimension: int) -> np.ndarray:
-    if not isinstance(values, list):
+    if isinstance(values, str):
+        as_float64 = _from_base64(values, dimension)
+    elif isinstance(values, list):
+        as_float64 = _from_numbers(values, dimension)
+    else:
         raise malformed("embedding", "missing embedding")
-    # JSON booleans and strings would silently become numbers in numpy. One pass over the
-    # element types (C speed) instead of a Python-level check per number.
-    types = set(map(type, values))
-    if not types <= _NUMBER_TYPES:
-        raise malformed("embedding", "non-numeric embedding")
-    if len(values) != dimension:
-        raise ProviderRefusedError(
-            f"embedding dimension mismatch: expected {dimension}, got {len(values)}"
-        )
-    if int in types and not all(abs(v) <= _FLOAT32_MAX for v in values):
-        # Checked before numpy sees them: an integer beyond float64 would overflow it.
-        raise malformed("embedding", "non-finite embedding")
-    as_float64 = np.asarray(values, dtype=np.float64)
-    # Also false for NaN and infinities.
-    if not bool(np.all(np.abs(as_float64) <= _FLOAT32_MAX)):
-        raise malformed("embedding", "non-finite embedding")
     # Normalised in float64: a correctly directed vector at a huge or tiny scale would
     # overflow or underflow a float32 norm and lose its cosine (FC-04).
     norm = float(np.linalg.norm(as_float64))

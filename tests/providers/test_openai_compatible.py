@@ -97,18 +97,46 @@ def _unused_port() -> int:
 # --- embeddings -------------------------------------------------------------------------------
 
 
-async def test_embed_sends_list_input_with_float_encoding(fake, embedder) -> None:
+async def test_embed_sends_list_input_asking_for_base64_by_default(fake, embedder) -> None:
     vectors = await embedder.embed(["성수 카페", "한강 산책"])
 
     [request] = fake.embedding_requests
     assert request["input"] == ["성수 카페", "한강 산책"]
-    assert request["encoding_format"] == "float"
+    assert request["encoding_format"] == "base64"
     assert request["model"] == "text-embedding-3-small"
     assert [v.tobytes() for v in vectors] == [
         hash_embed("성수 카페", DIMENSION).tobytes(),
         hash_embed("한강 산책", DIMENSION).tobytes(),
     ]
     assert all(v.dtype == np.float32 and v.shape == (DIMENSION,) for v in vectors)
+
+
+async def test_embed_with_float_encoding_reads_the_same_vectors(fake) -> None:
+    embedder = OpenAIEmbedder(
+        base_url=fake.base_url,
+        api_key=API_KEY,
+        model="text-embedding-3-small",
+        dimension=DIMENSION,
+        timeout_seconds=5.0,
+        max_retries=0,
+        encoding="float",
+    )
+    vectors = await embedder.embed(["성수 카페"])
+    await embedder.aclose()
+
+    [request] = fake.embedding_requests
+    assert request["encoding_format"] == "float"
+    assert vectors[0].tobytes() == hash_embed("성수 카페", DIMENSION).tobytes()
+
+
+async def test_a_provider_answering_floats_to_a_base64_request_is_read(fake, embedder) -> None:
+    """Providers that ignore ``encoding_format`` answer JSON numbers: read either way."""
+    expected = hash_embed("메모", DIMENSION)
+    fake.script_embeddings(Scripted(json=embedding_body([expected])))
+
+    [vector] = await embedder.embed(["메모"])
+
+    assert vector.tobytes() == expected.tobytes()
 
 
 async def test_embed_batch_out_of_order_is_matched_by_index_fc05d(fake, embedder) -> None:
@@ -163,6 +191,16 @@ _ONE = '{"index": 0, "embedding": [1.0]}'
         ('{"data": [{"index": 0, "embedding": ["1.0"]}]}', 1, "non-numeric embedding"),
         ('{"data": [{"index": 0, "embedding": [NaN]}]}', 1, "non-finite embedding"),
         ('{"data": [{"index": 0, "embedding": [1e39]}]}', 1, "non-finite embedding"),
+        ('{"data": [{"index": 0, "embedding": "not base64!"}]}', 1, "invalid base64 embedding"),
+        (
+            '{"data": [{"index": 0, "embedding": "AAA="}]}',
+            1,
+            "base64 embedding is not float32 values",
+        ),
+        # float32 NaN and +inf, packed little-endian: 0x7fc00000, 0x7f800000
+        ('{"data": [{"index": 0, "embedding": "AADAfw=="}]}', 1, "non-finite embedding"),
+        ('{"data": [{"index": 0, "embedding": "AACAfw=="}]}', 1, "non-finite embedding"),
+        ('{"data": [{"index": 0, "embedding": {"x": 1}}]}', 1, "missing embedding"),
     ],
 )
 async def test_embed_other_malformed_bodies_are_protocol_errors(
@@ -185,11 +223,22 @@ async def test_embed_other_malformed_bodies_are_protocol_errors(
     assert str(caught.value) == f"embedding provider returned a malformed body: {reason}"
 
 
-async def test_embed_wrong_dimension_is_permanent_naming_both_fc05a(fake, embedder) -> None:
+@pytest.mark.parametrize("encoding", ["base64", "float"])
+async def test_embed_wrong_dimension_is_permanent_naming_both_fc05a(fake, encoding) -> None:
+    embedder = OpenAIEmbedder(
+        base_url=fake.base_url,
+        api_key=API_KEY,
+        model="m",
+        dimension=DIMENSION,
+        timeout_seconds=5.0,
+        max_retries=0,
+        encoding=encoding,
+    )
     fake.set_embedding_dimension(1024)
 
     with pytest.raises(PermanentError) as caught:
         await embedder.embed(["메모"])
+    await embedder.aclose()
 
     assert not isinstance(caught.value, TransientError)
     assert "1536" in str(caught.value)

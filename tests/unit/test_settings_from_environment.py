@@ -74,6 +74,7 @@ def test_the_three_groups_cover_every_setting():
         "embedding_base_url",
         "embedding_model",
         "embedding_distance",
+        "embedding_encoding",
         "embedding_profile",
         "judge_provider",
         "judge_base_url",
