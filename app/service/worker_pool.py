@@ -28,7 +28,7 @@ DEFAULT_RETRY_AFTER_SECONDS = 5
 # Bounds of the estimated Retry-After (seconds): a stuck pool asks for at most a minute.
 MIN_RETRY_AFTER_SECONDS = 1
 MAX_RETRY_AFTER_SECONDS = 60
-# Completions remembered for the drain rate.
+# Durations of the latest handled requests remembered for the drain rate.
 DRAIN_RATE_WINDOW = 64
 
 
@@ -56,8 +56,10 @@ class WorkerPool:
         self._workers: list[asyncio.Task[None]] = []
         self._in_flight: dict[asyncio.Task[None], int] = {}
         self._accepting = False
-        # Monotonic times (seconds) of the latest completions: the drain rate.
-        self._finished_at: deque[float] = deque(maxlen=DRAIN_RATE_WINDOW)
+        # Seconds the latest requests took, and when the running ones started (monotonic):
+        # the drain rate.
+        self._durations: deque[float] = deque(maxlen=DRAIN_RATE_WINDOW)
+        self._started_at: dict[asyncio.Task[None], float] = {}
 
     def start(self) -> None:
         self._accepting = True
@@ -85,19 +87,23 @@ class WorkerPool:
 
     def retry_after_seconds(self) -> int:
         """Seconds a refused caller should wait (the ``Retry-After`` of a 503): the time the
-        queue needs, at the measured drain rate, to get down to half full, in whole seconds
-        within ``MIN_RETRY_AFTER_SECONDS`` .. ``MAX_RETRY_AFTER_SECONDS``.
+        queue needs to get down to half full, in whole seconds within
+        ``MIN_RETRY_AFTER_SECONDS`` .. ``MAX_RETRY_AFTER_SECONDS``.
 
         Half full: callers coming back then find room while the other half still keeps every
         worker task busy, so a burst neither waits on an idle pool nor retries into a full
-        one. The rate is measured up to now, so a pool that stopped finishing work asks for
-        longer and longer waits. ``DEFAULT_RETRY_AFTER_SECONDS`` before anything finished or
-        while stopping.
+        one. The drain rate is ``concurrency`` tasks each taking the mean time of the latest
+        requests, or the age of the oldest running one when that is longer, so a pool whose
+        work hangs asks for longer and longer waits, and an idle spell does not count as
+        slowness. ``DEFAULT_RETRY_AFTER_SECONDS`` before anything finished or while stopping.
         """
-        if not self._accepting or not self._finished_at:
+        if not self._accepting or not self._durations:
             return DEFAULT_RETRY_AFTER_SECONDS
-        elapsed = time.monotonic() - self._finished_at[0]
-        drain_per_second = len(self._finished_at) / max(elapsed, 1e-3)
+        seconds_per_request = sum(self._durations) / len(self._durations)
+        if self._started_at:
+            oldest = time.monotonic() - min(self._started_at.values())
+            seconds_per_request = max(seconds_per_request, oldest)
+        drain_per_second = self._concurrency / max(seconds_per_request, 1e-3)
         seconds = math.ceil(self._queue.qsize() / 2 / drain_per_second)
         return min(max(seconds, MIN_RETRY_AFTER_SECONDS), MAX_RETRY_AFTER_SECONDS)
 
@@ -137,6 +143,7 @@ class WorkerPool:
         while True:
             request = await self._queue.get()
             self._in_flight[current] = request.context_id
+            started = self._started_at[current] = time.monotonic()
             try:
                 with log_context(context_id=request.context_id):
                     await self._handler(request)
@@ -156,5 +163,6 @@ class WorkerPool:
                 )
             finally:
                 self._in_flight.pop(current, None)
-                self._finished_at.append(time.monotonic())
+                self._started_at.pop(current, None)
+                self._durations.append(time.monotonic() - started)
                 self._queue.task_done()

@@ -1,8 +1,9 @@
 """The ``Retry-After`` of a full queue comes from the measured drain rate (issue 9).
 
 A fixed 5 s made every refused caller of a burst wait while the queue emptied; the estimate
-asks callers back when the queue is about half drained, and asks for longer waits from a pool
-that stopped finishing work. Real asyncio queue and tasks; the handler is gated by events.
+asks callers back when the queue is about half drained, is not fooled by an idle spell, and
+asks for longer waits from a pool whose work hangs. Real asyncio queue and tasks; the handler
+is gated by events.
 """
 
 from __future__ import annotations
@@ -77,14 +78,32 @@ async def test_a_fast_pool_asks_for_the_minimum():
         await pool.stop(grace_seconds=1)
 
 
-async def test_a_pool_that_stopped_finishing_asks_for_longer_and_longer_waits():
-    handler = GatedHandler(free=2)  # two finished, then nothing
+async def test_an_idle_spell_before_a_burst_does_not_count_as_slowness():
+    handler = GatedHandler(free=40)
+    pool = WorkerPool(handler, concurrency=1, capacity=CAPACITY, metrics=WorkerMetrics())
+    pool.start()
+    try:
+        for context_id in range(1, 41):
+            assert pool.submit(_request(context_id))
+            await pool.join()
+        await asyncio.sleep(1.5)  # nothing to do for a while, then a burst fills the queue
+        handler.free = 10**6
+        handler.gate.set()
+        for context_id in range(100, 100 + CAPACITY):
+            pool.submit(_request(context_id))
+        assert pool.retry_after_seconds() == MIN_RETRY_AFTER_SECONDS
+    finally:
+        await pool.stop(grace_seconds=1)
+
+
+async def test_a_pool_whose_work_hangs_asks_for_longer_and_longer_waits():
+    handler = GatedHandler(free=2)  # two finished at once, then the third hangs
     pool = await _full_pool(handler)
     try:
         await asyncio.sleep(1.0)
         after_one_second = pool.retry_after_seconds()
-        # Two completions over at least 1 s, half the queue to drain: 5 / (2 / 1 s) = 2.5 s.
-        assert after_one_second >= math.ceil(CAPACITY / 2 / 2)
+        # One task, its request running for at least 1 s, half the queue to drain: >= 5 s.
+        assert after_one_second >= math.ceil(CAPACITY / 2 * 1.0)
         await asyncio.sleep(1.0)
         after_two_seconds = pool.retry_after_seconds()
         assert after_one_second < after_two_seconds <= MAX_RETRY_AFTER_SECONDS
