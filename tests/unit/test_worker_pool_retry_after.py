@@ -79,11 +79,11 @@ async def test_a_fast_pool_asks_for_the_minimum():
 
 
 async def test_an_idle_spell_before_a_burst_does_not_count_as_slowness():
-    handler = GatedHandler(free=40)
+    handler = GatedHandler(free=4)
     pool = WorkerPool(handler, concurrency=1, capacity=CAPACITY, metrics=WorkerMetrics())
     pool.start()
     try:
-        for context_id in range(1, 41):
+        for context_id in range(1, 5):
             assert pool.submit(_request(context_id))
             await pool.join()
         await asyncio.sleep(1.5)  # nothing to do for a while, then a burst fills the queue
