@@ -139,7 +139,9 @@ def presets_load(
 ) -> None:
     """Embed the preset list with the current profile and upsert it."""
     _configure_logging()
-    settings = _settings()
+    from app.settings import ToolSettings
+
+    settings = _settings(ToolSettings)
 
     from app.providers.factory import build_embedding_provider
     from app.repository.db import create_engine
@@ -261,8 +263,9 @@ def doctor() -> None:
     """
     from app.repository.db import create_engine
     from app.service.doctor import examine
+    from app.settings import ToolSettings
 
-    settings = _settings()
+    settings = _settings(ToolSettings)
 
     async def run():
         engine = create_engine(

@@ -249,8 +249,9 @@ class Settings(BaseSettings):
 
     @field_validator("internal_secret")
     @classmethod
-    def _long_secret(cls, value: SecretStr) -> SecretStr:
-        if len(value.get_secret_value()) < INTERNAL_SECRET_MIN_LENGTH:
+    def _long_secret(cls, value: SecretStr | None) -> SecretStr | None:
+        # None only in ToolSettings, where the secret is optional.
+        if value is not None and len(value.get_secret_value()) < INTERNAL_SECRET_MIN_LENGTH:
             raise ValueError(f"must be at least {INTERNAL_SECRET_MIN_LENGTH} characters long")
         return value
 
@@ -410,6 +411,15 @@ def check_database_url(value: str) -> str:
     if not value.startswith("postgresql+asyncpg://") or value == "postgresql+asyncpg://":
         raise ValueError("must be a postgresql+asyncpg:// URL")
     return value
+
+
+class ToolSettings(Settings):
+    """``Settings`` for the commands that serve no HTTP (``presets load``, ``doctor``): the
+    internal secret guards the API only, so it may be unset here (validated when given)."""
+
+    internal_secret: SecretStr | None = Field(
+        default=None, description="Shared X-Internal-Secret value (§8); unused by these commands"
+    )
 
 
 class LoggingSettings(BaseSettings):

@@ -140,9 +140,9 @@ async def test_doctor_writes_nothing(engine) -> None:
 
 async def _doctor(database_url: str) -> tuple[int, list[str]]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("PINLOG_")}
+    # No PINLOG_INTERNAL_SECRET: it guards the HTTP API, and doctor serves none.
     env.update(
         PINLOG_DATABASE_URL=database_url,
-        PINLOG_INTERNAL_SECRET="x" * 32,
         PINLOG_EMBEDDING_PROVIDER="hashing",
         PINLOG_EMBEDDING_MODEL="hashing-char-ngram",
         PINLOG_EMBEDDING_PROFILE=PROFILE,
