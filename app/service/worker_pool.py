@@ -92,18 +92,19 @@ class WorkerPool:
 
         Half full: callers coming back then find room while the other half still keeps every
         worker task busy, so a burst neither waits on an idle pool nor retries into a full
-        one. The drain rate is ``concurrency`` tasks each taking the mean time of the latest
-        requests, or the age of the oldest running one when that is longer, so a pool whose
-        work hangs asks for longer and longer waits, and an idle spell does not count as
-        slowness. ``DEFAULT_RETRY_AFTER_SECONDS`` before anything finished or while stopping.
+        one. The drain rate is the sum of each task's: one request per mean time of the latest
+        requests, or per the age of the task's running request when that is longer. So a pool
+        whose work hangs asks for longer and longer waits, one slow request does not count as
+        every task being slow, and an idle spell does not count as slowness.
+        ``DEFAULT_RETRY_AFTER_SECONDS`` before anything finished or while stopping.
         """
         if not self._accepting or not self._durations:
             return DEFAULT_RETRY_AFTER_SECONDS
-        seconds_per_request = sum(self._durations) / len(self._durations)
-        if self._started_at:
-            oldest = time.monotonic() - min(self._started_at.values())
-            seconds_per_request = max(seconds_per_request, oldest)
-        drain_per_second = self._concurrency / max(seconds_per_request, 1e-3)
+        mean = max(sum(self._durations) / len(self._durations), 1e-3)
+        now = time.monotonic()
+        running = [max(mean, now - started) for started in self._started_at.values()]
+        idle_tasks = max(self._concurrency - len(running), 0)
+        drain_per_second = idle_tasks / mean + sum(1 / seconds for seconds in running)
         seconds = math.ceil(self._queue.qsize() / 2 / drain_per_second)
         return min(max(seconds, MIN_RETRY_AFTER_SECONDS), MAX_RETRY_AFTER_SECONDS)
 

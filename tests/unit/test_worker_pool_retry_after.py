@@ -119,3 +119,33 @@ async def test_a_stopping_pool_asks_for_the_default():
     await pool.stop(grace_seconds=1)
     assert not pool.submit(_request(1))
     assert pool.retry_after_seconds() == DEFAULT_RETRY_AFTER_SECONDS
+
+
+async def test_one_slow_request_does_not_count_as_every_task_being_slow():
+    """Four tasks: three finish at once, one request hangs. The three keep draining, so a
+    queue filled behind them is asked back after the minimum, not after the hung one's age
+    times half the queue over four tasks."""
+    hung = asyncio.Event()
+    gate = asyncio.Event()
+
+    async def handler(request: ProcessRequest) -> None:
+        if request.context_id == 1000:
+            hung.set()
+            await gate.wait()
+
+    pool = WorkerPool(handler, concurrency=4, capacity=CAPACITY, metrics=WorkerMetrics())
+    pool.start()
+    try:
+        for context_id in range(1, 41):
+            assert pool.submit(_request(context_id))
+            await pool.join()
+        assert pool.submit(_request(1000))
+        await hung.wait()
+        await asyncio.sleep(2.0)
+        # Filled without yielding to the event loop: three tasks idle, one 2 s into its work.
+        for context_id in range(2000, 2000 + CAPACITY):
+            assert pool.submit(_request(context_id))
+        assert pool.retry_after_seconds() == MIN_RETRY_AFTER_SECONDS
+    finally:
+        gate.set()
+        await pool.stop(grace_seconds=1)
