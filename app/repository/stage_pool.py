@@ -14,8 +14,9 @@ open cursor). A connection the server closed is replaced by the pool at the next
 
 Errors (§6): a lock wait past ``lock_timeout`` raises ``DatabaseLockTimeout``; connection
 loss, a full pool past ``POOL_TIMEOUT_SECONDS``, serialization failures and the other
-transient SQLSTATEs raise ``DatabaseUnavailable``; any other database error raises
-``DatabaseStatementError`` naming only its SQLSTATE (``app.errors``).
+transient SQLSTATEs raise ``DatabaseUnavailable``; any other database error, and a driver
+error on a live connection (a wrong argument count, an argument it cannot encode), raises
+``DatabaseStatementError`` naming only its SQLSTATE or error class (``app.errors``).
 """
 
 from __future__ import annotations
@@ -81,22 +82,35 @@ class StagePool:
         self.statements_run += 1
         try:
             async with self._pool.acquire(timeout=POOL_TIMEOUT_SECONDS) as conn:
-                if not self._transaction_pooling:
-                    return await conn.fetchrow(statement, *args)
-                # Through a transaction pooler the timeouts live in the transaction (SET LOCAL)
-                # and prepare and execute must reach the same server connection.
-                async with conn.transaction():
-                    if self._set_local:
-                        await conn.execute(self._set_local)
-                    return await conn.fetchrow(statement, *args)
+                try:
+                    return await self._fetch_row(conn, statement, args)
+                except asyncpg.InterfaceError as exc:
+                    # Also DataError (an argument the driver could not encode: its message
+                    # quotes the value). Transient only when the connection is gone; otherwise
+                    # the call itself was wrong, a bug of ours.
+                    if conn.is_closed():
+                        raise DatabaseUnavailable("database unavailable") from None
+                    raise _statement_error(exc) from None
         except asyncpg.PostgresError as exc:
             raise _translated(exc) from None
-        except asyncpg.DataError as exc:
-            # An argument the driver could not encode: its message quotes the value.
-            raise DatabaseStatementError(f"stage statement failed: {type(exc).__name__}") from None
+        except asyncpg.InternalClientError as exc:
+            raise _statement_error(exc) from None
         except (asyncpg.InterfaceError, OSError, TimeoutError):
-            # Connection lost or closed under us, or no connection within the pool timeout.
+            # Connection lost or refused, the pool closing, or no connection within the pool
+            # timeout.
             raise DatabaseUnavailable("database unavailable") from None
+
+    async def _fetch_row(
+        self, conn: asyncpg.Connection, statement: str, args: tuple[Any, ...]
+    ) -> asyncpg.Record | None:
+        if not self._transaction_pooling:
+            return await conn.fetchrow(statement, *args)
+        # Through a transaction pooler the timeouts live in the transaction (SET LOCAL) and
+        # prepare and execute must reach the same server connection.
+        async with conn.transaction():
+            if self._set_local:
+                await conn.execute(self._set_local)
+            return await conn.fetchrow(statement, *args)
 
     async def close(self) -> None:
         """Close every connection (waits for checked-out ones to come back)."""
@@ -122,6 +136,10 @@ def _connect_kwargs(transaction_pooling: bool) -> dict[str, Any]:
 
 async def _keep_session(_conn: asyncpg.Connection) -> None:
     """Release without asyncpg's reset query (module docstring)."""
+
+
+def _statement_error(exc: Exception) -> DatabaseStatementError:
+    return DatabaseStatementError(f"stage statement failed: {type(exc).__name__}")
 
 
 def _translated(exc: asyncpg.PostgresError) -> Exception:
