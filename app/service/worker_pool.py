@@ -28,6 +28,9 @@ DEFAULT_RETRY_AFTER_SECONDS = 5
 # Bounds of the estimated Retry-After (seconds): a stuck pool asks for at most a minute.
 MIN_RETRY_AFTER_SECONDS = 1
 MAX_RETRY_AFTER_SECONDS = 60
+# A running request older than this (and than the mean) slows the estimated drain rate
+# (seconds).
+SLOW_REQUEST_SECONDS = 1.0
 # Durations of the latest handled requests remembered for the drain rate.
 DRAIN_RATE_WINDOW = 64
 
@@ -93,19 +96,27 @@ class WorkerPool:
         Half full: callers coming back then find room while the other half still keeps every
         worker task busy, so a burst neither waits on an idle pool nor retries into a full
         one. The drain rate is the sum of each task's: one request per mean time of the latest
-        requests, or per the age of the task's running request when that is longer. So a pool
-        whose work hangs asks for longer and longer waits, one slow request does not count as
-        every task being slow, and an idle spell does not count as slowness.
+        requests, or per the age of the task's running request once that is past
+        ``SLOW_REQUEST_SECONDS`` and the mean. So a pool whose work hangs asks for longer and
+        longer waits, one slow request does not count as every task being slow, neither an
+        idle spell nor the start of a burst counts as slowness, and the result is rounded to
+        the nearest second.
         ``DEFAULT_RETRY_AFTER_SECONDS`` before anything finished or while stopping.
         """
         if not self._accepting or not self._durations:
             return DEFAULT_RETRY_AFTER_SECONDS
         mean = max(sum(self._durations) / len(self._durations), 1e-3)
+        # A running request counts as slow only past a second (and past the mean): a burst
+        # starts every task at once, and their common age then says nothing about a hang.
+        slow_after = max(mean, SLOW_REQUEST_SECONDS)
         now = time.monotonic()
-        running = [max(mean, now - started) for started in self._started_at.values()]
-        idle_tasks = max(self._concurrency - len(running), 0)
-        drain_per_second = idle_tasks / mean + sum(1 / seconds for seconds in running)
-        seconds = math.ceil(self._queue.qsize() / 2 / drain_per_second)
+        ages = [now - started for started in self._started_at.values()]
+        idle_tasks = max(self._concurrency - len(ages), 0)
+        drain_per_second = (idle_tasks + sum(age <= slow_after for age in ages)) / mean + sum(
+            1 / age for age in ages if age > slow_after
+        )
+        # Nearest whole second: "about a second" is 1, not 2.
+        seconds = math.floor(self._queue.qsize() / 2 / drain_per_second + 0.5)
         return min(max(seconds, MIN_RETRY_AFTER_SECONDS), MAX_RETRY_AFTER_SECONDS)
 
     async def join(self) -> None:

@@ -149,3 +149,27 @@ async def test_one_slow_request_does_not_count_as_every_task_being_slow():
     finally:
         gate.set()
         await pool.stop(grace_seconds=1)
+
+
+async def test_the_start_of_a_burst_does_not_count_as_slowness():
+    """Every task starts at once when a burst arrives: their common age (under a second) says
+    nothing about a hang. Counting it asked callers to wait 2 s where the queue drained in 1."""
+    handler = GatedHandler(free=8)
+    pool = WorkerPool(handler, concurrency=4, capacity=CAPACITY, metrics=WorkerMetrics())
+    pool.start()
+    try:
+        for context_id in range(1, 9):  # a quick mean duration
+            assert pool.submit(_request(context_id))
+            await pool.join()
+        for context_id in range(100, 104):  # four running...
+            assert pool.submit(_request(context_id))
+        await asyncio.sleep(0.05)  # ...once the tasks took them
+        for context_id in range(200, 200 + CAPACITY):  # and a full queue behind them
+            assert pool.submit(_request(context_id))
+        await asyncio.sleep(0.85)
+        # Four tasks each 0.9 s into their request: a half-queue drain of 5 / (4 / 0.9 s) =
+        # 1.1 s if their age counted; about a second, and at the mean far less.
+        assert pool.retry_after_seconds() == MIN_RETRY_AFTER_SECONDS
+    finally:
+        handler.gate.set()
+        await pool.stop(grace_seconds=1)
