@@ -22,9 +22,12 @@ from pinlog_logging import log_context
 
 logger = logging.getLogger(__name__)
 
-# Retry-After of a refusal (whole seconds, RFC 9110) when the drain rate is unknown (nothing
-# finished yet) or the pool is stopping.
+# Retry-After of a refusal while the pool is stopping (whole seconds, RFC 9110): another
+# replica may take the request.
 DEFAULT_RETRY_AFTER_SECONDS = 5
+# The time one request is assumed to take before any has finished (seconds): two provider
+# calls of about 100 ms. A cold worker meeting a burst then asks for about a second, not 5.
+ASSUMED_REQUEST_SECONDS = 0.25
 # Bounds of the estimated Retry-After (seconds): a stuck pool asks for at most a minute.
 MIN_RETRY_AFTER_SECONDS = 1
 MAX_RETRY_AFTER_SECONDS = 60
@@ -100,12 +103,16 @@ class WorkerPool:
         ``SLOW_REQUEST_SECONDS`` and the mean. So a pool whose work hangs asks for longer and
         longer waits, one slow request does not count as every task being slow, neither an
         idle spell nor the start of a burst counts as slowness, and the result is rounded to
-        the nearest second.
-        ``DEFAULT_RETRY_AFTER_SECONDS`` before anything finished or while stopping.
+        the nearest second. Before anything finished a request is assumed to take
+        ``ASSUMED_REQUEST_SECONDS``; while stopping the answer is
+        ``DEFAULT_RETRY_AFTER_SECONDS``.
         """
-        if not self._accepting or not self._durations:
+        if not self._accepting:
             return DEFAULT_RETRY_AFTER_SECONDS
-        mean = max(sum(self._durations) / len(self._durations), 1e-3)
+        if self._durations:
+            mean = max(sum(self._durations) / len(self._durations), 1e-3)
+        else:
+            mean = ASSUMED_REQUEST_SECONDS
         # A running request counts as slow only past a second (and past the mean): a burst
         # starts every task at once, and their common age then says nothing about a hang.
         slow_after = max(mean, SLOW_REQUEST_SECONDS)

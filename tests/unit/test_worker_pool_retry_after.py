@@ -14,6 +14,7 @@ import math
 from app.metrics import WorkerMetrics
 from app.service.requests import ProcessRequest
 from app.service.worker_pool import (
+    ASSUMED_REQUEST_SECONDS,
     DEFAULT_RETRY_AFTER_SECONDS,
     MAX_RETRY_AFTER_SECONDS,
     MIN_RETRY_AFTER_SECONDS,
@@ -58,11 +59,18 @@ async def _full_pool(handler: GatedHandler) -> WorkerPool:
     return pool
 
 
-async def test_before_anything_finished_the_default_is_asked():
+async def test_a_cold_pool_assumes_a_typical_request_and_still_sees_a_hang():
+    """Nothing finished yet (a burst meets a fresh worker): a fixed 5 s left the worker idle
+    for 4 s of a 1 s drain; each request is assumed to take ASSUMED_REQUEST_SECONDS instead,
+    and a first request that hangs still raises the answer."""
     handler = GatedHandler(free=0)
     pool = await _full_pool(handler)
     try:
-        assert pool.retry_after_seconds() == DEFAULT_RETRY_AFTER_SECONDS
+        # One task, half a queue of 10 at 0.25 s each: 1.25 s, about a second.
+        expected = math.floor(CAPACITY / 2 * ASSUMED_REQUEST_SECONDS + 0.5)
+        assert pool.retry_after_seconds() == expected < DEFAULT_RETRY_AFTER_SECONDS
+        await asyncio.sleep(1.2)
+        assert pool.retry_after_seconds() > expected
     finally:
         handler.gate.set()
         await pool.stop(grace_seconds=1)
