@@ -19,7 +19,7 @@ class Status(StrEnum):
 class Stage(StrEnum):
     """A pipeline stage; the value is the ``ai.context_ai_state`` column holding its status.
 
-    Repository functions accept only ``Stage`` because the column name reaches SQL (§2).
+    Repository functions accept only ``Stage``: each stage has its own statements (§2).
     """
 
     EMBEDDING = "embedding_status"
@@ -29,11 +29,6 @@ class Stage(StrEnum):
     def label(self) -> str:
         """Short name for logs and metrics: ``embedding`` or ``keyword``."""
         return self.name.lower()
-
-    @property
-    def attempt_column(self) -> str:
-        """The column counting this stage's claims, its fencing token (docs/state-machine.md)."""
-        return f"{self.name.lower()}_attempt"
 
 
 # Transitions the worker itself may perform on one stage (§2). The WHERE clauses in

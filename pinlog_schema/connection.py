@@ -37,8 +37,10 @@ POOLER_STARTUP_PARAMETERS = frozenset({"application_name"})
 _POOLED_ENGINES: weakref.WeakSet = weakref.WeakSet()
 
 
-def connect_args(session_settings: dict[str, str], *, transaction_pooling: bool) -> dict[str, Any]:
-    """The asyncpg ``connect_args`` for ``create_async_engine``.
+def driver_connect_args(
+    session_settings: dict[str, str], *, transaction_pooling: bool
+) -> dict[str, Any]:
+    """Keyword arguments of ``asyncpg.connect`` / ``asyncpg.create_pool``.
 
     ``session_settings`` maps PostgreSQL parameters to values (``{"lock_timeout": "3s"}``).
     """
@@ -51,9 +53,17 @@ def connect_args(session_settings: dict[str, str], *, transaction_pooling: bool)
             if name in POOLER_STARTUP_PARAMETERS
         },
         "statement_cache_size": 0,
-        "prepared_statement_cache_size": 0,
-        "prepared_statement_name_func": _unique_statement_name,
     }
+
+
+def connect_args(session_settings: dict[str, str], *, transaction_pooling: bool) -> dict[str, Any]:
+    """The asyncpg ``connect_args`` for ``create_async_engine``: the driver's, plus SQLAlchemy's
+    own statement cache off under a pooler (see the module docstring)."""
+    args = driver_connect_args(session_settings, transaction_pooling=transaction_pooling)
+    if transaction_pooling:
+        args["prepared_statement_cache_size"] = 0
+        args["prepared_statement_name_func"] = _unique_statement_name
+    return args
 
 
 def _unique_statement_name() -> str:

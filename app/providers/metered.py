@@ -9,13 +9,16 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
+from typing import TypeVar
 
 import numpy as np
 from prometheus_client import Histogram
 
 from app.metrics import ProviderMetrics
 from app.providers.base import EmbeddingProvider, JudgeCandidate, JudgeVerdict, KeywordJudge
+
+T = TypeVar("T")
 
 
 class MeteredEmbedder:
@@ -33,17 +36,7 @@ class MeteredEmbedder:
     async def embed(self, texts: Sequence[str]) -> list[np.ndarray]:
         """The wrapped provider's vectors for ``texts``; its errors, unchanged."""
         self._batch_inputs.observe(len(texts))
-        started = time.perf_counter()
-        try:
-            vectors = await self.provider.embed(texts)
-        except asyncio.CancelledError:
-            self._metrics.cancelled(time.perf_counter() - started)
-            raise
-        except Exception as exc:
-            self._metrics.failed(time.perf_counter() - started, exc)
-            raise
-        self._metrics.succeeded(time.perf_counter() - started)
-        return vectors
+        return await _observed(self._metrics, self.provider.embed(texts))
 
     async def aclose(self) -> None:
         await self.provider.aclose()
@@ -60,17 +53,22 @@ class MeteredJudge:
 
     async def judge(self, text: str, candidates: Sequence[JudgeCandidate]) -> JudgeVerdict:
         """The wrapped judge's verdict; its errors, unchanged."""
-        started = time.perf_counter()
-        try:
-            verdict = await self.judge_provider.judge(text, candidates)
-        except asyncio.CancelledError:
-            self._metrics.cancelled(time.perf_counter() - started)
-            raise
-        except Exception as exc:
-            self._metrics.failed(time.perf_counter() - started, exc)
-            raise
-        self._metrics.succeeded(time.perf_counter() - started)
-        return verdict
+        return await _observed(self._metrics, self.judge_provider.judge(text, candidates))
 
     async def aclose(self) -> None:
         await self.judge_provider.aclose()
+
+
+async def _observed(metrics: ProviderMetrics, call: Awaitable[T]) -> T:
+    """Await one provider call, observing its latency (seconds) and outcome in ``metrics``."""
+    started = time.perf_counter()
+    try:
+        result = await call
+    except asyncio.CancelledError:
+        metrics.cancelled(time.perf_counter() - started)
+        raise
+    except Exception as exc:
+        metrics.failed(time.perf_counter() - started, exc)
+        raise
+    metrics.succeeded(time.perf_counter() - started)
+    return result

@@ -69,7 +69,9 @@ class StagePool:
             init=register_vector_codec,
             reset=_keep_session,
             timeout=CONNECT_TIMEOUT_SECONDS,
-            **_connect_kwargs(transaction_pooling),
+            **connection.driver_connect_args(
+                SESSION_SETTINGS, transaction_pooling=transaction_pooling
+            ),
         )
         return cls(pool, transaction_pooling=transaction_pooling)
 
@@ -119,19 +121,6 @@ class StagePool:
 
 def _driver_dsn(database_url: str) -> str:
     return make_url(database_url).set(drivername="postgresql").render_as_string(False)
-
-
-def _connect_kwargs(transaction_pooling: bool) -> dict[str, Any]:
-    if not transaction_pooling:
-        return {"server_settings": dict(SESSION_SETTINGS)}
-    return {
-        "server_settings": {
-            name: value
-            for name, value in SESSION_SETTINGS.items()
-            if name in connection.POOLER_STARTUP_PARAMETERS
-        },
-        "statement_cache_size": 0,
-    }
 
 
 async def _keep_session(_conn: asyncpg.Connection) -> None:

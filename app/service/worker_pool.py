@@ -60,12 +60,11 @@ class WorkerPool:
         self._rejected_stopping = metrics.rejected["shutting_down"]
         metrics.queue_depth.set_function(self._queue.qsize)
         self._workers: list[asyncio.Task[None]] = []
-        self._in_flight: dict[asyncio.Task[None], int] = {}
+        # The running request of each busy task: its context id and start (monotonic seconds).
+        self._in_flight: dict[asyncio.Task[None], tuple[int, float]] = {}
         self._accepting = False
-        # Seconds the latest requests took, and when the running ones started (monotonic):
-        # the drain rate.
+        # Seconds the latest requests took: the drain rate.
         self._durations: deque[float] = deque(maxlen=DRAIN_RATE_WINDOW)
-        self._started_at: dict[asyncio.Task[None], float] = {}
 
     def start(self) -> None:
         self._accepting = True
@@ -117,7 +116,7 @@ class WorkerPool:
         # starts every task at once, and their common age then says nothing about a hang.
         slow_after = max(mean, SLOW_REQUEST_SECONDS)
         now = time.monotonic()
-        ages = [now - started for started in self._started_at.values()]
+        ages = [now - started for _, started in self._in_flight.values()]
         idle_tasks = max(self._concurrency - len(ages), 0)
         drain_per_second = (idle_tasks + sum(age <= slow_after for age in ages)) / mean + sum(
             1 / age for age in ages if age > slow_after
@@ -143,7 +142,7 @@ class WorkerPool:
             self._queue.task_done()
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._queue.join(), timeout=grace_seconds)
-        abandoned.extend(self._in_flight.values())
+        abandoned.extend(context_id for context_id, _ in self._in_flight.values())
         for worker in self._workers:
             worker.cancel()
         await asyncio.gather(*self._workers, return_exceptions=True)
@@ -161,8 +160,8 @@ class WorkerPool:
         assert current is not None
         while True:
             request = await self._queue.get()
-            self._in_flight[current] = request.context_id
-            started = self._started_at[current] = time.monotonic()
+            started = time.monotonic()
+            self._in_flight[current] = (request.context_id, started)
             try:
                 with log_context(context_id=request.context_id):
                     await self._handler(request)
@@ -182,6 +181,5 @@ class WorkerPool:
                 )
             finally:
                 self._in_flight.pop(current, None)
-                self._started_at.pop(current, None)
                 self._durations.append(time.monotonic() - started)
                 self._queue.task_done()

@@ -49,14 +49,7 @@ def _vectors(count: int, dimension: int = DIMENSION) -> list[np.ndarray]:
 
 @pytest.fixture
 async def embedder(fake: FakeOpenAI) -> AsyncIterator[OpenAIEmbedder]:
-    provider = OpenAIEmbedder(
-        base_url=fake.base_url,
-        api_key=API_KEY,
-        model="text-embedding-3-small",
-        dimension=DIMENSION,
-        timeout_seconds=5.0,
-        max_retries=0,
-    )
+    provider = _embedder_with(fake)
     yield provider
     await provider.aclose()
 
@@ -72,6 +65,20 @@ async def judge(fake: FakeOpenAI, judge_metrics: WorkerMetrics) -> AsyncIterator
     provider = _judge_with(fake, max_retries=0, metrics=judge_metrics)
     yield provider
     await provider.aclose()
+
+
+def _embedder_with(fake: FakeOpenAI | None, **overrides) -> OpenAIEmbedder:
+    """An embedder of the fake (or of ``base_url``), defaults as the ``embedder`` fixture's."""
+    values = {
+        "base_url": fake.base_url if fake is not None else None,
+        "api_key": API_KEY,
+        "model": "text-embedding-3-small",
+        "dimension": DIMENSION,
+        "timeout_seconds": 5.0,
+        "max_retries": 0,
+    }
+    values.update(overrides)
+    return OpenAIEmbedder(**values)
 
 
 def _judge_with(
@@ -112,15 +119,7 @@ async def test_embed_sends_list_input_asking_for_base64_by_default(fake, embedde
 
 
 async def test_embed_with_float_encoding_reads_the_same_vectors(fake) -> None:
-    embedder = OpenAIEmbedder(
-        base_url=fake.base_url,
-        api_key=API_KEY,
-        model="text-embedding-3-small",
-        dimension=DIMENSION,
-        timeout_seconds=5.0,
-        max_retries=0,
-        encoding="float",
-    )
+    embedder = _embedder_with(fake, encoding="float")
     vectors = await embedder.embed(["성수 카페"])
     await embedder.aclose()
 
@@ -206,14 +205,7 @@ _ONE = '{"index": 0, "embedding": [1.0]}'
 async def test_embed_other_malformed_bodies_are_protocol_errors(
     fake, raw_body, inputs, reason
 ) -> None:
-    embedder = OpenAIEmbedder(
-        base_url=fake.base_url,
-        api_key=API_KEY,
-        model="m",
-        dimension=1,
-        timeout_seconds=5.0,
-        max_retries=0,
-    )
+    embedder = _embedder_with(fake, model="m", dimension=1)
     fake.script_embeddings(Scripted(raw_body=raw_body))
 
     with pytest.raises(ProviderProtocolError) as caught:
@@ -225,15 +217,7 @@ async def test_embed_other_malformed_bodies_are_protocol_errors(
 
 @pytest.mark.parametrize("encoding", ["base64", "float"])
 async def test_embed_wrong_dimension_is_permanent_naming_both_fc05a(fake, encoding) -> None:
-    embedder = OpenAIEmbedder(
-        base_url=fake.base_url,
-        api_key=API_KEY,
-        model="m",
-        dimension=DIMENSION,
-        timeout_seconds=5.0,
-        max_retries=0,
-        encoding=encoding,
-    )
+    embedder = _embedder_with(fake, model="m", encoding=encoding)
     fake.set_embedding_dimension(1024)
 
     with pytest.raises(PermanentError) as caught:
@@ -319,14 +303,7 @@ async def test_a_400_is_provider_wide_only_for_key_and_model_codes(
 
 
 async def test_embed_timeout_is_transient(fake) -> None:
-    embedder = OpenAIEmbedder(
-        base_url=fake.base_url,
-        api_key=API_KEY,
-        model="m",
-        dimension=DIMENSION,
-        timeout_seconds=0.2,
-        max_retries=0,
-    )
+    embedder = _embedder_with(fake, model="m", timeout_seconds=0.2)
     fake.script_embeddings(Scripted(delay_seconds=1.0))
 
     with pytest.raises(TransientError, match="embedding upstream timeout"):
@@ -335,13 +312,8 @@ async def test_embed_timeout_is_transient(fake) -> None:
 
 
 async def test_embed_connection_refused_is_transient() -> None:
-    embedder = OpenAIEmbedder(
-        base_url=f"http://127.0.0.1:{_unused_port()}/v1",
-        api_key=API_KEY,
-        model="m",
-        dimension=DIMENSION,
-        timeout_seconds=2.0,
-        max_retries=0,
+    embedder = _embedder_with(
+        None, base_url=f"http://127.0.0.1:{_unused_port()}/v1", model="m", timeout_seconds=2.0
     )
 
     with pytest.raises(TransientError, match="embedding upstream unreachable"):
