@@ -8,7 +8,6 @@ modules are imported inside the commands, so a configuration error is reported f
 from __future__ import annotations
 
 import asyncio
-import logging
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import NoReturn, TypeVar
@@ -29,21 +28,13 @@ app.add_typer(presets_app, name="presets")
 def _configure_logging(*, demo: bool = False) -> None:
     """JSON lines or text per ``PINLOG_LOG_FORMAT`` / ``PINLOG_LOG_LEVEL``; the demo prints
     readable text at WARNING so its table stays legible. A bad value falls back to text."""
-    from pydantic import ValidationError
-
     import pinlog_logging
     from app.settings import LoggingSettings
 
     if demo:
         pinlog_logging.configure("text", "WARNING")
         return
-    try:
-        chosen = LoggingSettings()
-    except ValidationError:
-        pinlog_logging.configure("text")
-        logging.getLogger(__name__).warning("PINLOG_LOG_FORMAT or PINLOG_LOG_LEVEL is invalid")
-        return
-    pinlog_logging.configure(chosen.log_format, chosen.log_level)
+    pinlog_logging.configure_from(LoggingSettings, "PINLOG_LOG_FORMAT or PINLOG_LOG_LEVEL")
 
 
 def _exit(code: int, lines: list[str]) -> NoReturn:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import logging
 
 import typer
 
@@ -17,18 +16,12 @@ EXIT_DATABASE = 3
 
 def _configure_logging() -> None:
     """JSON lines or text per ``PINLOG_CORE_LOG_FORMAT`` (a bad value falls back to text)."""
-    from pydantic import ValidationError
-
     import pinlog_logging
     from core_service.settings import LoggingSettings
 
-    try:
-        chosen = LoggingSettings()
-    except ValidationError:
-        pinlog_logging.configure("text")
-        logging.getLogger(__name__).warning("PINLOG_CORE_LOG_FORMAT or _LOG_LEVEL invalid")
-        return
-    pinlog_logging.configure(chosen.log_format, chosen.log_level)
+    pinlog_logging.configure_from(
+        LoggingSettings, "PINLOG_CORE_LOG_FORMAT or PINLOG_CORE_LOG_LEVEL"
+    )
 
 
 def _load(settings_class):
