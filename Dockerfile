@@ -14,9 +14,7 @@ RUN pip install -r requirements/runtime.txt
 COPY pyproject.toml README.md ./
 COPY app app
 COPY core_service core_service
-COPY pinlog_schema pinlog_schema
-COPY pinlog_logging pinlog_logging
-COPY pinlog_body_limit pinlog_body_limit
+COPY pinlog_platform pinlog_platform
 # --no-deps: everything the package needs is already installed from the lock file.
 RUN pip install --no-deps . && pip check
 

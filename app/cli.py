@@ -1,8 +1,9 @@
 """The ``pinlog-ai`` command: ``db upgrade``, ``presets load``, ``serve``, ``doctor``, ``demo``.
 
-Startup problems end with one line on stderr and an exit code of ``app.exit_codes`` (2 settings,
-3 database unreachable, 4 database not ready, 5 provider), never with a traceback. Heavy
-modules are imported inside the commands, so a configuration error is reported fast.
+Startup problems end with one line on stderr and an exit code of
+``pinlog_platform.cli.exit_codes`` (2 settings, 3 database unreachable, 4 database not ready, 5
+provider), never with a traceback. Heavy modules are imported inside the commands, so a
+configuration error is reported fast.
 """
 
 from __future__ import annotations
@@ -14,9 +15,10 @@ from typing import NoReturn, TypeVar
 
 import typer
 
-from app import exit_codes
+from pinlog_platform.cli import exit_codes, startup
 
 T = TypeVar("T")
+PROGRAM = "pinlog-ai"
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, help="PinLog AI worker.")
 db_app = typer.Typer(no_args_is_help=True, help="Database schema (the ai migrations).")
@@ -28,48 +30,32 @@ app.add_typer(presets_app, name="presets")
 def _configure_logging(*, demo: bool = False) -> None:
     """JSON lines or text per ``PINLOG_LOG_FORMAT`` / ``PINLOG_LOG_LEVEL``; the demo prints
     readable text at WARNING so its table stays legible. A bad value falls back to text."""
-    import pinlog_logging
     from app.settings import LoggingSettings
+    from pinlog_platform import logging as log_output
 
     if demo:
-        pinlog_logging.configure("text", "WARNING")
+        log_output.configure("text", "WARNING")
         return
-    pinlog_logging.configure_from(LoggingSettings, "PINLOG_LOG_FORMAT or PINLOG_LOG_LEVEL")
+    log_output.configure_from(LoggingSettings, "PINLOG_LOG_FORMAT or PINLOG_LOG_LEVEL")
 
 
 def _exit(code: int, lines: list[str]) -> NoReturn:
-    for line in lines:
-        typer.echo(f"pinlog-ai: {line}", err=True)
-    raise typer.Exit(code)
+    startup.fail(PROGRAM, code, lines)
 
 
 def _settings(settings_class=None):
     """Read ``Settings`` (or ``settings_class``) or exit 2 with one line per problem, every
     problem at once (never a value, never a trace)."""
-    from pydantic import ValidationError
+    from app.settings import ENV_PREFIX, Settings
 
-    from app.settings import Settings, describe_errors
-
-    try:
-        return (settings_class or Settings)()
-    except ValidationError as exc:
-        _exit(
-            exit_codes.CONFIGURATION,
-            [f"configuration error: {line}" for line in describe_errors(exc)],
-        )
+    return startup.load_settings(PROGRAM, settings_class or Settings, prefix=ENV_PREFIX)
 
 
 def _run(step: Callable[[], Awaitable[T]]) -> T:
     """Run one async startup step; a known startup problem exits with its one line."""
     from app import preflight
 
-    try:
-        return asyncio.run(step())
-    except Exception as exc:
-        problem = preflight.classify(exc)
-        if problem is None:
-            raise  # a bug of ours: the traceback is the useful output
-        _exit(problem.exit_code, [problem.message])
+    return startup.run_step(PROGRAM, step, preflight.classify)
 
 
 async def _check_database(url: str, *, transaction_pooling: bool = False) -> None:
@@ -100,8 +86,8 @@ def db_upgrade(
     _configure_logging()
     database = _settings(MigrationSettings)
 
-    import pinlog_schema
     from app.repository.db import create_engine
+    from pinlog_platform import schema as migrations
 
     async def run() -> list[str]:
         engine = create_engine(
@@ -110,10 +96,10 @@ def db_upgrade(
             transaction_pooling=database.database_transaction_pooling,
         )
         try:
-            return await pinlog_schema.upgrade(
-                engine, scope=pinlog_schema.Scope.AI, directory=migrations_dir
+            return await migrations.upgrade(
+                engine, scope=migrations.Scope.AI, directory=migrations_dir
             )
-        except pinlog_schema.MigrationError as exc:
+        except migrations.MigrationError as exc:
             _exit(exit_codes.CONFIGURATION, [f"migration error: {exc}"])
         finally:
             await engine.dispose()

@@ -15,7 +15,6 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
-from app.api.request_timing import RequestTimingMiddleware
 from app.api.routes import RETRY_AFTER_SECONDS, router
 from app.api.security import InternalSecretMiddleware
 from app.errors import (
@@ -46,7 +45,10 @@ from app.settings import (
     SUPPORT_CONNECTIONS,
     Settings,
 )
-from pinlog_body_limit import BodySizeLimitMiddleware
+from pinlog_platform.http.body_limit import BodySizeLimitMiddleware
+from pinlog_platform.http.probes import probes
+from pinlog_platform.http.request_timing import RequestTimingMiddleware
+from pinlog_platform.http.validation import validation_error
 
 logger = logging.getLogger(__name__)
 
@@ -191,8 +193,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         title="PinLog AI worker", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None
     )
     app.state.metrics = metrics
+    app.state.metrics_registry = metrics.registry
+    app.include_router(probes)
     app.include_router(router)
-    app.add_exception_handler(RequestValidationError, _validation_error)
+    app.add_exception_handler(RequestValidationError, validation_error)
     for error_class, status in _ERROR_STATUSES.items():
         app.add_exception_handler(error_class, _worker_error(status))
     # A middleware added later runs further out: the secret is checked before the body size,
@@ -202,16 +206,6 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     # Outermost of all: requests refused before routing (401, a declared 413) are timed too.
     app.add_middleware(RequestTimingMiddleware, histogram=metrics.http_requests)
     return app
-
-
-async def _validation_error(_request: Request, exc: RequestValidationError) -> JSONResponse:
-    """422 naming each failing field; unlike FastAPI's default it never echoes the rejected
-    input back, which could carry the note text (§6)."""
-    detail = [
-        {"loc": list(error.get("loc", ())), "msg": error.get("msg", ""), "type": error.get("type")}
-        for error in exc.errors()
-    ]
-    return JSONResponse({"detail": detail}, status_code=422)
 
 
 # The one place mapping our errors to HTTP statuses on request paths (§6); the most specific

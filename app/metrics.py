@@ -23,7 +23,7 @@ from app.errors import (
     ProviderRefusedError,
     TransientError,
 )
-from app.states import Stage
+from pinlog_platform.states import Stage
 
 STAGE_OUTCOMES = ("completed", "failed", "transient", "discarded", "not_claimed", "reused")
 CONTRACT_VIOLATION_KINDS = ("owner_mismatch", "owner_changed", "text_changed")
@@ -47,9 +47,6 @@ _SEARCH_ERROR_OUTCOMES: tuple[tuple[type[Exception], str], ...] = (
     (PermanentError, "provider_failed"),
     (TransientError, "unavailable"),
 )
-HTTP_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
-UNMATCHED_ROUTE = "unmatched"
-OTHER_METHOD = "other"
 
 # Seconds. Provider calls run up to PROVIDER_TIMEOUT_SECONDS per attempt, with retries.
 PROVIDER_SECONDS_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)

@@ -1,8 +1,8 @@
 """Startup problems of the ``pinlog-ai`` commands as one line and a distinct exit code.
 
 Configuration and connectivity problems at startup are the operator's to fix, not bugs: they
-never end in a traceback. Each maps to an exit code of ``app.exit_codes`` (2 settings,
-3 database unreachable, 4 database not ready, 5 provider).
+never end in a traceback. Each maps to an exit code of ``pinlog_platform.cli.exit_codes``
+(2 settings, 3 database unreachable, 4 database not ready, 5 provider).
 
 Lines name what is wrong and never carry URLs, passwords, keys or upstream text.
 """
@@ -10,21 +10,21 @@ Lines name what is wrong and never carry URLs, passwords, keys or upstream text.
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
 
 from sqlalchemy import exc as sa_exc
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app import exit_codes
 from app.errors import ConfigurationError, DatabaseUnavailable, WorkerError
 from app.repository.db import (
     CONNECT_TIMEOUT_SECONDS,
     PING,
     VECTOR_TYPE_MISSING,
     autocommit,
-    sqlstate,
 )
+from pinlog_platform.cli import exit_codes
+from pinlog_platform.cli.startup import StartupProblem
+from pinlog_platform.db.sqlstates import sqlstate
 
 # The table and the extension's type every command after ``db upgrade`` needs.
 SCHEMA_PRESENT = text(
@@ -43,14 +43,6 @@ _NOT_READY_STATES = {
     "3F000": _NO_SCHEMA,
     "42501": "database role lacks privileges on schema ai (docs/operations.md)",
 }
-
-
-@dataclass(frozen=True)
-class StartupProblem:
-    """What to print (one line, no secrets) and the exit code."""
-
-    exit_code: int
-    message: str
 
 
 async def check_database(engine: AsyncEngine, *, schema: bool = False) -> None:

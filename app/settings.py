@@ -21,6 +21,17 @@ from pydantic import (
 )
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from pinlog_platform.settings_rules import (
+    check_database_url,
+    check_secret_length,
+    is_empty,
+    logging_settings,
+    refuse_empty_or_padded,
+)
+
+# Every worker setting is read from PINLOG_<FIELD>.
+ENV_PREFIX = "PINLOG_"
+
 PRODUCTION_PROFILE = "openai-text-embedding-3-small-1536-cosine-v1"
 OFFLINE_EMBEDDING_MODEL = "hashing-char-ngram"
 OFFLINE_PROFILE = f"local-{OFFLINE_EMBEDDING_MODEL}-1536-cosine-v1"
@@ -82,7 +93,7 @@ class Settings(BaseSettings):
 
     # hide_input_in_errors: a validation error must never print a secret back.
     model_config = SettingsConfigDict(
-        env_prefix="PINLOG_",
+        env_prefix=ENV_PREFIX,
         extra="ignore",
         frozen=True,
         hide_input_in_errors=True,
@@ -230,30 +241,25 @@ class Settings(BaseSettings):
         if not isinstance(value, str):
             return value
         name = info.field_name
-        if not value.strip():
+        if is_empty(value):
             if name in _EMPTY_MEANS_DEFAULT:
                 return cls.model_fields[name].default
             if name in _EMPTY_MEANS_UNSET:
                 return None
-            raise ValueError("is set but empty; give a value or unset it")
-        if value != value.strip():
-            raise ValueError(
-                "has leading or trailing whitespace (a newline from a file?); remove it"
-            )
-        return value
+        return refuse_empty_or_padded(value)
 
     @field_validator("database_url")
     @classmethod
-    def _asyncpg_url(cls, value: str) -> str:
+    def _database_url(cls, value: str) -> str:
         return check_database_url(value)
 
     @field_validator("internal_secret")
     @classmethod
     def _long_secret(cls, value: SecretStr | None) -> SecretStr | None:
         # None only in ToolSettings, where the secret is optional.
-        if value is not None and len(value.get_secret_value()) < INTERNAL_SECRET_MIN_LENGTH:
-            raise ValueError(f"must be at least {INTERNAL_SECRET_MIN_LENGTH} characters long")
-        return value
+        if value is None:
+            return value
+        return check_secret_length(value, INTERNAL_SECRET_MIN_LENGTH)
 
     @field_validator("embedding_base_url", "judge_base_url")
     @classmethod
@@ -406,13 +412,6 @@ def _openai_judge_profile(model: str) -> str:
     return f"openai-chat-{model}"
 
 
-def check_database_url(value: str) -> str:
-    """``value`` if it is a ``postgresql+asyncpg://`` URL; ``ValueError`` naming the rule."""
-    if not value.startswith("postgresql+asyncpg://") or value == "postgresql+asyncpg://":
-        raise ValueError("must be a postgresql+asyncpg:// URL")
-    return value
-
-
 class ToolSettings(Settings):
     """``Settings`` for the commands that serve no HTTP (``presets load``, ``doctor``): the
     internal secret guards the API only, so it may be unset here (validated when given)."""
@@ -422,18 +421,8 @@ class ToolSettings(Settings):
     )
 
 
-class LoggingSettings(BaseSettings):
-    """How every ``pinlog-ai`` command logs: ``json`` (one object per line, the default for
-    deployments) or ``text`` (one readable line)."""
-
-    model_config = SettingsConfigDict(env_prefix="PINLOG_", extra="ignore", frozen=True)
-
-    log_format: Literal["json", "text"] = Field(
-        default="json", description="One JSON object per line, or readable text"
-    )
-    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field(
-        default="INFO", description="Lowest level written"
-    )
+# How every ``pinlog-ai`` command logs (``PINLOG_LOG_FORMAT``, ``PINLOG_LOG_LEVEL``).
+LoggingSettings = logging_settings(ENV_PREFIX)
 
 
 class MigrationSettings(BaseSettings):
@@ -441,7 +430,7 @@ class MigrationSettings(BaseSettings):
     (``db upgrade``)."""
 
     model_config = SettingsConfigDict(
-        env_prefix="PINLOG_", extra="ignore", frozen=True, hide_input_in_errors=True
+        env_prefix=ENV_PREFIX, extra="ignore", frozen=True, hide_input_in_errors=True
     )
 
     database_url: str
@@ -450,13 +439,8 @@ class MigrationSettings(BaseSettings):
     @field_validator("database_url", mode="before")
     @classmethod
     def _url(cls, value: Any) -> Any:
+        refuse_empty_or_padded(value)
         if isinstance(value, str):
-            if not value.strip():
-                raise ValueError("is set but empty; give a value or unset it")
-            if value != value.strip():
-                raise ValueError(
-                    "has leading or trailing whitespace (a newline from a file?); remove it"
-                )
             check_database_url(value)
         return value
 
@@ -466,22 +450,9 @@ class DatabaseSettings(BaseSettings):
     nothing else (``db upgrade``, demo)."""
 
     model_config = SettingsConfigDict(
-        env_prefix="PINLOG_", extra="ignore", frozen=True, hide_input_in_errors=True
+        env_prefix=ENV_PREFIX, extra="ignore", frozen=True, hide_input_in_errors=True
     )
 
     database_url: str | None = None
     internal_secret: SecretStr | None = None
     database_transaction_pooling: bool = False
-
-
-def describe_errors(error: ValidationError) -> list[str]:
-    """One line per problem, naming the ``PINLOG_*`` variable; never the rejected value."""
-    lines = []
-    for item in error.errors(include_input=False, include_url=False):
-        field = ".".join(str(part) for part in item.get("loc", ()))
-        name = f"PINLOG_{field.upper()}: " if field else ""
-        message = item["msg"].removeprefix("Value error, ")
-        if item.get("type") == "missing":
-            message = "is required and not set"
-        lines.append(f"{name}{message}")
-    return lines

@@ -29,11 +29,11 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-import pinlog_schema
 from app import embedded_postgres
 from core_service.repository import member
 from core_service.repository.db import create_engine, transaction
 from core_service.service.member_tokens import issue_token
+from pinlog_platform import schema as migrations
 
 # Throwaway secrets of this run.
 SECRET = secrets.token_urlsafe(24)
@@ -61,7 +61,7 @@ async def run(requests: int, concurrency: int) -> None:
         Path(tempfile.mkdtemp(prefix="pinlog-bench-core-")) / "pg", delete_on_exit=True
     )
     engine = create_engine(database_url, pool_size=2)
-    await pinlog_schema.upgrade(engine)
+    await migrations.upgrade(engine)
     members = range(1, 9)
     async with transaction(engine) as conn:
         for member_id in members:

@@ -26,7 +26,6 @@ import uvicorn
 import yaml
 from sqlalchemy import text
 
-import pinlog_schema
 from app import embedded_postgres
 from app.main import create_app
 from app.providers.factory import build_embedding_provider
@@ -34,6 +33,7 @@ from app.repository.db import create_engine
 from app.service.preset_loader import load_presets, read_preset_file
 from app.settings import OFFLINE_EMBEDDING_MODEL, OFFLINE_PROFILE, DatabaseSettings, Settings
 from bench import state_rows
+from pinlog_platform import schema as migrations
 
 PARTS = Path(__file__).with_name("keyword_eval")
 PROCESS_PATH = "/internal/v1/context/process"
@@ -108,7 +108,7 @@ async def evaluate(settings: Settings, notes: list[dict]) -> Scores:
     """Run ``notes`` through a worker built from ``settings`` and score its keywords."""
     engine = create_engine(settings.database_url, with_vector_codec=False)
     try:
-        await pinlog_schema.upgrade(engine)  # core too: context ids come from its sequence
+        await migrations.upgrade(engine)  # core too: context ids come from its sequence
     finally:
         await engine.dispose()
     engine = create_engine(settings.database_url, pool_size=2)

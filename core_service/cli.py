@@ -2,67 +2,60 @@
 
 from __future__ import annotations
 
-import asyncio
-
 import typer
+
+from pinlog_platform.cli import exit_codes, startup
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, help="PinLog core service.")
 db_app = typer.Typer(no_args_is_help=True, help="Database schema (every migration).")
 app.add_typer(db_app, name="db")
 
-EXIT_CONFIGURATION = 2
-EXIT_DATABASE = 3
+PROGRAM = "pinlog-core"
 
 
 def _configure_logging() -> None:
     """JSON lines or text per ``PINLOG_CORE_LOG_FORMAT`` (a bad value falls back to text)."""
-    import pinlog_logging
     from core_service.settings import LoggingSettings
+    from pinlog_platform import logging as log_output
 
-    pinlog_logging.configure_from(
-        LoggingSettings, "PINLOG_CORE_LOG_FORMAT or PINLOG_CORE_LOG_LEVEL"
-    )
+    log_output.configure_from(LoggingSettings, "PINLOG_CORE_LOG_FORMAT or PINLOG_CORE_LOG_LEVEL")
 
 
 def _load(settings_class):
     """Read settings or exit 2 with one line per problem (never a value, never a trace)."""
-    from pydantic import ValidationError
+    from core_service.settings import ENV_PREFIX
 
-    from core_service.settings import describe_errors
-
-    try:
-        return settings_class()
-    except ValidationError as exc:
-        for line in describe_errors(exc):
-            typer.echo(f"configuration error: {line}", err=True)
-        raise typer.Exit(EXIT_CONFIGURATION) from None
+    return startup.load_settings(PROGRAM, settings_class, prefix=ENV_PREFIX)
 
 
-def _run_with_database(coroutine):
-    """Run ``coroutine``; a database that cannot be reached exits 3 with one line."""
-    from sqlalchemy import exc as sa_exc
-
+def _classify(exc: BaseException) -> startup.StartupProblem | None:
+    """A database that cannot be reached is exit 3 with one line; anything else is a bug."""
     from core_service.errors import UnavailableError
-    from core_service.repository.db import is_retryable
+    from pinlog_platform.db.sqlstates import is_transient
 
-    try:
-        return asyncio.run(coroutine)
-    except UnavailableError:
-        typer.echo("database error: database unavailable", err=True)
-        raise typer.Exit(EXIT_DATABASE) from None
-    except (sa_exc.SQLAlchemyError, OSError) as exc:
-        if not is_retryable(exc) and not isinstance(exc, OSError):
-            raise
-        typer.echo(f"database error: cannot reach the database ({type(exc).__name__})", err=True)
-        raise typer.Exit(EXIT_DATABASE) from None
+    if isinstance(exc, UnavailableError):
+        return startup.StartupProblem(
+            exit_codes.DATABASE_UNREACHABLE, "database error: database unavailable"
+        )
+    if isinstance(exc, OSError) or is_transient(exc):
+        return startup.StartupProblem(
+            exit_codes.DATABASE_UNREACHABLE,
+            f"database error: cannot reach the database ({type(exc).__name__})",
+        )
+    return None
+
+
+def _run_with_database(step):
+    """Run the async ``step``; a database that cannot be reached exits 3 with one line."""
+    return startup.run_step(PROGRAM, step, _classify)
 
 
 @db_app.command("upgrade")
 def db_upgrade() -> None:
     """Apply every pending migration (core and ai) to PINLOG_CORE_DATABASE_URL."""
-    import pinlog_schema
     from core_service.repository.db import create_engine
     from core_service.settings import CoreDatabaseSettings
+    from pinlog_platform import schema as migrations
 
     _configure_logging()
     database = _load(CoreDatabaseSettings)
@@ -72,15 +65,14 @@ def db_upgrade() -> None:
             database.database_url, transaction_pooling=database.database_transaction_pooling
         )
         try:
-            return await pinlog_schema.upgrade(engine, scope=pinlog_schema.Scope.ALL)
+            return await migrations.upgrade(engine, scope=migrations.Scope.ALL)
         finally:
             await engine.dispose()
 
     try:
-        applied = _run_with_database(run())
-    except pinlog_schema.MigrationError as exc:
-        typer.echo(f"migration error: {exc}", err=True)
-        raise typer.Exit(EXIT_CONFIGURATION) from None
+        applied = _run_with_database(run)
+    except migrations.MigrationError as exc:
+        startup.fail(PROGRAM, exit_codes.CONFIGURATION, [f"migration error: {exc}"])
     typer.echo(
         f"applied {len(applied)} migration(s)" + (f": {', '.join(applied)}" if applied else "")
     )
@@ -142,7 +134,7 @@ def rescan(once: bool = typer.Option(False, "--once", help="One finalize + resca
             await endpoints.aclose()
             await engine.dispose()
 
-    report = _run_with_database(run())
+    report = _run_with_database(run)
     typer.echo(
         f"closed {report.blocked_closed} blocked keyword stage(s), finalized {report.finalized}, "
         f"claimed {report.claimed}, dispatched {report.dispatched}, "
@@ -174,9 +166,8 @@ def token(member: int = typer.Option(..., "--member", min=1, help="Member id")) 
         finally:
             await engine.dispose()
 
-    if _run_with_database(run()) is not MemberState.ACTIVE:
-        typer.echo(f"member {member} has withdrawn; no token issued", err=True)
-        raise typer.Exit(1)
+    if _run_with_database(run) is not MemberState.ACTIVE:
+        startup.fail(PROGRAM, 1, [f"member {member} has withdrawn; no token issued"])
     typer.echo(
         issue_token(
             member,

@@ -9,14 +9,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 
-from fastapi import FastAPI, Request, Response
+from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from sqlalchemy import text
 
 from core_service.api.routes import router
@@ -40,14 +38,16 @@ from core_service.service.record_reads import RecordReader
 from core_service.service.rescan import RescanScheduler
 from core_service.service.worker_endpoints import WorkerEndpoints
 from core_service.settings import CoreSettings
-from pinlog_body_limit import BodySizeLimitMiddleware
+from pinlog_platform.http.body_limit import BodySizeLimitMiddleware
+from pinlog_platform.http.probes import probes
+from pinlog_platform.http.request_timing import RequestTimingMiddleware
+from pinlog_platform.http.validation import validation_error
 
 logger = logging.getLogger(__name__)
 
 # Seconds that in-flight after-commit dispatches get at shutdown; the rest are left to the rescan.
 DISPATCH_DRAIN_SECONDS = 2.0
 RETRY_AFTER_SECONDS = "5"
-_KNOWN_METHODS = frozenset({"GET", "POST", "PUT", "DELETE", "HEAD", "OPTIONS"})
 # Seconds the rescan loop gets to finish its pass at shutdown before it is cancelled.
 RESCAN_STOP_SECONDS = 2.0
 READINESS_TIMEOUT_SECONDS = 1.0
@@ -152,33 +152,16 @@ def create_app(settings: CoreSettings | None = None, *, run_rescan_loop: bool = 
         openapi_url=None,
     )
     app.state.metrics = metrics
+    app.state.metrics_registry = metrics.registry
+    app.include_router(probes)
     app.include_router(router)
     # Added before the timing middleware, so inside it: a 413 is counted like any answer.
     app.add_middleware(BodySizeLimitMiddleware, max_bytes=settings.max_request_bytes)
 
-    @app.middleware("http")
-    async def time_requests(request: Request, call_next):
-        # Labels come from fixed sets only (route template, known method, status class): a
-        # client choosing paths or methods must not create series.
-        started, status = time.perf_counter(), 500
-        try:
-            response = await call_next(request)
-            status = response.status_code
-            return response
-        finally:
-            route = request.scope.get("route")
-            method = request.method if request.method in _KNOWN_METHODS else "other"
-            metrics.http_requests.labels(
-                getattr(route, "path", "unmatched"), method, f"{status // 100}xx"
-            ).observe(time.perf_counter() - started)
-
-    app.add_exception_handler(RequestValidationError, _validation_error)
+    # Outermost: requests refused before routing (a declared 413) are timed too.
+    app.add_middleware(RequestTimingMiddleware, histogram=metrics.http_requests)
+    app.add_exception_handler(RequestValidationError, validation_error)
     app.add_exception_handler(CoreError, _core_error)
-
-    @app.get("/healthz")
-    async def healthz() -> dict[str, str]:
-        """Liveness: the process answers."""
-        return {"status": "ok"}
 
     @app.get("/readyz")
     async def readyz(request: Request) -> JSONResponse:
@@ -193,20 +176,7 @@ def create_app(settings: CoreSettings | None = None, *, run_rescan_loop: bool = 
             )
         return JSONResponse({"status": "ready"})
 
-    @app.get("/metrics")
-    async def prometheus_metrics() -> Response:
-        return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
-
     return app
-
-
-async def _validation_error(_request: Request, exc: RequestValidationError) -> JSONResponse:
-    """422 naming each failing field, never echoing the input (it may be the note, §6)."""
-    detail = [
-        {"loc": list(error.get("loc", ())), "msg": error.get("msg", ""), "type": error.get("type")}
-        for error in exc.errors()
-    ]
-    return JSONResponse({"detail": detail}, status_code=422)
 
 
 # The one place mapping the core's errors to HTTP statuses; anything else is a bug: 500.

@@ -6,41 +6,24 @@ default. Errors name the variable and never print a value.
 
 from __future__ import annotations
 
-from typing import Literal
-
-from pydantic import Field, SecretStr, ValidationError, field_validator
+from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from pinlog_platform.settings_rules import (
+    check_database_url,
+    check_secret_length,
+    logging_settings,
+    refuse_empty_or_padded,
+)
+
+# Every core setting is read from PINLOG_CORE_<FIELD>.
+ENV_PREFIX = "PINLOG_CORE_"
 
 INTERNAL_SECRET_MIN_LENGTH = 16
 JWT_SECRET_MIN_LENGTH = 32
 # The smallest body cap that still admits every request valid after normalisation, even with
 # each character sent as an escaped surrogate pair (12 bytes): 500 + 100 + 200 characters.
 MAX_REQUEST_BYTES_FLOOR = 16 * 1024
-
-
-def _without_surrounding_space(value: object) -> object:
-    """Refuse a set value with surrounding white space (a secret read from a file with its
-    newline), or set but empty; never echo it."""
-    raw = value.get_secret_value() if isinstance(value, SecretStr) else value
-    if isinstance(raw, str):
-        if not raw.strip():
-            raise ValueError("is set but empty; give a value or unset it")
-        if raw != raw.strip():
-            raise ValueError("has surrounding white space (a trailing newline from a file?)")
-    return value
-
-
-def _long_enough(value: SecretStr, minimum: int) -> SecretStr:
-    # The message names the rule, not the length given (that would reveal part of a secret).
-    if len(value.get_secret_value()) < minimum:
-        raise ValueError(f"must be at least {minimum} characters long")
-    return value
-
-
-def _asyncpg_url(value: str) -> str:
-    if not value.startswith("postgresql+asyncpg://"):
-        raise ValueError("must be a postgresql+asyncpg:// URL")
-    return value
 
 
 # ai.context_ai_state.retry_count has CHECK (retry_count BETWEEN 0 AND 3) (§1): a larger
@@ -53,7 +36,7 @@ class CoreDatabaseSettings(BaseSettings):
     other settings class of the core (one set of rules for the shared fields)."""
 
     model_config = SettingsConfigDict(
-        env_prefix="PINLOG_CORE_", extra="ignore", frozen=True, hide_input_in_errors=True
+        env_prefix=ENV_PREFIX, extra="ignore", frozen=True, hide_input_in_errors=True
     )
 
     database_url: str = Field(description="postgresql+asyncpg://user:pass@host/db")
@@ -66,12 +49,12 @@ class CoreDatabaseSettings(BaseSettings):
     @field_validator("*", mode="before")
     @classmethod
     def _no_surrounding_space(cls, value: object) -> object:
-        return _without_surrounding_space(value)
+        return refuse_empty_or_padded(value)
 
     @field_validator("database_url")
     @classmethod
     def _database_url(cls, value: str) -> str:
-        return _asyncpg_url(value)
+        return check_database_url(value)
 
 
 class TokenSettings(CoreDatabaseSettings):
@@ -85,7 +68,7 @@ class TokenSettings(CoreDatabaseSettings):
     @field_validator("jwt_secret")
     @classmethod
     def _jwt_secret_length(cls, value: SecretStr) -> SecretStr:
-        return _long_enough(value, JWT_SECRET_MIN_LENGTH)
+        return check_secret_length(value, JWT_SECRET_MIN_LENGTH)
 
 
 class CoreSettings(TokenSettings):
@@ -134,7 +117,7 @@ class CoreSettings(TokenSettings):
     @field_validator("internal_secret")
     @classmethod
     def _internal_secret_length(cls, value: SecretStr) -> SecretStr:
-        return _long_enough(value, INTERNAL_SECRET_MIN_LENGTH)
+        return check_secret_length(value, INTERNAL_SECRET_MIN_LENGTH)
 
     @property
     def worker_base_urls(self) -> tuple[str, ...]:
@@ -142,28 +125,5 @@ class CoreSettings(TokenSettings):
         return tuple(self.worker_base_url.split(","))
 
 
-class LoggingSettings(BaseSettings):
-    """How every ``pinlog-core`` command logs: ``json`` (one object per line, the default for
-    deployments) or ``text`` (one readable line)."""
-
-    model_config = SettingsConfigDict(env_prefix="PINLOG_CORE_", extra="ignore", frozen=True)
-
-    log_format: Literal["json", "text"] = Field(
-        default="json", description="One JSON object per line, or readable text"
-    )
-    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field(
-        default="INFO", description="Lowest level written"
-    )
-
-
-def describe_errors(error: ValidationError) -> list[str]:
-    """One line per problem, naming the ``PINLOG_CORE_*`` variable; never the value."""
-    lines = []
-    for item in error.errors(include_input=False, include_url=False):
-        field = ".".join(str(part) for part in item.get("loc", ()))
-        name = f"PINLOG_CORE_{field.upper()}: " if field else ""
-        message = item["msg"].removeprefix("Value error, ")
-        if item.get("type") == "missing":
-            message = "is required and not set"
-        lines.append(f"{name}{message}")
-    return lines
+# How every ``pinlog-core`` command logs (``PINLOG_CORE_LOG_FORMAT``, ``PINLOG_CORE_LOG_LEVEL``).
+LoggingSettings = logging_settings(ENV_PREFIX)

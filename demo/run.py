@@ -24,7 +24,6 @@ import httpx
 import uvicorn
 from fastapi import FastAPI
 
-import pinlog_schema
 from app import embedded_postgres
 from app.main import create_app
 from app.providers.factory import build_embedding_provider
@@ -35,6 +34,7 @@ from core_service.main import create_app as create_core_app
 from core_service.settings import CoreSettings
 from demo.feed import DemoClient, FeedOutcome, load_changes, load_samples, member_tokens
 from demo.report import ContextResult, load_results, render_results, wait_until_finished
+from pinlog_platform import schema as migrations
 
 WAIT_SECONDS = 300.0
 
@@ -77,7 +77,7 @@ async def prepare_database(settings: Settings) -> None:
     """Apply every migration (core and ai) and load presets with the settings' profile."""
     engine = create_engine(settings.database_url, with_vector_codec=False)
     try:
-        await pinlog_schema.upgrade(engine, scope=pinlog_schema.Scope.ALL)
+        await migrations.upgrade(engine, scope=migrations.Scope.ALL)
     finally:
         await engine.dispose()
     engine = create_engine(settings.database_url)

@@ -1,8 +1,8 @@
 """Session-wide database for the suite: ``PINLOG_TEST_DATABASE_URL`` or an embedded server.
 
-The schema is applied once from ``pinlog_schema`` (every file, as ``pinlog-core db upgrade``);
-every test starts from empty ai and core tables (TRUNCATE), so no test depends on another's
-order.
+The schema is applied once from ``pinlog_platform.schema`` (every file, as ``pinlog-core db
+upgrade``); every test starts from empty ai and core tables (TRUNCATE), so no test depends on
+another's order.
 """
 
 from __future__ import annotations
@@ -20,11 +20,11 @@ from sqlalchemy import text
 from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-import pinlog_schema
 from app import embedded_postgres
 from app.repository import keyword_preset
 from app.repository.db import create_engine
 from app.repository.stage_pool import StagePool
+from pinlog_platform import schema as migrations
 from tests.fake_openai import FakeOpenAI, Scripted
 from tests.harness import embed_bundled_presets, running_worker, worker_settings
 
@@ -57,7 +57,7 @@ def database_url() -> str:
 async def migrated_database(database_url: str) -> str:
     engine = create_engine(database_url, with_vector_codec=False)
     try:
-        await pinlog_schema.upgrade(engine)
+        await migrations.upgrade(engine)
     finally:
         await engine.dispose()
     return database_url
@@ -111,7 +111,7 @@ async def empty_database(make_empty_database) -> str:
 
 @pytest.fixture
 def migrations_dir() -> Path:
-    return pinlog_schema.runner.bundled_directory()
+    return migrations.runner.bundled_directory()
 
 
 @pytest.fixture(scope="session")

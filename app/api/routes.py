@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Request, Response, status
+from fastapi import APIRouter, Depends, Request, status
 from fastapi.responses import JSONResponse
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client import CollectorRegistry
 
 from app.api.schemas import ProcessContextBody, SearchBody, SearchResponse, SearchResult
 from app.service.health import Readiness
@@ -84,12 +84,6 @@ async def search(body: SearchBody, service: Search) -> SearchResponse:
     )
 
 
-@router.get("/healthz")
-async def healthz() -> dict[str, str]:
-    """Liveness: the process answers."""
-    return {"status": "ok"}
-
-
 @router.get("/readyz")
 async def readyz(readiness: ReadinessCheck) -> JSONResponse:
     """Readiness: database reachable and presets loaded; 503 naming what is missing.
@@ -103,9 +97,3 @@ async def readyz(readiness: ReadinessCheck) -> JSONResponse:
             status_code=503,
         )
     return JSONResponse({"status": "ready", "mode": readiness.mode})
-
-
-@router.get("/metrics")
-async def prometheus_metrics(registry: Registry) -> Response:
-    """Prometheus text format of this app's registry (``app.metrics.WorkerMetrics``)."""
-    return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)

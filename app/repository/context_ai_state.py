@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from app.repository.stage_pool import StagePool
-from app.states import Stage, Status
+from pinlog_platform.states import Stage, Status
 
 
 @dataclass(frozen=True, slots=True)

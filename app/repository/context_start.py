@@ -17,7 +17,7 @@ import numpy as np
 
 from app.repository.db import to_array
 from app.repository.stage_pool import StagePool
-from app.states import CLAIMABLE, Status
+from pinlog_platform.states import CLAIMABLE, Status
 
 # Pre-check + owner/text check + embedding start or reclaim (§2, §3.1), in one statement.
 # $1 context_id, $2 user_id, $3 record_id, $4 text_sha256, $5 expiry_seconds.

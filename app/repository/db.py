@@ -9,23 +9,39 @@ driver error propagates as is (a bug of ours, HTTP 500).
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from functools import partial
+from types import MappingProxyType
 
 import numpy as np
 from pgvector import Vector
 from pgvector.asyncpg import register_vector
 from sqlalchemy import event, text
-from sqlalchemy import exc as sa_exc
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.errors import ConfigurationError, DatabaseLockTimeout, DatabaseUnavailable
-from pinlog_schema import connection
+from pinlog_platform.db import engines, transactions
+from pinlog_platform.db.sqlstates import LOCK_NOT_AVAILABLE, is_transient, sqlstate
 
-# SQLSTATEs that mean "try again later": connection exceptions (08), serialization failure,
-# deadlock, lock not available, statement timeout / cancel, server shutdown, resources (53).
-TRANSIENT_SQLSTATE_PREFIXES = ("08", "40001", "40P01", "55P03", "57014", "57P0", "53")
-LOCK_NOT_AVAILABLE = "55P03"
+# A row lock held elsewhere (a core-side transaction, an operator's session) must not stall a
+# worker task and its pooled connection forever: waiting past this is a transient error
+# (SQLSTATE 55P03) and the stage is left for the rescan (§6).
+SESSION_SETTINGS = MappingProxyType(
+    {
+        "lock_timeout": "3s",
+        "idle_in_transaction_session_timeout": "60s",
+    }
+)
+
+# asyncpg waits 60 s for a connection by default; an unreachable host should fail sooner.
+CONNECT_TIMEOUT_SECONDS = 10
+
+# The worker's engine parameters, all in one place. No pre-ping by default: see create_engine.
+ENGINE_PARAMETERS = engines.EngineParameters(
+    session_settings=SESSION_SETTINGS,
+    pool_timeout_seconds=30,
+    pre_ping=False,
+    connect_timeout_seconds=CONNECT_TIMEOUT_SECONDS,
+)
 
 
 def create_engine(
@@ -36,31 +52,24 @@ def create_engine(
     transaction_pooling: bool = False,
     pre_ping: bool = False,
 ) -> AsyncEngine:
-    """Build the async engine for a ``postgresql+asyncpg://`` URL.
+    """Build the worker's async engine for a ``postgresql+asyncpg://`` URL.
 
     ``with_vector_codec=False`` is for migrations, which run before the extension exists.
-    ``transaction_pooling`` is for PgBouncer in transaction mode (``pinlog_schema.connection``).
+    ``transaction_pooling`` is for PgBouncer in transaction mode
+    (``pinlog_platform.db.connection``).
     Connecting raises ``ConfigurationError`` when the ``vector`` type is not on the search path.
     ``pre_ping=True`` pings every connection at checkout (one round trip each): only for
     engines off the hot path (readiness, tooling). Without it a connection that died while
     pooled fails its statement as a transient error (§6), and SQLAlchemy then recycles every
     connection pooled before the failure, so one stage pays for a lost database session.
     """
-    engine = create_async_engine(
+    engine = engines.create_engine(
         database_url,
+        ENGINE_PARAMETERS,
         pool_size=pool_size,
-        max_overflow=0,
-        pool_pre_ping=pre_ping,
-        pool_timeout=30,
-        # Parameters carry vectors and model output: never into exception text or logs (§6).
-        hide_parameters=True,
-        connect_args={
-            **connection.connect_args(SESSION_SETTINGS, transaction_pooling=transaction_pooling),
-            "timeout": CONNECT_TIMEOUT_SECONDS,
-        },
+        transaction_pooling=transaction_pooling,
+        pre_ping=pre_ping,
     )
-    if transaction_pooling:
-        connection.apply_per_transaction(engine, SESSION_SETTINGS)
     if with_vector_codec:
 
         @event.listens_for(engine.sync_engine, "connect")
@@ -91,17 +100,6 @@ VECTOR_TYPE_MISSING = (
 )
 
 
-# A row lock held elsewhere (a core-side transaction, an operator's session) must not stall a
-# worker task and its pooled connection forever: waiting past this is a transient error
-# (SQLSTATE 55P03) and the stage is left for the rescan (§6).
-SESSION_SETTINGS = {
-    "lock_timeout": "3s",
-    "idle_in_transaction_session_timeout": "60s",
-}
-
-# asyncpg waits 60 s for a connection by default; an unreachable host should fail sooner.
-CONNECT_TIMEOUT_SECONDS = 10
-
 # Cheapest round trip that proves the database answers.
 PING = text("SELECT 1")
 
@@ -115,78 +113,21 @@ def to_array(value: Vector | np.ndarray | None) -> np.ndarray | None:
     return np.asarray(value, dtype=np.float32)
 
 
-def is_transient_database_error(exc: BaseException) -> bool:
-    """True for driver errors that retrying later may fix (see module docstring)."""
-    if isinstance(exc, sa_exc.TimeoutError | OSError | ConnectionError | TimeoutError):
-        return True
-    if isinstance(exc, sa_exc.DBAPIError):
-        if exc.connection_invalidated:
-            return True
-        state = sqlstate(exc)
-        if state is None:
-            return isinstance(exc, sa_exc.OperationalError | sa_exc.InterfaceError)
-        return state.startswith(TRANSIENT_SQLSTATE_PREFIXES)
-    return False
+def translate_database_error(exc: BaseException) -> None:
+    """The worker's translation of a driver error (§6): a lock wait past ``lock_timeout``
+    raises ``DatabaseLockTimeout`` (the database is up, a row is busy); another transient
+    error raises ``DatabaseUnavailable``; anything else returns, and the driver error
+    propagates (a bug of ours, HTTP 500)."""
+    if sqlstate(exc) == LOCK_NOT_AVAILABLE:
+        raise DatabaseLockTimeout("database lock timeout") from exc
+    if is_transient(exc):
+        raise DatabaseUnavailable("database unavailable") from exc
 
 
-def sqlstate(exc: BaseException) -> str | None:
-    """The PostgreSQL SQLSTATE of a driver error, when it has one."""
-    orig = getattr(exc, "orig", None)
-    state = getattr(orig, "sqlstate", None) or getattr(orig, "pgcode", None)
-    return None if state is None else str(state)
-
-
-@asynccontextmanager
-async def _translated() -> AsyncIterator[None]:
-    try:
-        yield
-    except (sa_exc.SQLAlchemyError, OSError, ConnectionError, TimeoutError) as exc:
-        if sqlstate(exc) == LOCK_NOT_AVAILABLE:
-            raise DatabaseLockTimeout("database lock timeout") from exc
-        if is_transient_database_error(exc):
-            raise DatabaseUnavailable("database unavailable") from exc
-        raise
-
-
-@asynccontextmanager
-async def transaction(engine: AsyncEngine) -> AsyncIterator[AsyncConnection]:
-    """One short transaction: commits on normal exit, rolls back on any exception.
-
-    Raises ``DatabaseUnavailable`` / ``DatabaseLockTimeout`` (both ``TransientError``) for
-    transient driver errors (module docstring).
-    """
-    async with _translated(), engine.begin() as conn:
-        yield conn
-
-
-@asynccontextmanager
-async def autocommit(engine: AsyncEngine) -> AsyncIterator[AsyncConnection]:
-    """A connection whose every statement commits on its own (claims, plain reads).
-
-    Nothing stays ``idle in transaction`` between statements (FC-03). Through a transaction
-    pooler the block is one short explicit transaction instead: only SQL runs inside these
-    blocks, and outside a transaction the pooler could split a statement's prepare and
-    execute across server connections (``pinlog_schema.connection``).
-    """
-    if connection.uses_transaction_pooling(engine):
-        async with transaction(engine) as conn:
-            yield conn
-        return
-    async with _translated(), engine.connect() as conn:
-        conn = await conn.execution_options(isolation_level="AUTOCOMMIT")
-        yield conn
-
-
-@asynccontextmanager
-async def read_only_snapshot(engine: AsyncEngine) -> AsyncIterator[AsyncConnection]:
-    """One read-only ``REPEATABLE READ`` transaction: every statement sees the same snapshot
-    and none can write (operators' reports). Raises ``TransientError`` like ``transaction``."""
-    async with _translated(), engine.connect() as conn:
-        conn = await conn.execution_options(
-            isolation_level="REPEATABLE READ", postgresql_readonly=True
-        )
-        async with conn.begin():
-            yield conn
+# The platform's helpers with the worker's translation (both errors are ``TransientError``).
+transaction = partial(transactions.transaction, translate=translate_database_error)
+autocommit = partial(transactions.autocommit, translate=translate_database_error)
+read_only_snapshot = partial(transactions.read_only_snapshot, translate=translate_database_error)
 
 
 async def ping(engine: AsyncEngine) -> bool:

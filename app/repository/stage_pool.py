@@ -27,14 +27,9 @@ import asyncpg
 from sqlalchemy.engine import make_url
 
 from app.errors import DatabaseLockTimeout, DatabaseStatementError, DatabaseUnavailable
-from app.repository.db import (
-    CONNECT_TIMEOUT_SECONDS,
-    LOCK_NOT_AVAILABLE,
-    SESSION_SETTINGS,
-    TRANSIENT_SQLSTATE_PREFIXES,
-    register_vector_codec,
-)
-from pinlog_schema import connection
+from app.repository.db import CONNECT_TIMEOUT_SECONDS, SESSION_SETTINGS, register_vector_codec
+from pinlog_platform.db import connection
+from pinlog_platform.db.sqlstates import LOCK_NOT_AVAILABLE, TRANSIENT_SQLSTATE_PREFIXES
 
 # A task waiting this long for a connection gives up with a transient error, as the
 # SQLAlchemy pools do (seconds).
@@ -58,7 +53,7 @@ class StagePool:
     ) -> StagePool:
         """Open ``size`` connections lazily (at most) to a ``postgresql+asyncpg://`` URL.
 
-        ``transaction_pooling``: PgBouncer in transaction mode (``pinlog_schema.connection``):
+        ``transaction_pooling``: PgBouncer in transaction mode (``pinlog_platform.db.connection``):
         no statement cache, timeouts set per transaction. Raises ``ConfigurationError`` on the
         first connection when the ``vector`` type is not on the search path.
         """
@@ -94,7 +89,7 @@ class StagePool:
                         raise DatabaseUnavailable("database unavailable") from None
                     raise _statement_error(exc) from None
         except asyncpg.PostgresError as exc:
-            raise _translated(exc) from None
+            raise _translate_driver_error(exc) from None
         except asyncpg.InternalClientError as exc:
             raise _statement_error(exc) from None
         except (asyncpg.InterfaceError, OSError, TimeoutError):
@@ -131,7 +126,7 @@ def _statement_error(exc: Exception) -> DatabaseStatementError:
     return DatabaseStatementError(f"stage statement failed: {type(exc).__name__}")
 
 
-def _translated(exc: asyncpg.PostgresError) -> Exception:
+def _translate_driver_error(exc: asyncpg.PostgresError) -> Exception:
     state = str(getattr(exc, "sqlstate", "") or "")
     if state == LOCK_NOT_AVAILABLE:
         return DatabaseLockTimeout("database lock timeout")

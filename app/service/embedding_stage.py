@@ -17,7 +17,7 @@ from app.service import context_text
 from app.service.circuit_breaker import CircuitBreaker
 from app.service.requests import ProcessRequest
 from app.service.stage_claim import run_claimed
-from app.states import Stage, Status
+from pinlog_platform.states import Stage, Status
 
 logger = logging.getLogger(__name__)
 STAGE = Stage.EMBEDDING

@@ -18,7 +18,7 @@ from app.service.judgment import map_verdict
 from app.service.presets import PresetCache
 from app.service.requests import ProcessRequest
 from app.service.stage_claim import run_claimed
-from app.states import Stage
+from pinlog_platform.states import Stage
 
 logger = logging.getLogger(__name__)
 STAGE = Stage.KEYWORD

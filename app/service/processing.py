@@ -17,7 +17,7 @@ from app.service.embedding_stage import EmbeddingStage
 from app.service.keyword_stage import KeywordStage
 from app.service.requests import ProcessRequest
 from app.service.stage_claim import note_claim
-from app.states import CLAIMABLE, Stage, Status
+from pinlog_platform.states import CLAIMABLE, Stage, Status
 
 logger = logging.getLogger(__name__)
 

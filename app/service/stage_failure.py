@@ -20,7 +20,7 @@ from app.errors import (
 from app.metrics import StageMetrics
 from app.repository import context_ai_state
 from app.repository.stage_pool import StagePool
-from app.states import Stage
+from pinlog_platform.states import Stage
 
 logger = logging.getLogger(__name__)
 

@@ -18,7 +18,7 @@ from collections.abc import Awaitable, Callable
 from app.errors import TransientError
 from app.metrics import WorkerMetrics
 from app.service.requests import ProcessRequest
-from pinlog_logging import log_context
+from pinlog_platform.logging import log_context
 
 logger = logging.getLogger(__name__)
 

@@ -5,7 +5,8 @@ included, so a dependency alone would read an unauthenticated caller's body and 
 malformed one 422. Every route of the client API is an ``AuthenticatedRoute``: a request
 without a valid token is refused (``UnauthenticatedError``, 401) with its body unread, and the
 member id is left in ``request.state`` for the ``MemberId`` dependency (``dependencies.py``).
-Bodies that are read are capped first by ``MAX_REQUEST_BYTES`` (``pinlog_body_limit``).
+Bodies that are read are capped first by ``MAX_REQUEST_BYTES``
+(``pinlog_platform.http.body_limit``).
 """
 
 from __future__ import annotations

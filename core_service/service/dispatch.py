@@ -18,7 +18,7 @@ import httpx
 
 from core_service.metrics import CoreMetrics
 from core_service.service.worker_endpoints import WorkerEndpoints
-from pinlog_logging import log_context
+from pinlog_platform.logging import log_context
 
 logger = logging.getLogger(__name__)
 

@@ -13,7 +13,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from core_service.errors import UnauthenticatedError
 from core_service.repository import member
-from core_service.repository.db import read_only
+from core_service.repository.db import autocommit
 from core_service.repository.member import MemberState
 
 ALGORITHM = "HS256"
@@ -46,7 +46,7 @@ class TokenAuthenticator:
             raise UnauthenticatedError("invalid or expired token") from exc
         if not 0 < member_id < 2**63:
             raise UnauthenticatedError("invalid or expired token")
-        async with read_only(self._engine) as conn:
+        async with autocommit(self._engine) as conn:
             if await member.state(conn, member_id) is not MemberState.ACTIVE:
                 raise UnauthenticatedError("invalid or expired token")
         return member_id

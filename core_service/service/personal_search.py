@@ -16,7 +16,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from core_service.errors import UnavailableError, UpstreamError
 from core_service.repository import context
-from core_service.repository.db import read_only
+from core_service.repository.db import autocommit
 from core_service.service.context_body import normalize_body
 from core_service.service.worker_endpoints import WorkerEndpoints
 
@@ -79,7 +79,7 @@ class PersonalSearch:
         hits = _parsed_hits(response)
         if not hits:
             return []
-        async with read_only(self._engine) as conn:
+        async with autocommit(self._engine) as conn:
             allowed = await context.filter_active_owned(
                 conn, member_id=member_id, context_ids=[hit.context_id for hit in hits]
             )

@@ -10,7 +10,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from core_service.errors import NotFoundError
 from core_service.repository import record_view
-from core_service.repository.db import read_only
+from core_service.repository.db import autocommit
 from core_service.repository.record_view import RecordView
 
 
@@ -27,5 +27,5 @@ class RecordReader:
 
     async def get_many(self, *, viewer_id: int, record_ids: Sequence[int]) -> list[RecordView]:
         """The active records among ``record_ids`` in one query, ordered by id."""
-        async with read_only(self._engine) as conn:
+        async with autocommit(self._engine) as conn:
             return await record_view.load(conn, viewer_id=viewer_id, record_ids=record_ids)

@@ -24,7 +24,7 @@ from core_service.errors import UnavailableError
 from core_service.metrics import CoreMetrics
 from core_service.repository import context, context_ai_state
 from core_service.repository.context_ai_state import Expiries
-from core_service.repository.db import read_only, transaction
+from core_service.repository.db import autocommit, transaction
 from core_service.service.dispatch import DispatchRequest, DispatchResult, WorkerDispatcher
 
 logger = logging.getLogger(__name__)
@@ -88,7 +88,7 @@ class RescanScheduler:
         self._metrics.rescan_claims.inc(len(claimed))
         if not claimed:
             return RescanReport(blocked_closed, finalized)
-        async with read_only(self._engine) as conn:
+        async with autocommit(self._engine) as conn:
             sources = await context.load_for_dispatch(
                 conn, [context_id for context_id, _ in claimed]
             )

@@ -10,8 +10,8 @@ import sys
 import jwt
 from sqlalchemy import text
 
-import pinlog_schema
 from app.repository.db import create_engine
+from pinlog_platform import schema as migrations
 from tests.core.harness import JWT_SECRET
 from tests.harness import PROFILE, SECRET
 
@@ -72,8 +72,8 @@ async def test_either_order_of_the_two_upgrades_leaves_the_same_ai_schema(make_e
         assert code == 0, err
         outputs.append(out.strip())
 
-    every_file = pinlog_schema.discover()
-    ai_files = pinlog_schema.discover(scope=pinlog_schema.Scope.AI)
+    every_file = migrations.discover()
+    ai_files = migrations.discover(scope=migrations.Scope.AI)
     core_only = len(every_file) - len(ai_files)
     assert outputs[0].startswith(f"applied {len(ai_files)} migration(s)")
     assert outputs[1].startswith(f"applied {core_only} migration(s)")
@@ -134,9 +134,10 @@ async def test_configuration_and_database_problems_are_one_line_with_distinct_ex
     assert missing[0] == 2
     assert "Traceback" not in missing[2]
     assert all(
-        line.startswith("configuration error: PINLOG_CORE_") for line in missing[2].splitlines()
+        line.startswith("pinlog-core: configuration error: PINLOG_CORE_")
+        for line in missing[2].splitlines()
     )
     assert len(missing[2].splitlines()) == 5  # every required setting named at once
     assert unreachable[0] == 3
-    assert unreachable[2].strip().startswith("database error:")
+    assert unreachable[2].strip().startswith("pinlog-core: database error:")
     assert "Traceback" not in unreachable[2]

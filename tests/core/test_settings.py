@@ -8,7 +8,8 @@ import os
 import pytest
 from pydantic import ValidationError
 
-from core_service.settings import CoreSettings, describe_errors
+from core_service.settings import ENV_PREFIX, CoreSettings
+from pinlog_platform.settings_rules import describe_errors
 
 VALID = {
     "PINLOG_CORE_DATABASE_URL": "postgresql+asyncpg://u@h/db",
@@ -50,7 +51,7 @@ def test_every_problem_is_reported_at_once_without_values(environment):
     with pytest.raises(ValidationError) as caught:
         CoreSettings()
 
-    lines = describe_errors(caught.value)
+    lines = describe_errors(caught.value, prefix=ENV_PREFIX)
     named = sorted(line.split(":")[0] for line in lines)
     assert named == [
         "PINLOG_CORE_DATABASE_URL",
@@ -60,7 +61,7 @@ def test_every_problem_is_reported_at_once_without_values(environment):
         "PINLOG_CORE_WORKER_BASE_URL",
     ]
     assert not any("hunter2" in line or "0123456789" in line for line in lines)
-    assert any("white space" in line for line in lines)
+    assert any("leading or trailing whitespace" in line for line in lines)
 
 
 @pytest.mark.parametrize("value", ["16383", "1048577", "-1", "64k"])
@@ -73,5 +74,5 @@ def test_the_body_cap_is_bounded(environment, value):
     with pytest.raises(ValidationError) as caught:
         CoreSettings()
 
-    (line,) = describe_errors(caught.value)
+    (line,) = describe_errors(caught.value, prefix=ENV_PREFIX)
     assert line.startswith("PINLOG_CORE_MAX_REQUEST_BYTES: ")

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import pytest
 from sqlalchemy.engine import make_url
 
-from app import exit_codes
+from pinlog_platform.cli import exit_codes
 from tests.fake_openai import Scripted
 from tests.harness import SECRET
 

@@ -8,9 +8,9 @@ import sys
 
 from sqlalchemy import text
 
-import pinlog_schema
 from demo.feed import load_changes, load_samples
 from demo.run import both_services, feed_and_report, offline_settings, prepare_database
+from pinlog_platform import schema as migrations
 
 JWT_SECRET = "demo-test-jwt-secret-0123456789abcdef"
 
@@ -59,7 +59,7 @@ async def test_cli_db_upgrade_twice_applies_then_nothing(empty_database):
     first_code, first_out = await _run(command, env)
     second_code, second_out = await _run(command, env)
 
-    ai_files = pinlog_schema.discover(scope=pinlog_schema.Scope.AI)
+    ai_files = migrations.discover(scope=migrations.Scope.AI)
     assert first_code == 0, first_out
     assert f"applied {len(ai_files)} migration(s)" in first_out
     assert not any(file.is_core for file in ai_files)

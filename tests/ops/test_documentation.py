@@ -22,9 +22,7 @@ CLIS = {"pinlog-ai": worker_cli, "pinlog-core": core_cli}
 CITED_SOURCES = (
     "app",
     "core_service",
-    "pinlog_schema",
-    "pinlog_logging",
-    "pinlog_body_limit",
+    "pinlog_platform",
     "demo",
     "bench",
     "tests",

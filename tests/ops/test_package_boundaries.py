@@ -1,4 +1,4 @@
-"""The two services share only the database, HTTP and the small ``pinlog_*`` packages (§0,
+"""The two services share only the database, HTTP and ``pinlog_platform`` (§0,
 docs/architecture.md): ``app`` never imports ``core_service`` nor the reverse, and a shared
 package imports neither. ``demo`` (development only, ``make run``) composes both and is exempt.
 """
@@ -12,7 +12,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 SERVICES = {"app", "core_service"}
-SHARED = ("pinlog_schema", "pinlog_logging", "pinlog_body_limit")
+SHARED = ("pinlog_platform",)
 
 
 def _imported_top_levels(package: str) -> dict[str, set[str]]:

@@ -19,8 +19,8 @@ from sqlalchemy import text
 
 from app.repository.db import autocommit as worker_autocommit
 from app.repository.db import create_engine as create_worker_engine
+from core_service.repository.db import autocommit as core_autocommit
 from core_service.repository.db import create_engine as create_core_engine
-from core_service.repository.db import read_only as core_read_only
 from tests.core.harness import bearer, core_settings, make_member, running_core
 from tests.harness import running_worker, worker_settings
 from tests.ops.pgbouncer import find_binary, running_pgbouncer
@@ -66,7 +66,7 @@ async def test_timeouts_are_set_per_transaction_and_in_the_autocommit_helpers(
 ) -> None:
     cases = (
         (create_worker_engine, worker_autocommit, "3s"),
-        (create_core_engine, core_read_only, "5s"),
+        (create_core_engine, core_autocommit, "5s"),
     )
     for factory, helper, expected in cases:
         engine = factory(bouncer_url, transaction_pooling=True)

@@ -13,10 +13,10 @@ import pytest
 from sqlalchemy import text
 from typer.testing import CliRunner
 
-import pinlog_schema
 from app.cli import app as ai_cli
 from app.errors import ConfigurationError
 from app.repository.db import VECTOR_TYPE_MISSING, create_engine
+from pinlog_platform import schema as migrations
 
 ROUND_TRIP = text("SELECT CAST(:v AS vector) AS v")
 
@@ -42,11 +42,11 @@ async def _migrated_with_vector_in_extensions(url: str) -> str:
         "CREATE EXTENSION vector SCHEMA extensions",
         f'ALTER DATABASE "{database}" SET search_path = "$user", public, extensions',
     )
-    migrations = create_engine(url, with_vector_codec=False)
+    migration_engine = create_engine(url, with_vector_codec=False)
     try:
-        await pinlog_schema.upgrade(migrations)
+        await migrations.upgrade(migration_engine)
     finally:
-        await migrations.dispose()
+        await migration_engine.dispose()
     return database
 
 

@@ -12,7 +12,7 @@ from sqlalchemy.engine import make_url
 from app.repository import context_ai_state
 from app.repository.db import register_vector_codec
 from app.repository.stage_pool import StagePool
-from app.states import Stage, Status
+from pinlog_platform.states import Stage, Status
 from tests.builders import fetch_state, make_state
 
 EXPIRY = 600

@@ -1,4 +1,4 @@
-"""``pinlog_schema``: the shared migration runner of both services (§1, §8)."""
+"""``pinlog_platform.schema``: the shared migration runner of both services (§1, §8)."""
 
 from __future__ import annotations
 
@@ -8,31 +8,31 @@ import shutil
 import pytest
 from sqlalchemy import text
 
-import pinlog_schema
 from app.repository.db import create_engine
 from app.settings import Settings
-from pinlog_schema import MigrationError
+from pinlog_platform import schema as migrations
+from pinlog_platform.schema import MigrationError
 
 
 async def test_upgrade_twice_applies_everything_then_nothing(empty_database):
     engine = create_engine(empty_database, with_vector_codec=False)
     try:
-        first = await pinlog_schema.upgrade(engine)
-        second = await pinlog_schema.upgrade(engine)
+        first = await migrations.upgrade(engine)
+        second = await migrations.upgrade(engine)
     finally:
         await engine.dispose()
-    assert first == [m.filename for m in pinlog_schema.discover()]
+    assert first == [m.filename for m in migrations.discover()]
     assert second == []
 
 
 async def test_concurrent_upgrades_apply_each_file_once(empty_database):
     engines = [create_engine(empty_database, with_vector_codec=False) for _ in range(3)]
     try:
-        applied = await asyncio.gather(*(pinlog_schema.upgrade(engine) for engine in engines))
+        applied = await asyncio.gather(*(migrations.upgrade(engine) for engine in engines))
     finally:
         for engine in engines:
             await engine.dispose()
-    assert sorted(len(names) for names in applied) == [0, 0, len(pinlog_schema.discover())]
+    assert sorted(len(names) for names in applied) == [0, 0, len(migrations.discover())]
 
 
 async def test_changed_applied_file_stops_the_upgrade(empty_database, migrations_dir, tmp_path):
@@ -40,11 +40,11 @@ async def test_changed_applied_file_stops_the_upgrade(empty_database, migrations
     shutil.copytree(migrations_dir, copy)
     engine = create_engine(empty_database, with_vector_codec=False)
     try:
-        await pinlog_schema.upgrade(engine, directory=copy)
+        await migrations.upgrade(engine, directory=copy)
         first = sorted(copy.glob("*.sql"))[0]
         first.write_text(first.read_text() + "\n-- edited\n")
         with pytest.raises(MigrationError, match="changed after it was applied"):
-            await pinlog_schema.upgrade(engine, directory=copy)
+            await migrations.upgrade(engine, directory=copy)
     finally:
         await engine.dispose()
 
@@ -56,7 +56,7 @@ async def test_failing_file_leaves_nothing_applied(empty_database, migrations_di
     engine = create_engine(empty_database, with_vector_codec=False)
     try:
         with pytest.raises(Exception, match="division by zero"):
-            await pinlog_schema.upgrade(engine, directory=copy)
+            await migrations.upgrade(engine, directory=copy)
         async with engine.connect() as conn:
             exists = (
                 await conn.execute(text("SELECT to_regclass('ai.context_ai_state')"))

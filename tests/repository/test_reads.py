@@ -8,7 +8,7 @@ import hashlib
 import numpy as np
 
 from app.repository import context_start, keyword_preset
-from app.states import Status
+from pinlog_platform.states import Status
 from tests.builders import PROFILE, fetch_state, make_embedding, make_preset, make_state, vector
 
 QUIET = hashlib.sha256("조용한 카페".encode()).digest()

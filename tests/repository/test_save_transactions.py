@@ -10,7 +10,7 @@ from sqlalchemy import text
 
 from app.errors import DatabaseStatementError
 from app.repository import context_ai_state, stage_saves
-from app.states import Stage
+from pinlog_platform.states import Stage
 from tests.builders import (
     PROFILE,
     cancel_context,

@@ -21,7 +21,7 @@ from sqlalchemy import text
 from app.errors import DatabaseUnavailable
 from app.repository import context_ai_state, stage_saves
 from app.repository.stage_pool import StagePool
-from app.states import Stage
+from pinlog_platform.states import Stage
 from tests.builders import count_rows, fetch_state, make_state, vector
 from tests.ops.pgbouncer import find_binary, running_pgbouncer
 

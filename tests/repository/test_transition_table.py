@@ -15,7 +15,7 @@ import pytest
 from sqlalchemy import text
 
 from app.repository import context_ai_state, context_start, stage_saves
-from app.states import WORKER_TRANSITIONS, Stage, Status
+from pinlog_platform.states import WORKER_TRANSITIONS, Stage, Status
 from tests.builders import PROFILE, fetch_state, make_preset, make_state, vector
 
 EXPIRY = 600

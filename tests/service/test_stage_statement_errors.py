@@ -16,7 +16,7 @@ from sqlalchemy import text
 
 from app.errors import DatabaseStatementError
 from app.repository import context_ai_state, stage_saves
-from app.states import Stage
+from pinlog_platform.states import Stage
 from tests.builders import fetch_state, make_state
 from tests.fake_openai import Scripted, judge_body
 

@@ -1,5 +1,5 @@
-"""Log lines of both services (``pinlog_logging``): JSON objects with the context fields, or
-readable text, one record per line."""
+"""Log lines of both services (``pinlog_platform.logging``): JSON objects with the context
+fields, or readable text, one record per line."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import logging
 
 import pytest
 
-import pinlog_logging
+from pinlog_platform import logging as log_output
 
 
 @pytest.fixture
@@ -24,10 +24,10 @@ def restore_root_logging():
 
 
 def test_json_lines_carry_level_logger_and_the_active_context(restore_root_logging, capfd):
-    pinlog_logging.configure("json")
+    log_output.configure("json")
     log = logging.getLogger("pinlog.test")
 
-    with pinlog_logging.log_context(context_id=42), pinlog_logging.log_context(stage="keyword"):
+    with log_output.log_context(context_id=42), log_output.log_context(stage="keyword"):
         log.warning("stage left for the rescan: %s", "TimeoutError")
     log.info("outside")
 
@@ -42,10 +42,10 @@ def test_json_lines_carry_level_logger_and_the_active_context(restore_root_loggi
 
 
 def test_text_lines_append_the_context_and_keep_a_traceback_below(restore_root_logging, capfd):
-    pinlog_logging.configure("text")
+    log_output.configure("text")
     log = logging.getLogger("pinlog.test")
 
-    with pinlog_logging.log_context(context_id=7):
+    with log_output.log_context(context_id=7):
         try:
             raise ValueError("boom")
         except ValueError:

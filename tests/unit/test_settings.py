@@ -8,7 +8,8 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from app.settings import OFFLINE_EMBEDDING_MODEL, OFFLINE_PROFILE, Settings, describe_errors
+from app.settings import ENV_PREFIX, OFFLINE_EMBEDDING_MODEL, OFFLINE_PROFILE, Settings
+from pinlog_platform.settings_rules import describe_errors
 
 DATABASE_URL = "postgresql+asyncpg://pinlog:pinlog@localhost:5432/pinlog"
 SECRET = "unit-test-internal-secret-0123"
@@ -77,7 +78,7 @@ def test_profile_without_dimension_distance_and_revision_is_rejected():
 def problems(**overrides: Any) -> list[str]:
     with pytest.raises(ValidationError) as raised:
         openai_settings(**overrides)
-    return describe_errors(raised.value)
+    return describe_errors(raised.value, prefix=ENV_PREFIX)
 
 
 def test_openai_embedding_provider_without_api_key_is_rejected():
@@ -156,7 +157,7 @@ def test_validation_errors_never_print_secret_values(overrides):
     with pytest.raises(ValidationError) as raised:
         openai_settings(**overrides)
 
-    lines = describe_errors(raised.value)
+    lines = describe_errors(raised.value, prefix=ENV_PREFIX)
     assert lines
     for rendered in (str(raised.value), *lines):
         assert not any(secret in rendered for secret in secrets), rendered
@@ -166,7 +167,7 @@ def test_described_errors_name_the_environment_variable():
     with pytest.raises(ValidationError) as raised:
         Settings(database_url=DATABASE_URL)
 
-    assert describe_errors(raised.value) == [
+    assert describe_errors(raised.value, prefix=ENV_PREFIX) == [
         "PINLOG_INTERNAL_SECRET: is required and not set",
         "PINLOG_EMBEDDING_API_KEY: is required when PINLOG_EMBEDDING_PROVIDER is openai",
         "PINLOG_JUDGE_API_KEY: is required when PINLOG_JUDGE_PROVIDER is openai",

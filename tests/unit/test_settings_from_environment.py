@@ -12,7 +12,8 @@ import os
 import pytest
 from pydantic import ValidationError
 
-from app.settings import Settings, describe_errors
+from app.settings import ENV_PREFIX, Settings
+from pinlog_platform.settings_rules import describe_errors
 
 VALID = {
     "PINLOG_DATABASE_URL": "postgresql+asyncpg://pinlog:pw-do-not-print@localhost/pinlog",
@@ -61,7 +62,7 @@ def env(monkeypatch: pytest.MonkeyPatch):
 def problems() -> list[str]:
     with pytest.raises(ValidationError) as raised:
         Settings()
-    return describe_errors(raised.value)
+    return describe_errors(raised.value, prefix=ENV_PREFIX)
 
 
 def test_the_three_groups_cover_every_setting():

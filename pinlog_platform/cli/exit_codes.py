@@ -1,4 +1,4 @@
-"""Exit codes of the ``pinlog-ai`` commands for startup problems (README "Exit codes").
+"""Exit codes of both CLIs for startup problems (README "Exit codes").
 
 Leaf module: the CLI reads it before anything heavy is imported, so a configuration error is
 reported fast.

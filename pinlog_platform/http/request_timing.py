@@ -1,11 +1,12 @@
 """HTTP request latency by route template, method and status class, as pure ASGI middleware.
 
-Pure ASGI rather than ``BaseHTTPMiddleware``: no extra task and no response re-streaming per
-request on the accept path (issue 9), only a wrapped ``send``. Labels come from fixed sets, so
-a caller choosing paths or methods creates no series: the route template that matched (never
-the raw path), ``unmatched`` when routing did not run or found nothing (including requests the
-secret check refused, 401, or a declared body over the cap, 413), a known method or ``other``,
-and the status class (``2xx`` .. ``5xx``; ``5xx`` when the app raised before answering).
+Used by both services. Pure ASGI rather than ``BaseHTTPMiddleware``: no extra task and no
+response re-streaming per request on the accept path, only a wrapped ``send``. Labels come from
+fixed sets, so a caller choosing paths or methods creates no series: the route template that
+matched (never the raw path), ``unmatched`` when routing did not run or found nothing (including
+requests the secret check refused, 401, or a declared body over the cap, 413), a known method or
+``other``, and the status class (``2xx`` .. ``5xx``; ``5xx`` when the app raised before
+answering).
 """
 
 from __future__ import annotations
@@ -15,11 +16,15 @@ import time
 from prometheus_client import Histogram
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from app.metrics import HTTP_METHODS, OTHER_METHOD, UNMATCHED_ROUTE
+# The label values of method and route outside the known sets.
+HTTP_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
+UNMATCHED_ROUTE = "unmatched"
+OTHER_METHOD = "other"
 
 
 class RequestTimingMiddleware:
-    """Observes each HTTP request's duration in seconds into ``histogram``."""
+    """Observes each HTTP request's duration in seconds into ``histogram``, a Prometheus
+    histogram labelled ``(route, method, status)`` in that order."""
 
     def __init__(self, app: ASGIApp, *, histogram: Histogram) -> None:
         self._app = app
