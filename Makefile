@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: venv run test lint format bench eval docs clean lock
+.PHONY: venv run test test-fast lint format bench eval docs clean lock
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -19,6 +19,11 @@ run: venv
 
 test: venv lint
 	$(BIN)/pytest
+
+# Everything but the tests that start services or programs as subprocesses (e2e, CLI,
+# PgBouncer): the suite's own PostgreSQL is the only server besides in-process ones.
+test-fast: venv lint
+	$(BIN)/pytest -m "not processes"
 
 lint: venv
 	$(BIN)/ruff check .

@@ -26,7 +26,28 @@ from app.repository.db import create_engine
 from app.repository.stage_pool import StagePool
 from pinlog_platform import schema as migrations
 from tests.fake_openai import FakeOpenAI, Scripted
-from tests.harness import embed_bundled_presets, running_worker, worker_settings
+from tests.worker.harness import embed_bundled_presets, running_worker, worker_settings
+
+# Modules that start the services or other programs as subprocesses, besides every e2e test:
+# marked ``processes`` so that ``make test-fast`` can leave them out.
+PROCESS_MODULES = frozenset(
+    {
+        "tests/core/cli/test_cli.py",
+        "tests/ops/test_doctor.py",
+        "tests/ops/test_embedded_postgres_unclean_exit.py",
+        "tests/ops/test_pgbouncer.py",
+        "tests/ops/test_serve_options.py",
+    }
+)
+TESTS_ROOT = Path(__file__).resolve().parent
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        module = item.path.resolve().relative_to(TESTS_ROOT.parent).as_posix()
+        if module.startswith("tests/e2e/") or module in PROCESS_MODULES:
+            item.add_marker(pytest.mark.processes)
+
 
 CLEANED_TABLES = (
     "ai.context_keyword",

@@ -3,7 +3,7 @@
 It records every ``POST /internal/v1/context/process`` body and answers by mode: ``accept``
 (202), ``refuse`` (503 with ``Retry-After``, as a full worker queue does) or ``hang`` (never
 answers until released), so the core's dispatch and rescan are tested over real TCP.
-Runs on the test's event loop (``tests.harness.serving``).
+Runs on the test's event loop (``tests.worker.harness.serving``).
 """
 
 from __future__ import annotations

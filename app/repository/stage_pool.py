@@ -44,7 +44,7 @@ class StagePool:
         self._transaction_pooling = transaction_pooling
         self._set_local = connection.set_local_statement(SESSION_SETTINGS)
         # Statements run since open, one per ``fetch_row`` (the per-context statement budget
-        # is checked against it: tests/service/test_hot_path_budget.py).
+        # is checked against it: tests/worker/service/test_hot_path_budget.py).
         self.statements_run = 0
 
     @classmethod

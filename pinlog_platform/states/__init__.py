@@ -32,7 +32,7 @@ class Stage(StrEnum):
 
 
 # Transitions the worker itself may perform on one stage (§2). The WHERE clauses in
-# repository/context_ai_state.py enforce them; tests/repository/test_transition_table.py
+# repository/context_ai_state.py enforce them; tests/worker/repository/test_transition_table.py
 # drives every statement from every status and checks the outcome against this table.
 WORKER_TRANSITIONS: frozenset[tuple[Status, Status]] = frozenset(
     {

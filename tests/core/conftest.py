@@ -8,7 +8,7 @@ import pytest
 
 from tests.core.harness import core_settings, make_member, running_core
 from tests.fake_worker import FakeWorker
-from tests.harness import SECRET, serving
+from tests.worker.harness import SECRET, serving
 
 
 @pytest.fixture

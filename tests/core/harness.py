@@ -18,7 +18,7 @@ from core_service.repository.db import transaction
 from core_service.service.member_tokens import issue_token
 from core_service.service.rescan import RescanScheduler
 from core_service.settings import CoreSettings
-from tests.harness import PROFILE, SECRET, serving
+from tests.worker.harness import PROFILE, SECRET, serving
 
 JWT_SECRET = "test-jwt-secret-0123456789abcdef0123456789"
 

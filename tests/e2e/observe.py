@@ -12,7 +12,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from tests.core.facts import count
+from tests.core.support import count
 
 POLL_SECONDS = 0.1
 UNFINISHED = ("PENDING", "PROCESSING")

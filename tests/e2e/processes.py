@@ -23,7 +23,7 @@ import httpx
 
 from tests.core.harness import JWT_SECRET
 from tests.fake_openai import FakeOpenAI
-from tests.harness import PROFILE, SECRET
+from tests.worker.harness import PROFILE, SECRET
 
 READY_TIMEOUT_SECONDS = 60.0
 STOP_TIMEOUT_SECONDS = 15.0

@@ -18,7 +18,7 @@ from sqlalchemy.engine import make_url
 
 from pinlog_platform.cli import exit_codes
 from tests.fake_openai import Scripted
-from tests.harness import SECRET
+from tests.worker.harness import SECRET
 
 KEY = "sk-cli-test-key-do-not-print"
 PASSWORD = "pw-do-not-print"

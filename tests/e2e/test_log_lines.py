@@ -8,11 +8,11 @@ import json
 import httpx
 
 from app.repository import keyword_preset
-from tests.builders import make_state
 from tests.e2e.observe import wait_until
 from tests.e2e.processes import ServiceProcess, worker_environment
 from tests.fake_openai import Scripted
-from tests.harness import SECRET
+from tests.worker.harness import SECRET
+from tests.worker.support import make_state
 
 NOTE = "로그에 나오면 안 되는 비밀 메모"
 

@@ -15,8 +15,8 @@ import httpx
 from sqlalchemy import text
 
 from app.repository import keyword_preset
-from tests.core.facts import count
 from tests.core.harness import bearer, make_member
+from tests.core.support import count
 from tests.e2e.observe import wait_until
 from tests.e2e.processes import ServiceProcess, core_environment, worker_environment
 from tests.fake_openai import Scripted

@@ -11,9 +11,8 @@ import sys
 
 import httpx
 
-from tests.builders import count_rows, fetch_state, make_state
-from tests.harness import SECRET, running_worker, worker_settings
-from tests.service.support import arrived, backdate, release
+from tests.worker.harness import SECRET, running_worker, worker_settings
+from tests.worker.support import arrived, backdate, count_rows, fetch_state, make_state, release
 
 NOTES = {
     1: "노트북 들고 공부하기 좋은 조용한 카페. 콘센트 많음.",

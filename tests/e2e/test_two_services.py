@@ -9,7 +9,7 @@ import asyncio
 
 from sqlalchemy import text
 
-from tests.core.facts import embedding_deleted
+from tests.core.support import embedding_deleted
 from tests.e2e.conftest import OTHER, CoreApi, Services
 from tests.e2e.observe import (
     StateRow,
@@ -23,7 +23,7 @@ from tests.e2e.observe import (
     wait_until,
 )
 from tests.e2e.processes import member_token
-from tests.service.support import arrived, release
+from tests.worker.support import arrived, release
 
 NOTE = "노트북 들고 공부하기 좋은 조용한 카페. 콘센트 많음."
 EDITED = "친구들이랑 수다 떨기 좋은 넓은 술집. 단체석 있음."

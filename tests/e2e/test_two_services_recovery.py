@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from tests.core.facts import embedding_deleted
+from tests.core.support import embedding_deleted
 from tests.e2e.conftest import CoreApi, Services
 from tests.e2e.observe import (
     StateRow,
@@ -26,7 +26,7 @@ from tests.e2e.observe import (
 )
 from tests.e2e.processes import PENDING_EXPIRY_SECONDS, PROCESSING_EXPIRY_SECONDS, rescan_once
 from tests.fake_openai import Scripted
-from tests.service.support import arrived, release
+from tests.worker.support import arrived, release
 
 NOTES = (
     "노트북 들고 공부하기 좋은 조용한 카페. 콘센트 많음.",

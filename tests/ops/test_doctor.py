@@ -14,7 +14,7 @@ from sqlalchemy import text
 from app.errors import ConfigurationError
 from app.service.doctor import CHECKS, examine
 from app.service.vector_columns import check_vector_columns
-from tests.builders import (
+from tests.worker.support import (
     DIMENSION,
     PROFILE,
     make_embedding,

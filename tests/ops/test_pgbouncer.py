@@ -22,8 +22,8 @@ from app.repository.db import create_engine as create_worker_engine
 from core_service.repository.db import autocommit as core_autocommit
 from core_service.repository.db import create_engine as create_core_engine
 from tests.core.harness import bearer, core_settings, make_member, running_core
-from tests.harness import running_worker, worker_settings
 from tests.ops.pgbouncer import find_binary, running_pgbouncer
+from tests.worker.harness import running_worker, worker_settings
 
 BINARY = find_binary()
 pytestmark = pytest.mark.skipif(

@@ -18,7 +18,7 @@ import typer.main
 
 from app.cli import DEFAULT_KEEP_ALIVE_SECONDS
 from app.cli import app as ai_cli
-from tests.harness import SECRET
+from tests.worker.harness import SECRET
 
 CORE_CLIENT_IDLE_SECONDS = 2.0  # keepalive_expiry of core_service.main.build_worker_client
 

@@ -1,0 +1,65 @@
+"""``GET /metrics`` of the core service after real traffic (issue 8 item 4). Each app has its
+own registry, so these counts are this test's alone."""
+
+from __future__ import annotations
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.core import support as facts
+from tests.core.harness import bearer
+from tests.worker.support import set_statuses
+
+
+async def _samples(core) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    body = (await core.client.get("/metrics")).text
+    return {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families(body)
+        for sample in family.samples
+    }
+
+
+def _value(samples, name: str, **labels: str) -> float:
+    return samples.get((name, tuple(sorted(labels.items()))), 0.0)
+
+
+async def test_core_metrics_count_this_apps_traffic(core_with_fake_worker, fake_worker, engine):
+    core = core_with_fake_worker
+    first = (await core.create(1, "첫 메모")).json()
+    await core.create(1, "두 번째 메모")
+    await core.client.put(
+        f"/api/v1/contexts/{first['contextId']}", json={"body": "고친 메모"}, headers=bearer(1)
+    )
+    await core.client.get(f"/api/v1/records/{first['recordId']}", headers=bearer(2))
+    refused = await core.client.delete(f"/api/v1/contexts/{first['contextId']}", headers=bearer(1))
+    await fake_worker.wait_for_requests(3)
+    await core.app.state.dispatcher.drain(5)
+    exhausted = (await core.create(1, "다른 곳 메모", place="other")).json()["contextId"]
+    await set_statuses(
+        engine, context_id=exhausted, embedding_status="PENDING", keyword_status="PENDING",
+        retry_count=3,
+    )  # fmt: skip
+    await facts.backdate(engine, exhausted, 301)
+    await core.scheduler().run_once()
+
+    samples = await _samples(core)
+
+    assert refused.status_code == 409
+    lifecycle = "pinlog_core_lifecycle_operations_total"
+    assert _value(samples, lifecycle, operation="create", outcome="record_created") == 2
+    assert _value(samples, lifecycle, operation="create", outcome="context_added") == 1
+    assert _value(samples, lifecycle, operation="modify", outcome="replaced") == 1
+    assert _value(samples, "pinlog_core_dispatches_total", origin="commit", result="accepted") >= 3
+    assert _value(samples, "pinlog_core_finalized_total", reason="retries_exhausted") == 1
+    latency = "pinlog_core_http_request_seconds_count"
+    assert _value(samples, latency, route="/api/v1/records", method="POST", status="2xx") == 3
+    assert (
+        _value(
+            samples, latency, route="/api/v1/contexts/{context_id}", method="DELETE", status="4xx"
+        )
+        == 1
+    )
+    assert (
+        _value(samples, latency, route="/api/v1/records/{record_id}", method="GET", status="2xx")
+        == 1
+    )

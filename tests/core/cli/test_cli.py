@@ -1,0 +1,143 @@
+"""``pinlog-core`` as a real command: migrations of both services in either order, tokens,
+one rescan pass, and one-line errors with distinct exit codes (no traceback)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+
+import jwt
+from sqlalchemy import text
+
+from app.repository.db import create_engine
+from pinlog_platform import schema as migrations
+from tests.core.harness import JWT_SECRET
+from tests.worker.harness import PROFILE, SECRET
+
+CORE = [sys.executable, "-m", "core_service.cli"]
+WORKER = [sys.executable, "-m", "app.cli"]
+
+# Everything that makes up the ai schema: columns, constraints, indexes.
+AI_SCHEMA_FACTS = text(
+    """
+    SELECT 'column' AS kind, table_name || '.' || column_name || ' ' || data_type || ' '
+           || is_nullable || ' ' || coalesce(column_default, '') AS fact
+    FROM information_schema.columns WHERE table_schema = 'ai'
+    UNION ALL
+    SELECT 'constraint', conrelid::regclass::text || ' ' || pg_get_constraintdef(oid)
+    FROM pg_constraint WHERE connamespace = 'ai'::regnamespace
+    UNION ALL
+    SELECT 'index', indexdef FROM pg_indexes WHERE schemaname = 'ai'
+    ORDER BY 1, 2
+    """
+)
+
+
+def _environment(**values: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PINLOG_")}
+    env.update(values)
+    return env
+
+
+async def _run(command: list[str], env: dict[str, str]) -> tuple[int, str, str]:
+    process = await asyncio.create_subprocess_exec(
+        *command, env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
+    )
+    out, err = await asyncio.wait_for(process.communicate(), timeout=60)
+    return process.returncode, out.decode(), err.decode()
+
+
+async def _ai_schema(url: str) -> list[tuple[str, str]]:
+    engine = create_engine(url, with_vector_codec=False)
+    try:
+        async with engine.connect() as conn:
+            return [tuple(row) for row in await conn.execute(AI_SCHEMA_FACTS)]
+    finally:
+        await engine.dispose()
+
+
+async def test_either_order_of_the_two_upgrades_leaves_the_same_ai_schema(make_empty_database):
+    ai_first, core_first = await make_empty_database(), await make_empty_database()
+
+    steps = [
+        (WORKER, ai_first, "PINLOG_DATABASE_URL"),
+        (CORE, ai_first, "PINLOG_CORE_DATABASE_URL"),
+        (CORE, core_first, "PINLOG_CORE_DATABASE_URL"),
+        (WORKER, core_first, "PINLOG_DATABASE_URL"),
+    ]
+    outputs = []
+    for command, url, variable in steps:
+        code, out, err = await _run([*command, "db", "upgrade"], _environment(**{variable: url}))
+        assert code == 0, err
+        outputs.append(out.strip())
+
+    every_file = migrations.discover()
+    ai_files = migrations.discover(scope=migrations.Scope.AI)
+    core_only = len(every_file) - len(ai_files)
+    assert outputs[0].startswith(f"applied {len(ai_files)} migration(s)")
+    assert outputs[1].startswith(f"applied {core_only} migration(s)")
+    assert outputs[2].startswith(f"applied {len(every_file)} migration(s)")
+    assert outputs[3] == "applied 0 migration(s)"
+    assert await _ai_schema(ai_first) == await _ai_schema(core_first)
+    assert await _ai_schema(ai_first)  # the comparison saw a real schema
+
+
+async def test_core_upgrade_twice_applies_everything_then_nothing(empty_database):
+    env = _environment(PINLOG_CORE_DATABASE_URL=empty_database)
+    first = await _run([*CORE, "db", "upgrade"], env)
+    second = await _run([*CORE, "db", "upgrade"], env)
+    assert first[0] == 0 and second[0] == 0
+    assert second[1].strip() == "applied 0 migration(s)"
+
+
+async def test_token_creates_the_member_and_prints_only_the_token(engine, migrated_database):
+    env = _environment(
+        PINLOG_CORE_DATABASE_URL=migrated_database, PINLOG_CORE_JWT_SECRET=JWT_SECRET
+    )
+
+    code, out, err = await _run([*CORE, "token", "--member", "42"], env)
+
+    assert code == 0, err
+    assert out.count("\n") == 1
+    claims = jwt.decode(out.strip(), JWT_SECRET, algorithms=["HS256"])
+    assert claims["sub"] == "42" and claims["exp"] > claims["iat"]
+    async with engine.connect() as conn:
+        exists = (
+            await conn.execute(text("SELECT count(*) FROM core.member WHERE id = 42"))
+        ).scalar()
+    assert exists == 1
+
+
+async def test_rescan_once_prints_its_counts(engine, migrated_database):
+    env = _environment(
+        PINLOG_CORE_DATABASE_URL=migrated_database,
+        PINLOG_CORE_WORKER_BASE_URL="http://127.0.0.1:9",
+        PINLOG_CORE_INTERNAL_SECRET=SECRET,
+        PINLOG_CORE_JWT_SECRET=JWT_SECRET,
+        PINLOG_CORE_EMBEDDING_PROFILE=PROFILE,
+    )
+
+    code, out, err = await _run([*CORE, "rescan", "--once"], env)
+
+    assert code == 0, err
+    assert out.startswith("closed 0 blocked keyword stage(s), finalized 0, claimed 0")
+
+
+async def test_configuration_and_database_problems_are_one_line_with_distinct_exit_codes():
+    missing = await _run([*CORE, "rescan", "--once"], _environment())
+    unreachable = await _run(
+        [*CORE, "db", "upgrade"],
+        _environment(PINLOG_CORE_DATABASE_URL="postgresql+asyncpg://u@127.0.0.1:9/db"),
+    )
+
+    assert missing[0] == 2
+    assert "Traceback" not in missing[2]
+    assert all(
+        line.startswith("pinlog-core: configuration error: PINLOG_CORE_")
+        for line in missing[2].splitlines()
+    )
+    assert len(missing[2].splitlines()) == 5  # every required setting named at once
+    assert unreachable[0] == 3
+    assert unreachable[2].strip().startswith("pinlog-core: database error:")
+    assert "Traceback" not in unreachable[2]

@@ -1,0 +1,261 @@
+"""The offline learned judge (§4): what it was trained on, candidates only, fallback rule,
+the gate, the best-one floor and the cap, and the serving rule equal to the one tuned."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+from app.errors import ConfigurationError
+from app.providers.base import JudgeCandidate
+from app.providers.hashing import hash_embed
+from app.providers.learned_judge import (
+    ARTIFACT_DIR,
+    ARTIFACT_NAME,
+    JudgeModel,
+    LearnedJudge,
+    load_model,
+    note_features,
+)
+from app.providers.sentence_encoder import shared_encoder
+from app.service.preset_loader import read_preset_file
+from app.settings import LEARNED_JUDGE_REVISION
+
+EVAL_DIR = Path(__file__).resolve().parents[3] / "bench" / "keyword_eval"
+PRESETS = {p.code: p for p in read_preset_file().presets}
+
+
+def _candidate(code: str, similarity: float = 0.3) -> JudgeCandidate:
+    p = PRESETS[code]
+    return JudgeCandidate(
+        p.id, p.display_name, p.category, p.description, p.examples, similarity, code=p.code
+    )
+
+
+def _judge(fallback: float = 0.26, model: JudgeModel | None = None) -> LearnedJudge:
+    return LearnedJudge(
+        shared_encoder(),
+        model or load_model(),
+        fallback_threshold=fallback,
+        profile="local-use-logreg-judge-test",
+        revision=LEARNED_JUDGE_REVISION,
+    )
+
+
+def test_artifact_was_trained_on_the_committed_development_part_only():
+    meta = json.loads((ARTIFACT_DIR / f"{ARTIFACT_NAME}.json").read_text(encoding="utf-8"))
+    parts = meta["trained_on"]["development_parts"]
+
+    assert [p["file"] for p in parts] == ["dev.yaml"]
+    for part in parts:
+        digest = hashlib.sha256((EVAL_DIR / part["file"]).read_bytes()).hexdigest()
+        assert part["sha256"] == digest
+    assert "test" not in json.dumps(meta["trained_on"])
+    assert meta["revision"] == LEARNED_JUDGE_REVISION
+
+
+def test_artifact_covers_usable_presets_only():
+    model = load_model()
+    usable = {c for c, p in PRESETS.items() if p.is_active and p.visibility != "BLOCKED"}
+
+    assert set(model.codes) == usable
+    assert model.weights.shape == (len(usable), 512 + model.hash_dimension)
+    assert model.gate_weights.shape == (512 + model.hash_dimension,)
+
+
+def test_every_usable_preset_has_at_least_ten_development_positives():
+    meta = json.loads((ARTIFACT_DIR / f"{ARTIFACT_NAME}.json").read_text(encoding="utf-8"))
+    positives = meta["trained_on"]["positives_per_preset"]
+
+    assert min(positives.values()) >= 10
+    assert meta["trained_on"]["notes_without_keyword"] >= 50
+
+
+def test_recorded_settings_are_the_cross_validation_best_under_the_stated_rule():
+    meta = json.loads((ARTIFACT_DIR / f"{ARTIFACT_NAME}.json").read_text(encoding="utf-8"))
+    best = meta["cross_validation"]["best"]
+    model = load_model()
+
+    assert best["no_keyword_kept_empty"] >= 0.85
+    assert meta["cross_validation"]["top_30"][0]["f1"] >= best["f1"]
+    assert model.gate_threshold == pytest.approx(best["gate_threshold"])
+    assert model.top1_floor == pytest.approx(best["top1_floor"])
+    assert model.max_selected == best["max_selected"]
+    assert np.allclose(model.thresholds, best["threshold"])
+
+
+def test_note_features_are_the_sentence_vector_then_the_hashing_vector():
+    vector = np.linspace(-1, 1, 512, dtype=np.float32)
+
+    features = note_features(vector, "콘센트 많음", 1024)
+
+    assert features.shape == (1536,)
+    assert np.array_equal(features[:512], vector)
+    assert np.array_equal(features[512:], hash_embed("콘센트 많음", 1024))
+    assert not note_features(vector, "   ", 1024)[512:].any()
+
+
+async def test_selects_the_fitting_preset_with_a_probability_as_confidence():
+    verdict = await _judge().judge(
+        "강아지랑 같이 들어갈 수 있어서 좋았음", [_candidate("WITH_PETS"), _candidate("READING")]
+    )
+
+    assert [s.keyword_id for s in verdict.selected] == [PRESETS["WITH_PETS"].id]
+    assert 0.0 <= verdict.selected[0].confidence <= 1.0
+    assert verdict.unmatched_concepts == ()
+
+
+async def test_chooses_only_among_the_candidates_it_is_given():
+    """The note is about pets; without that candidate nothing outside the set appears."""
+    verdict = await _judge().judge("강아지랑 같이 들어갈 수 있어서 좋았음", [_candidate("READING")])
+
+    assert {s.keyword_id for s in verdict.selected} <= {PRESETS["READING"].id}
+
+
+async def test_a_facility_only_note_gets_no_keyword():
+    codes = [c for c, p in PRESETS.items() if p.is_active and p.visibility != "BLOCKED"]
+    note = "카드 결제 안 되고 현금만 받아요"
+
+    verdict = await _judge().judge(note, [_candidate(c) for c in codes])
+
+    assert verdict.selected == ()
+
+
+@pytest.mark.parametrize(("similarity", "selected"), [(0.27, True), (0.25, False)])
+async def test_untrained_preset_falls_back_to_the_similarity_rule(similarity, selected):
+    new = JudgeCandidate(900, "새 프리셋", "ACTIVITY", "학습에 없던 프리셋", ("예",), similarity)
+
+    verdict = await _judge(fallback=0.26).judge("아무 메모", [new])
+
+    assert ([s.keyword_id for s in verdict.selected] == [900]) is selected
+
+
+def test_an_artifact_of_another_revision_is_refused():
+    with pytest.raises(ConfigurationError, match="revision"):
+        LearnedJudge(
+            shared_encoder(),
+            load_model(),
+            fallback_threshold=0.3,
+            profile="p",
+            revision=LEARNED_JUDGE_REVISION + 1,
+        )
+
+
+def test_a_missing_artifact_is_a_configuration_error(tmp_path):
+    with pytest.raises(ConfigurationError, match="unreadable"):
+        load_model(tmp_path)
+
+
+def test_probabilities_are_finite_for_extreme_inputs():
+    model = load_model()
+
+    extreme = np.full(512 + model.hash_dimension, 1e6, np.float32)
+
+    assert np.isfinite(model.probability(0, extreme))
+    assert np.isfinite(model.gate(extreme))
+
+
+def _toy_model(**changes) -> JudgeModel:
+    """A real JudgeModel with readable weights: the preset probabilities are set by biases
+    (weights 0), the gate by its bias; every code of the shipped list is trained."""
+    shipped = load_model()
+    n, width = len(shipped.codes), 512 + shipped.hash_dimension
+    model = JudgeModel(
+        codes=shipped.codes,
+        weights=np.zeros((n, width), np.float32),
+        biases=np.full(n, -5.0, np.float32),  # p = 0.007 for every preset
+        thresholds=np.full(n, 0.5, np.float32),
+        gate_weights=np.zeros(width, np.float32),
+        gate_bias=5.0,  # gate = 0.993
+        gate_threshold=0.5,
+        top1_floor=1.01,
+        max_selected=5,
+        hash_dimension=shipped.hash_dimension,
+        revision=shipped.revision,
+    )
+    return dataclasses.replace(model, **changes)
+
+
+def _biases(**logits: float) -> np.ndarray:
+    model = load_model()
+    biases = np.full(len(model.codes), -5.0, np.float32)
+    for code, logit in logits.items():
+        biases[model.index(code)] = logit
+    return biases
+
+
+async def test_at_most_max_selected_are_kept_highest_probability_first():
+    model = _toy_model(biases=_biases(QUIET=3.0, COZY=2.0, READING=1.0), max_selected=2)
+    candidates = [_candidate(c) for c in ("READING", "COZY", "QUIET", "WITH_PETS")]
+
+    verdict = await _judge(model=model).judge("아무 메모", candidates)
+
+    assert [s.keyword_id for s in verdict.selected] == [PRESETS["QUIET"].id, PRESETS["COZY"].id]
+
+
+async def test_a_closed_gate_keeps_trained_presets_out_but_not_the_fallback():
+    model = _toy_model(biases=_biases(QUIET=3.0), gate_bias=-3.0)
+    new = JudgeCandidate(900, "새 프리셋", "ACTIVITY", "학습에 없던 프리셋", ("예",), 0.9)
+
+    verdict = await _judge(model=model).judge("아무 메모", [_candidate("QUIET"), new])
+
+    assert [s.keyword_id for s in verdict.selected] == [900]
+
+
+@pytest.mark.parametrize(("floor", "selected"), [(0.3, True), (0.5, False)])
+async def test_when_none_reaches_its_threshold_the_best_is_taken_above_the_floor(floor, selected):
+    # COZY at p = 0.40 (below the 0.5 threshold), READING at 0.27.
+    model = _toy_model(biases=_biases(COZY=-0.405, READING=-1.0), top1_floor=floor)
+
+    verdict = await _judge(model=model).judge(
+        "아무 메모", [_candidate("READING"), _candidate("COZY")]
+    )
+
+    expected = [PRESETS["COZY"].id] if selected else []
+    assert [s.keyword_id for s in verdict.selected] == expected
+
+
+async def test_the_best_one_rule_still_chooses_only_among_the_candidates():
+    model = _toy_model(biases=_biases(COZY=-0.405, READING=-1.0), top1_floor=0.2)
+
+    verdict = await _judge(model=model).judge("아무 메모", [_candidate("READING")])
+
+    assert [s.keyword_id for s in verdict.selected] == [PRESETS["READING"].id]
+
+
+async def test_serving_rule_equals_the_rule_tuned_by_cross_validation():
+    """The worker's decision on development notes is the trainer's ``decide`` on the same
+    probabilities, so the cross-validation figures describe what is served."""
+    from bench.train_judge import decide
+
+    model = load_model()
+    notes = yaml.safe_load((EVAL_DIR / "dev.yaml").read_text(encoding="utf-8"))["notes"][::12]
+    codes = list(model.codes)
+    candidates = [_candidate(c) for c in codes]
+    vectors = await shared_encoder().encode([n["text"] for n in notes])
+    texts = [n["text"] for n in notes]
+    features = np.array(
+        [note_features(v, t, model.hash_dimension) for v, t in zip(vectors, texts, strict=True)]
+    )
+    probabilities = 1.0 / (1.0 + np.exp(-(features @ model.weights.T + model.biases)))
+    gate = 1.0 / (1.0 + np.exp(-(features @ model.gate_weights + model.gate_bias)))
+    expected = decide(
+        probabilities,
+        gate,
+        float(model.thresholds[0]),
+        model.gate_threshold,
+        model.top1_floor,
+        model.max_selected,
+    )
+    judge = _judge(model=model)
+
+    for row, note in enumerate(notes):
+        verdict = await judge.judge(note["text"], candidates)
+        got = {s.keyword_id for s in verdict.selected}
+        assert got == {PRESETS[codes[j]].id for j in np.flatnonzero(expected[row])}, note

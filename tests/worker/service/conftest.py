@@ -1,0 +1,22 @@
+"""Fixtures for service tests: usable preset ids (§4, §10)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager
+
+import pytest
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from tests.worker.harness import PROFILE, RunningWorker
+from tests.worker.support import preset_ids
+
+MakeWorker = Callable[..., AbstractAsyncContextManager[RunningWorker]]
+
+
+@pytest.fixture
+async def usable_preset_ids(engine: AsyncEngine, presets) -> set[int]:
+    """Active, non-BLOCKED presets of the worker's profile: everything that may be offered."""
+    return await preset_ids(
+        engine, f"is_active AND visibility <> 'BLOCKED' AND embedding_profile = '{PROFILE}'"
+    )

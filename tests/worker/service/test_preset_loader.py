@@ -1,0 +1,141 @@
+"""``pinlog-ai presets load`` semantics (§4): validation, idempotence, version bumps, retiring."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+from sqlalchemy import text
+
+from app.providers.openai_compatible import OpenAIEmbedder
+from app.service.preset_loader import (
+    DEFAULT_PRESET_FILE,
+    PresetFile,
+    PresetFileError,
+    load_presets,
+    read_preset_file,
+)
+from tests.worker.harness import PROFILE, worker_settings
+
+
+@pytest.fixture
+async def embedder(migrated_database, fake_openai):
+    embedder = OpenAIEmbedder.from_settings(worker_settings(migrated_database, fake_openai))
+    yield embedder
+    await embedder.aclose()
+
+
+def bundled() -> dict:
+    return yaml.safe_load(DEFAULT_PRESET_FILE.read_text(encoding="utf-8"))
+
+
+async def stored(engine) -> list[tuple[int, str, bool, int, str]]:
+    async with engine.connect() as conn:
+        rows = await conn.execute(
+            text(
+                "SELECT id, code, is_active, version, embedding_profile "
+                "FROM ai.keyword_preset ORDER BY id"
+            )
+        )
+        return [tuple(row) for row in rows]
+
+
+def test_bundled_preset_file_is_valid_and_has_the_required_mix():
+    preset_file = read_preset_file()
+    assert 25 <= len(preset_file.presets) <= 30
+    categories = {preset.category for preset in preset_file.presets}
+    assert categories == {"COMPANION", "ACTIVITY", "ATMOSPHERE", "SITUATION"}
+    visibilities = [preset.visibility for preset in preset_file.presets]
+    assert visibilities.count("BLOCKED") >= 1
+    assert visibilities.count("PRIVATE_ONLY") >= 1
+    assert all(len(preset.examples) >= 3 for preset in preset_file.presets)
+
+
+async def test_first_load_embeds_all_in_one_call_and_writes_version_1(
+    engine, embedder, fake_openai
+):
+    preset_file = read_preset_file()
+
+    report = await load_presets(engine, embedder, preset_file, PROFILE)
+
+    assert (report.changed, report.version, report.presets) == (True, 1, len(preset_file.presets))
+    assert fake_openai.embedding_calls == 1
+    rows = await stored(engine)
+    assert len(rows) == len(preset_file.presets)
+    assert {(version, profile) for *_, version, profile in rows} == {(1, PROFILE)}
+
+
+async def test_second_load_of_the_same_file_changes_nothing(engine, embedder, fake_openai):
+    preset_file = read_preset_file()
+    await load_presets(engine, embedder, preset_file, PROFILE)
+    before = await stored(engine)
+
+    report = await load_presets(engine, embedder, preset_file, PROFILE)
+
+    assert (report.changed, report.version) == (False, 1)
+    assert fake_openai.embedding_calls == 1
+    assert await stored(engine) == before
+
+
+async def test_changed_content_bumps_the_list_version_for_every_row(engine, embedder):
+    await load_presets(engine, embedder, read_preset_file(), PROFILE)
+    data = bundled()
+    data["presets"][0]["description"] += " 수정됨."
+
+    report = await load_presets(engine, embedder, PresetFile.model_validate(data), PROFILE)
+
+    assert (report.changed, report.version) == (True, 2)
+    assert {row[3] for row in await stored(engine)} == {2}
+
+
+async def test_preset_missing_from_the_file_is_retired_not_deleted(engine, embedder):
+    await load_presets(engine, embedder, read_preset_file(), PROFILE)
+    data = bundled()
+    removed = data["presets"].pop(0)
+
+    report = await load_presets(engine, embedder, PresetFile.model_validate(data), PROFILE)
+
+    assert report.retired == 1
+    rows = {row[0]: row for row in await stored(engine)}
+    assert rows[removed["id"]][2] is False
+
+
+async def test_new_profile_reembeds_everything(engine, embedder, fake_openai):
+    await load_presets(engine, embedder, read_preset_file(), PROFILE)
+    other = "openai-text-embedding-3-small-1536-cosine-v2"
+
+    report = await load_presets(engine, embedder, read_preset_file(), other)
+
+    assert report.changed
+    assert fake_openai.embedding_calls == 2
+    assert {row[4] for row in await stored(engine)} == {other}
+
+
+async def test_code_of_a_stored_id_is_immutable(engine, embedder):
+    await load_presets(engine, embedder, read_preset_file(), PROFILE)
+    data = bundled()
+    data["presets"][0]["code"] = "RENAMED_CODE"
+
+    with pytest.raises(PresetFileError, match="code is immutable"):
+        await load_presets(engine, embedder, PresetFile.model_validate(data), PROFILE)
+
+
+@pytest.mark.parametrize(
+    ("mutate", "field"),
+    [
+        (lambda d: d["presets"][0].update(category="FOOD"), "category"),
+        (lambda d: d["presets"][0].update(examples=["하나"]), "examples"),
+        (lambda d: d["presets"][1].update(id=d["presets"][0]["id"]), "ids must be unique"),
+        (lambda d: d["presets"][0].update(visibility="SECRET"), "visibility"),
+        (lambda d: d["presets"][0].update(colour="red"), "colour"),
+    ],
+)
+def test_invalid_preset_file_names_the_field(tmp_path: Path, mutate, field):
+    data = bundled()
+    mutate(data)
+    path = tmp_path / "presets.yaml"
+    path.write_text(yaml.safe_dump(data, allow_unicode=True), encoding="utf-8")
+
+    with pytest.raises(PresetFileError, match=field):
+        read_preset_file(path)

@@ -1,0 +1,360 @@
+"""Worker-side test helpers: data builders with keyword-only arguments (they write rows as the
+core side would), reads of stored results, waiting on held fake-provider calls, log filters and
+raw HTTP bodies."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+import numpy as np
+import pytest
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from app.providers.hashing import hash_embed
+from app.repository.db import to_array
+from tests.fake_openai import Scripted
+from tests.worker.harness import PROCESS_PATH, SECRET, RunningWorker
+
+DIMENSION = 1536
+PROFILE = "local-hashing-char-ngram-1536-cosine-v1"
+
+
+def vector(seed: int | str = 1, *, dimension: int = DIMENSION) -> np.ndarray:
+    """A deterministic unit vector, float32 shape ``(dimension,)``."""
+    return hash_embed(f"builder vector {seed}", dimension)
+
+
+async def make_state(
+    engine: AsyncEngine,
+    *,
+    context_id: int,
+    embedding_status: str = "PENDING",
+    keyword_status: str = "PENDING",
+    retry_count: int = 0,
+    updated_seconds_ago: float = 0,
+    user_id: int | None = None,
+    record_id: int | None = None,
+) -> None:
+    """Insert a state row as the core side does on create (§9); ``user_id``/``record_id``
+    ``None`` is a core side following the original contract (no owner columns written)."""
+    async with engine.begin() as conn:
+        await conn.execute(
+            text(
+                "INSERT INTO ai.context_ai_state (context_id, embedding_status, keyword_status, "
+                "retry_count, updated_at, user_id, record_id) "
+                "VALUES (:id, :e, :k, :r, now() - make_interval(secs => :ago), :u, :rec)"
+            ),
+            {
+                "id": context_id,
+                "u": user_id,
+                "rec": record_id,
+                "e": embedding_status,
+                "k": keyword_status,
+                "r": retry_count,
+                "ago": float(updated_seconds_ago),
+            },
+        )
+
+
+async def make_embedding(
+    engine: AsyncEngine,
+    *,
+    context_id: int,
+    user_id: int = 1,
+    record_id: int = 1,
+    embedding: np.ndarray | None = None,
+    profile: str = PROFILE,
+    is_deleted: bool = False,
+) -> None:
+    async with engine.begin() as conn:
+        await conn.execute(
+            text(
+                "INSERT INTO ai.context_embedding "
+                "(context_id, user_id, record_id, embedding, embedding_profile, is_deleted) "
+                "VALUES (:id, :u, :r, :v, :p, :d)"
+            ),
+            {
+                "id": context_id,
+                "u": user_id,
+                "r": record_id,
+                "v": vector(context_id) if embedding is None else embedding,
+                "p": profile,
+                "d": is_deleted,
+            },
+        )
+
+
+async def make_preset(
+    engine: AsyncEngine,
+    *,
+    preset_id: int,
+    code: str | None = None,
+    display_name: str = "프리셋",
+    category: str = "ACTIVITY",
+    description: str = "설명",
+    examples: tuple[str, ...] = ("예시 하나", "예시 둘", "예시 셋"),
+    embedding: np.ndarray | None = None,
+    profile: str = PROFILE,
+    visibility: str = "PUBLIC",
+    is_active: bool = True,
+    version: int = 1,
+) -> None:
+    async with engine.begin() as conn:
+        await conn.execute(
+            text(
+                "INSERT INTO ai.keyword_preset (id, code, display_name, category, description, "
+                "examples, embedding, embedding_profile, visibility, is_active, version) "
+                "VALUES (:id, :code, :name, :cat, :desc, :ex, :v, :p, :vis, :active, :ver)"
+            ),
+            {
+                "id": preset_id,
+                "code": code or f"PRESET_{preset_id}",
+                "name": display_name,
+                "cat": category,
+                "desc": description,
+                "ex": list(examples),
+                "v": vector(f"preset {preset_id}") if embedding is None else embedding,
+                "p": profile,
+                "vis": visibility,
+                "active": is_active,
+                "ver": version,
+            },
+        )
+
+
+async def make_keyword(
+    engine: AsyncEngine,
+    *,
+    context_id: int,
+    keyword_id: int,
+    confidence: float = 0.8,
+    preset_version: int = 1,
+) -> None:
+    """A keyword row left by an earlier judgment."""
+    async with engine.begin() as conn:
+        await conn.execute(
+            text(
+                "INSERT INTO ai.context_keyword (context_id, keyword_id, confidence, "
+                "preset_version) VALUES (:id, :k, :c, :v)"
+            ),
+            {"id": context_id, "k": keyword_id, "c": confidence, "v": preset_version},
+        )
+
+
+async def cancel_context(engine: AsyncEngine, *, context_id: int) -> None:
+    """The core side's delete (§9) in the documented lock order (docs/lock-order.md): both
+    statuses CANCELLED first, then is_deleted on the embedding."""
+    async with engine.begin() as conn:
+        await conn.execute(
+            text(
+                "UPDATE ai.context_ai_state SET embedding_status = 'CANCELLED', "
+                "keyword_status = 'CANCELLED', updated_at = now() WHERE context_id = :id"
+            ),
+            {"id": context_id},
+        )
+        await conn.execute(
+            text(
+                "UPDATE ai.context_embedding SET is_deleted = true, updated_at = now() "
+                "WHERE context_id = :id"
+            ),
+            {"id": context_id},
+        )
+
+
+async def fetch_state(engine: AsyncEngine, context_id: int) -> tuple[str, str]:
+    async with engine.connect() as conn:
+        row = (
+            await conn.execute(
+                text(
+                    "SELECT embedding_status, keyword_status FROM ai.context_ai_state "
+                    "WHERE context_id = :id"
+                ),
+                {"id": context_id},
+            )
+        ).one()
+    return row.embedding_status, row.keyword_status
+
+
+async def count_rows(engine: AsyncEngine, table: str, context_id: int) -> int:
+    async with engine.connect() as conn:
+        return (
+            await conn.execute(
+                text(f"SELECT count(*) FROM {table} WHERE context_id = :id"), {"id": context_id}
+            )
+        ).scalar_one()
+
+
+async def set_statuses(
+    engine: AsyncEngine,
+    *,
+    context_id: int,
+    embedding_status: str,
+    keyword_status: str,
+    retry_count: int | None = None,
+) -> None:
+    """Move an existing state row to the given statuses (and retry count), as finished or
+    crashed work would leave it."""
+    async with engine.begin() as conn:
+        await conn.execute(
+            text(
+                "UPDATE ai.context_ai_state SET embedding_status = :e, keyword_status = :k, "
+                "retry_count = coalesce(:r, retry_count), updated_at = now() "
+                "WHERE context_id = :id"
+            ),
+            {"id": context_id, "e": embedding_status, "k": keyword_status, "r": retry_count},
+        )
+
+
+ENTER_TIMEOUT_SECONDS = 10
+
+
+async def arrived(scripted: Scripted) -> None:
+    """Wait (off the event loop) until the held call reached the fake provider."""
+    entered = await asyncio.to_thread(scripted.entered.wait, ENTER_TIMEOUT_SECONDS)
+    assert entered, "the provider call never arrived"
+
+
+async def start_held(
+    worker: RunningWorker,
+    script: Callable[[Scripted], None],
+    held: Scripted,
+    context_id: int,
+    text: str,
+) -> asyncio.Task[None]:
+    """Start processing with ``held`` scripted as the next provider answer; return the task
+    once that call is in flight (``script``: ``fake.script_embeddings`` or ``script_judge``).
+    """
+    script(held)
+    task = asyncio.create_task(worker.process(context_id, text))
+    await arrived(held)
+    return task
+
+
+def release(scripted: Scripted) -> None:
+    assert scripted.block is not None
+    scripted.block.set()
+
+
+def app_records(caplog: pytest.LogCaptureFixture, level: int) -> list[logging.LogRecord]:
+    """Records of exactly ``level`` written by our own loggers (names ``app.*``)."""
+    return [r for r in caplog.records if r.name.startswith("app.") and r.levelno == level]
+
+
+def records_at_least(caplog: pytest.LogCaptureFixture, level: int) -> list[logging.LogRecord]:
+    """Records of ``level`` or above from any logger."""
+    return [r for r in caplog.records if r.levelno >= level]
+
+
+@dataclass(frozen=True)
+class StoredEmbedding:
+    embedding: np.ndarray
+    profile: str
+    is_deleted: bool
+
+
+@dataclass(frozen=True)
+class StoredAnalysis:
+    preset_version: int
+    unmatched_concepts: list[str]
+    model_profile: str
+
+
+async def stored_embedding(engine: AsyncEngine, context_id: int) -> StoredEmbedding | None:
+    async with engine.connect() as conn:
+        row = (
+            await conn.execute(
+                text(
+                    "SELECT embedding, embedding_profile, is_deleted FROM ai.context_embedding "
+                    "WHERE context_id = :id"
+                ),
+                {"id": context_id},
+            )
+        ).one_or_none()
+    if row is None:
+        return None
+    embedding = to_array(row.embedding)
+    assert embedding is not None
+    return StoredEmbedding(embedding, row.embedding_profile, row.is_deleted)
+
+
+async def keyword_rows(engine: AsyncEngine, context_id: int) -> dict[int, tuple[float, int]]:
+    """``{keyword_id: (confidence, preset_version)}`` of one context."""
+    async with engine.connect() as conn:
+        rows = await conn.execute(
+            text(
+                "SELECT keyword_id, confidence, preset_version FROM ai.context_keyword "
+                "WHERE context_id = :id"
+            ),
+            {"id": context_id},
+        )
+        return {row.keyword_id: (float(row.confidence), row.preset_version) for row in rows}
+
+
+async def stored_analysis(engine: AsyncEngine, context_id: int) -> StoredAnalysis | None:
+    async with engine.connect() as conn:
+        row = (
+            await conn.execute(
+                text(
+                    "SELECT preset_version, unmatched_concepts, model_profile "
+                    "FROM ai.context_keyword_analysis WHERE context_id = :id"
+                ),
+                {"id": context_id},
+            )
+        ).one_or_none()
+    if row is None:
+        return None
+    return StoredAnalysis(row.preset_version, list(row.unmatched_concepts), row.model_profile)
+
+
+async def state_updated_at(engine: AsyncEngine, context_id: int) -> Any:
+    async with engine.connect() as conn:
+        return (
+            await conn.execute(
+                text("SELECT updated_at FROM ai.context_ai_state WHERE context_id = :id"),
+                {"id": context_id},
+            )
+        ).scalar_one()
+
+
+async def backdate(engine: AsyncEngine, context_id: int, *, seconds: float) -> None:
+    """Make the state row look untouched for ``seconds`` (a worker that died, §10 #8)."""
+    async with engine.begin() as conn:
+        await conn.execute(
+            text(
+                "UPDATE ai.context_ai_state "
+                "SET updated_at = now() - make_interval(secs => :ago) WHERE context_id = :id"
+            ),
+            {"id": context_id, "ago": float(seconds)},
+        )
+
+
+async def preset_ids(engine: AsyncEngine, where: str = "true") -> set[int]:
+    """Ids of stored presets matching the SQL condition ``where`` (a test constant)."""
+    async with engine.connect() as conn:
+        rows = await conn.execute(text(f"SELECT id FROM ai.keyword_preset WHERE {where}"))
+        return {row.id for row in rows}
+
+
+EVENT_TIMEOUT_SECONDS = 10.0
+
+
+async def post_raw(worker: RunningWorker, raw: str) -> httpx.Response:
+    """POST ``raw`` verbatim as the JSON body, so float literals and escapes arrive as written."""
+    return await worker.client.post(
+        PROCESS_PATH,
+        content=raw.encode(),
+        headers={"X-Internal-Secret": SECRET, "Content-Type": "application/json"},
+    )
+
+
+async def wait_for(event: threading.Event) -> None:
+    """Wait for a fake-provider event without blocking the event loop the worker runs on."""
+    if not await asyncio.to_thread(event.wait, EVENT_TIMEOUT_SECONDS):
+        raise AssertionError(f"event not set within {EVENT_TIMEOUT_SECONDS} s")
