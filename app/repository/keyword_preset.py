@@ -2,12 +2,15 @@
 
 Retired presets are ``is_active = false``, never deleted. ``version`` is the revision of the
 whole list: every row written by one load carries the same number.
+
+``PresetRow`` is the one place the columns are named: the statements' column lists are derived
+from its fields, and a test checks them against the migrated table.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import numpy as np
 from sqlalchemy import text
@@ -18,7 +21,8 @@ from app.repository.db import to_array
 
 @dataclass(frozen=True, slots=True)
 class PresetRow:
-    """One stored preset; ``embedding`` is float32 of shape ``(dimension,)``."""
+    """One stored preset, fields in table column order; ``embedding`` is float32 of shape
+    ``(dimension,)``."""
 
     id: int
     code: str
@@ -33,39 +37,35 @@ class PresetRow:
     version: int
 
 
-_COLUMNS = (
-    "id, code, display_name, category, description, examples, embedding, "
-    "embedding_profile, visibility, is_active, version"
-)
+# The column names, in table order. The statements below are joined from these once, at
+# import: they are identifiers written in this module, never input, and every value still
+# travels as a bind parameter.
+COLUMNS = tuple(field.name for field in fields(PresetRow))
+# What an upsert never changes: the conflict key, and the code, which is immutable (§4).
+_NOT_UPDATED = ("id", "code")
+
+_SELECT_PRESETS = "SELECT " + ", ".join(COLUMNS) + " FROM ai.keyword_preset"
 
 # Presets the worker may offer as candidates: active, current profile, not BLOCKED (§4).
 LOAD_USABLE_PRESETS = text(
-    f"SELECT {_COLUMNS} FROM ai.keyword_preset "  # noqa: S608 - constant column list
-    "WHERE is_active AND embedding_profile = :profile AND visibility <> 'BLOCKED' ORDER BY id"
+    _SELECT_PRESETS
+    + " WHERE is_active AND embedding_profile = :profile AND visibility <> 'BLOCKED'"
+    + " ORDER BY id"
 )
 
 # Every stored preset, for comparing a preset file with the database.
-LOAD_ALL_PRESETS = text(f"SELECT {_COLUMNS} FROM ai.keyword_preset ORDER BY id")  # noqa: S608
+LOAD_ALL_PRESETS = text(_SELECT_PRESETS + " ORDER BY id")
 
-# Insert or update one preset by id; code is immutable so it is not in the SET list.
+# Insert or update one preset by id; every column but id and code is overwritten.
 UPSERT_PRESET = text(
-    """
-    INSERT INTO ai.keyword_preset
-        (id, code, display_name, category, description, examples, embedding,
-         embedding_profile, visibility, is_active, version)
-    VALUES (:id, :code, :display_name, :category, :description, :examples, :embedding,
-            :embedding_profile, :visibility, :is_active, :version)
-    ON CONFLICT (id) DO UPDATE SET
-        display_name = EXCLUDED.display_name,
-        category = EXCLUDED.category,
-        description = EXCLUDED.description,
-        examples = EXCLUDED.examples,
-        embedding = EXCLUDED.embedding,
-        embedding_profile = EXCLUDED.embedding_profile,
-        visibility = EXCLUDED.visibility,
-        is_active = EXCLUDED.is_active,
-        version = EXCLUDED.version
-    """
+    "INSERT INTO ai.keyword_preset ("
+    + ", ".join(COLUMNS)
+    + ")\nVALUES ("
+    + ", ".join(":" + column for column in COLUMNS)
+    + ")\nON CONFLICT (id) DO UPDATE SET "
+    + ", ".join(
+        column + " = EXCLUDED." + column for column in COLUMNS if column not in _NOT_UPDATED
+    )
 )
 
 # Retire presets no longer in the list (never delete: keyword rows reference them).
@@ -77,56 +77,38 @@ RETIRE_PRESETS_NOT_IN = text(
 )
 
 
-def _to_row(row) -> PresetRow:
-    return PresetRow(
-        id=row.id,
-        code=row.code,
-        display_name=row.display_name,
-        category=row.category,
-        description=row.description,
-        examples=tuple(row.examples),
-        embedding=to_array(row.embedding),
-        embedding_profile=row.embedding_profile,
-        visibility=row.visibility,
-        is_active=row.is_active,
-        version=row.version,
-    )
+def _from_db(row) -> PresetRow:
+    """A result row as ``PresetRow``: the driver returns ``examples`` as a list and the
+    vector as pgvector's type."""
+    values = dict(row._mapping)
+    values["examples"] = tuple(values["examples"])
+    values["embedding"] = to_array(values["embedding"])
+    return PresetRow(**values)
+
+
+def _to_db(preset: PresetRow) -> dict[str, object]:
+    """The bind parameters of ``UPSERT_PRESET``: one per column, ``examples`` as a list."""
+    values = {column: getattr(preset, column) for column in COLUMNS}
+    values["examples"] = list(preset.examples)
+    return values
 
 
 async def load_usable(conn: AsyncConnection, profile: str) -> list[PresetRow]:
     """Active, non-BLOCKED presets whose embedding uses ``profile``, ordered by id."""
     result = await conn.execute(LOAD_USABLE_PRESETS, {"profile": profile})
-    return [_to_row(row) for row in result]
+    return [_from_db(row) for row in result]
 
 
 async def load_all(conn: AsyncConnection) -> list[PresetRow]:
     """Every stored preset, retired and BLOCKED included, ordered by id."""
-    return [_to_row(row) for row in await conn.execute(LOAD_ALL_PRESETS)]
+    return [_from_db(row) for row in await conn.execute(LOAD_ALL_PRESETS)]
 
 
 async def upsert_all(conn: AsyncConnection, presets: Sequence[PresetRow]) -> None:
     """Insert or update ``presets`` by id (one statement, executed per row)."""
     if not presets:
         return
-    await conn.execute(
-        UPSERT_PRESET,
-        [
-            {
-                "id": p.id,
-                "code": p.code,
-                "display_name": p.display_name,
-                "category": p.category,
-                "description": p.description,
-                "examples": list(p.examples),
-                "embedding": p.embedding,
-                "embedding_profile": p.embedding_profile,
-                "visibility": p.visibility,
-                "is_active": p.is_active,
-                "version": p.version,
-            }
-            for p in presets
-        ],
-    )
+    await conn.execute(UPSERT_PRESET, [_to_db(p) for p in presets])
 
 
 async def retire_missing(conn: AsyncConnection, *, kept_ids: Sequence[int], version: int) -> int:

@@ -34,6 +34,9 @@ class PresetFileError(ValueError):
 
 
 class PresetEntry(BaseModel):
+    """One preset of the file: the fields of ``PresetRow`` but those a load supplies
+    (``embedding``, ``embedding_profile``, ``version``), with the file's rules."""
+
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     id: int = Field(ge=1, le=2**31 - 1)
@@ -82,15 +85,9 @@ def read_preset_file(path: Path = DEFAULT_PRESET_FILE) -> PresetFile:
 
 
 def _same(stored: PresetRow, entry: PresetEntry, profile: str) -> bool:
-    return (
-        stored.code == entry.code
-        and stored.display_name == entry.display_name
-        and stored.category == entry.category
-        and stored.description == entry.description
-        and stored.examples == entry.examples
-        and stored.visibility == entry.visibility
-        and stored.is_active == entry.is_active
-        and stored.embedding_profile == profile
+    """Whether loading ``entry`` under ``profile`` would store what is already stored."""
+    return stored.embedding_profile == profile and all(
+        getattr(stored, name) == value for name, value in dict(entry).items()
     )
 
 
@@ -138,16 +135,5 @@ async def load_presets(
 
 
 def _row(entry: PresetEntry, vector: np.ndarray, profile: str, version: int) -> PresetRow:
-    return PresetRow(
-        id=entry.id,
-        code=entry.code,
-        display_name=entry.display_name,
-        category=entry.category,
-        description=entry.description,
-        examples=entry.examples,
-        embedding=vector,
-        embedding_profile=profile,
-        visibility=entry.visibility,
-        is_active=entry.is_active,
-        version=version,
-    )
+    """The stored form of ``entry``: its fields plus what the load supplies."""
+    return PresetRow(**dict(entry), embedding=vector, embedding_profile=profile, version=version)

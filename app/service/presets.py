@@ -7,7 +7,7 @@ never mixes within a judgment.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import numpy as np
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -45,15 +45,15 @@ class PresetSnapshot:
         return [_candidate(self.presets[i], float(similarities[i])) for i in ranked]
 
 
+# What the judge sees of a preset: every field of JudgeCandidate but the similarity.
+_CANDIDATE_FIELDS = tuple(
+    field.name for field in fields(JudgeCandidate) if field.name != "similarity"
+)
+
+
 def _candidate(preset: PresetRow, similarity: float) -> JudgeCandidate:
     return JudgeCandidate(
-        id=preset.id,
-        display_name=preset.display_name,
-        category=preset.category,
-        description=preset.description,
-        examples=preset.examples,
-        similarity=similarity,
-        code=preset.code,
+        similarity=similarity, **{name: getattr(preset, name) for name in _CANDIDATE_FIELDS}
     )
 
 
