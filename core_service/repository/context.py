@@ -5,12 +5,14 @@ There is no statement that changes ``body``: bodies are written once by ``insert
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import text
+from sqlalchemy import Row, text
 from sqlalchemy.ext.asyncio import AsyncConnection
+
+from pinlog_platform.states import STAGE_ORDER, Stage, Status
 
 # A new context; origin_created_at is carried over by an edit, else now().
 INSERT_CONTEXT = text(
@@ -61,7 +63,7 @@ SOFT_DELETE_CONTEXTS = text(
     """
 )
 
-# What a dispatch sends, plus the AI statuses, for contexts picked by the rescan (§9 step 5).
+# What a dispatch sends, plus every stage's status, for contexts picked by the rescan (§9 step 5).
 LOAD_FOR_DISPATCH = text(
     """
     SELECT c.id AS context_id, c.member_id, c.record_id, c.body,
@@ -105,7 +107,8 @@ class LockedContext:
 
 @dataclass(frozen=True, slots=True)
 class DispatchSource:
-    """A context as the rescan re-reads it; statuses are ``None`` without a state row."""
+    """A context as the rescan re-reads it; ``statuses`` holds every stage's status in
+    ``STAGE_ORDER``, ``None`` without a state row (§2)."""
 
     context_id: int
     member_id: int
@@ -114,8 +117,7 @@ class DispatchSource:
     deleted: bool
     external_place_id: str
     place_name: str
-    embedding_status: str | None
-    keyword_status: str | None
+    statuses: Mapping[Stage, Status] | None
 
 
 async def insert(
@@ -179,11 +181,17 @@ async def load_for_dispatch(
             deleted=row.deleted,
             external_place_id=row.external_place_id,
             place_name=row.place_name,
-            embedding_status=row.embedding_status,
-            keyword_status=row.keyword_status,
+            statuses=_statuses(row),
         )
         for row in result
     ]
+
+
+def _statuses(row: Row) -> dict[Stage, Status] | None:
+    columns = row._mapping
+    if columns[STAGE_ORDER[0].status_column] is None:  # LEFT JOIN: no state row
+        return None
+    return {stage: Status(columns[stage.status_column]) for stage in STAGE_ORDER}
 
 
 async def filter_active_owned(

@@ -1,7 +1,10 @@
 """``ai.context_ai_state`` as the core service writes it (§0, §2, §9).
 
 The core side creates rows (``PENDING``/``PENDING``/0), cancels them, spends ``retry_count``
-and finalizes exhausted work. It never writes ``PROCESSING`` or ``COMPLETED``. Multi-row
+and finalizes exhausted work. It never writes ``PROCESSING`` or ``COMPLETED``, nor a stage's
+attempt column. Each statement below is one ``pinlog_platform.states.CoreOperation``;
+``CORE_TRANSITIONS`` is what it may do to a stage's status, and
+``tests/core/repository/test_core_transition_table.py`` drives it from every status. Multi-row
 statements lock in ``context_id`` order (waiting) or skip locked rows (the scheduler), so they
 can never deadlock with each other or with a worker's save (docs/lock-order.md).
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -26,6 +27,7 @@ from core_service.repository import context, context_ai_state
 from core_service.repository.context_ai_state import Expiries
 from core_service.repository.db import autocommit, transaction
 from core_service.service.dispatch import DispatchRequest, DispatchResult, WorkerDispatcher
+from pinlog_platform.states import Stage, Status
 
 logger = logging.getLogger(__name__)
 
@@ -96,13 +98,11 @@ class RescanScheduler:
         for source in sources:
             if source.deleted:
                 skipped_deleted += 1
-                if (source.embedding_status, source.keyword_status) != ("CANCELLED", "CANCELLED"):
+                if not _all_cancelled(source.statuses):
                     logger.warning(
-                        "rescan skipped deleted context %d whose state is not CANCELLED "
-                        "(embedding=%s keyword=%s)",
+                        "rescan skipped deleted context %d whose state is not CANCELLED (%s)",
                         source.context_id,
-                        source.embedding_status,
-                        source.keyword_status,
+                        _describe(source.statuses),
                     )
                 continue
             requests.append(
@@ -194,3 +194,15 @@ class RescanScheduler:
                 return await self._dispatcher.dispatch(request, origin="rescan")
 
         return list(await asyncio.gather(*(one(request) for request in requests)))
+
+
+def _all_cancelled(statuses: Mapping[Stage, Status] | None) -> bool:
+    """Every stage ``CANCELLED``, as the core's delete leaves a context (§9 Delete)."""
+    return statuses is not None and all(status is Status.CANCELLED for status in statuses.values())
+
+
+def _describe(statuses: Mapping[Stage, Status] | None) -> str:
+    """``embedding=PENDING keyword=PENDING`` for a log line; ``no state row`` without one."""
+    if statuses is None:
+        return "no state row"
+    return " ".join(f"{stage.label}={status}" for stage, status in statuses.items())

@@ -1,13 +1,30 @@
-"""Status and Stage enums of the AI state machine (CONTRACT §2).
+"""The AI state machine's vocabulary, shared by both services (CONTRACT §2, §9).
 
-Leaf module: imports nothing from the app.
+``Status`` is the value set of every stage column; ``Stage`` names a stage's columns in
+``ai.context_ai_state`` (its status column, ``0002_ai_tables.sql``, and its attempt column,
+``0008_stage_attempts.sql``) and what it requires of the other stages; ``STAGE_ORDER`` is the
+pipeline's order. ``WORKER_TRANSITIONS`` and ``CORE_TRANSITIONS`` are the two sides'
+transition tables, as data. ``ALL_STAGE_STATEMENTS`` and ``PER_STAGE_STATEMENTS`` name the
+statements a new stage must reach.
+
+Drift tests hold the services to this module: ``tests/platform/test_stage_vocabulary.py`` (the
+schema's CHECK lists equal ``Status``; every listed statement names every stage),
+``tests/worker/repository/test_transition_table.py`` (the worker's statements from every status) and
+``tests/core/repository/test_core_transition_table.py`` (the core's).
+
+Leaf module: imports neither service (statements are named as ``"module:attribute"`` text).
 """
 
+from __future__ import annotations
+
+from collections.abc import Mapping
 from enum import StrEnum
+from types import MappingProxyType
 
 
 class Status(StrEnum):
-    """One stage's status; the value set is an interface shared with the core side (§2)."""
+    """One stage's status; the value set is an interface shared with the core side (§2) and
+    equals the CHECK list of every stage column (§1)."""
 
     PENDING = "PENDING"
     PROCESSING = "PROCESSING"
@@ -19,21 +36,57 @@ class Status(StrEnum):
 class Stage(StrEnum):
     """A pipeline stage; the value is the ``ai.context_ai_state`` column holding its status.
 
-    Repository functions accept only ``Stage``: each stage has its own statements (§2).
+    Each member is declared with both of its columns, ``(status column, attempt column)``, so
+    a stage cannot exist without its attempt counter. Repository functions accept only
+    ``Stage``: each stage has its own statements (§2).
     """
 
-    EMBEDDING = "embedding_status"
-    KEYWORD = "keyword_status"
+    EMBEDDING = "embedding_status", "embedding_attempt"
+    KEYWORD = "keyword_status", "keyword_attempt"
+
+    attempt_column: str
+
+    def __new__(cls, status_column: str, attempt_column: str) -> Stage:
+        member = str.__new__(cls, status_column)
+        member._value_ = status_column
+        member.attempt_column = attempt_column
+        return member
 
     @property
     def label(self) -> str:
         """Short name for logs and metrics: ``embedding`` or ``keyword``."""
         return self.name.lower()
 
+    @property
+    def status_column(self) -> str:
+        """The column holding this stage's ``Status`` (the member's value)."""
+        return self.value
+
+    @property
+    def requires(self) -> Mapping[Stage, Status]:
+        """What the other stages must be before this one may be claimed or saved (§2
+        "Start": the keyword stage requires the embedding stage ``COMPLETED``)."""
+        return STAGE_REQUIREMENTS[self]
+
+
+# The pipeline's order (§3): a stage runs after every stage before it. A stage requires only
+# stages before it (a test checks both).
+STAGE_ORDER: tuple[Stage, ...] = (Stage.EMBEDDING, Stage.KEYWORD)
+
+# ``Stage.requires``, declared per stage (§2 "Start", §3.3).
+STAGE_REQUIREMENTS: Mapping[Stage, Mapping[Stage, Status]] = MappingProxyType(
+    {
+        Stage.EMBEDDING: MappingProxyType({}),
+        Stage.KEYWORD: MappingProxyType({Stage.EMBEDDING: Status.COMPLETED}),
+    }
+)
+
+# A stage in one of these statuses may still be claimed (§2 start/reclaim); the core side calls
+# such a stage unfinished: it rescans and finalizes only these (§9).
+CLAIMABLE: frozenset[Status] = frozenset({Status.PENDING, Status.PROCESSING})
 
 # Transitions the worker itself may perform on one stage (§2). The WHERE clauses in
-# repository/context_ai_state.py enforce them; tests/worker/repository/test_transition_table.py
-# drives every statement from every status and checks the outcome against this table.
+# app/repository/context_ai_state.py, context_start.py and stage_saves.py enforce them.
 WORKER_TRANSITIONS: frozenset[tuple[Status, Status]] = frozenset(
     {
         (Status.PENDING, Status.PROCESSING),
@@ -43,5 +96,68 @@ WORKER_TRANSITIONS: frozenset[tuple[Status, Status]] = frozenset(
     }
 )
 
-# A stage in one of these statuses may still be claimed (§2 start/reclaim).
-CLAIMABLE: frozenset[Status] = frozenset({Status.PENDING, Status.PROCESSING})
+
+class CoreOperation(StrEnum):
+    """The core side's statements on ``ai.context_ai_state`` (§9), one per operation
+    (``core_service/repository/context_ai_state.py``)."""
+
+    CREATE = "create"  # INSERT_PENDING_STATE (§9 Create)
+    CANCEL = "cancel"  # CANCEL_STATES (§9 Delete, record deletion, withdrawal)
+    FINALIZE = "finalize"  # FINALIZE_EXHAUSTED (§9 rescan step 1)
+    CLOSE_BLOCKED = "close_blocked"  # CLOSE_BLOCKED_KEYWORD_STAGES (docs/rescan.md)
+    RESCAN_CLAIM = "rescan_claim"  # CLAIM_STALE (§9 rescan steps 2-3)
+
+
+# How each core operation may change one stage's status (§0, §9); ``None`` is "no row yet". A
+# stage an operation leaves at its status is no transition (the cancel rewrites a CANCELLED
+# stage unchanged). CANCELLED wins: nothing moves it. Closing a blocked stage applies only to
+# stages with requirements (one the pipeline can never reach). The rescan claim changes no
+# status: it spends a retry and stamps rescanned_at. The §0 operational COMPLETED -> PENDING
+# reset has no statement, so it is not here.
+CORE_TRANSITIONS: Mapping[CoreOperation, frozenset[tuple[Status | None, Status]]] = (
+    MappingProxyType(
+        {
+            CoreOperation.CREATE: frozenset({(None, Status.PENDING)}),
+            CoreOperation.CANCEL: frozenset(
+                {
+                    (Status.PENDING, Status.CANCELLED),
+                    (Status.PROCESSING, Status.CANCELLED),
+                    (Status.COMPLETED, Status.CANCELLED),
+                    (Status.FAILED, Status.CANCELLED),
+                }
+            ),
+            CoreOperation.FINALIZE: frozenset(
+                {(Status.PENDING, Status.FAILED), (Status.PROCESSING, Status.FAILED)}
+            ),
+            CoreOperation.CLOSE_BLOCKED: frozenset(
+                {(Status.PENDING, Status.FAILED), (Status.PROCESSING, Status.FAILED)}
+            ),
+            CoreOperation.RESCAN_CLAIM: frozenset(),
+        }
+    )
+)
+
+# Statements that must name every stage's status column, as "module:attribute" (a SQL string
+# or ``text()`` clause): a stage they forget would be created without a status, never
+# cancelled, never rescanned or finalized, not read by the pre-check or the rescan's re-read,
+# or not checked by ``pinlog-ai doctor``. Attempt columns are not required here: only a stage's
+# own claim writes its attempt (docs/state-machine.md "Attempts"); the core never names one.
+ALL_STAGE_STATEMENTS: tuple[str, ...] = (
+    "core_service.repository.context_ai_state:INSERT_PENDING_STATE",
+    "core_service.repository.context_ai_state:CANCEL_STATES",
+    "core_service.repository.context_ai_state:CLAIM_STALE",
+    "core_service.repository.context_ai_state:FINALIZE_EXHAUSTED",
+    "core_service.repository.context_ai_state:CLOSE_BLOCKED_KEYWORD_STAGES",
+    "core_service.repository.context:LOAD_FOR_DISPATCH",
+    "app.repository.context_start:START_CONTEXT",
+    "app.repository.invariants:KEYWORD_COMPLETED_BEFORE_EMBEDDING",
+    "app.repository.invariants:STALE_PROCESSING_EXHAUSTED",
+)
+
+# Statements written once per stage, as "module:attribute" naming a ``{Stage: statement}`` map:
+# every map has every stage, and each statement names its stage's status and attempt columns
+# (a claim takes the next attempt, a fail is fenced by it).
+PER_STAGE_STATEMENTS: tuple[str, ...] = (
+    "app.repository.context_ai_state:CLAIM_STAGE",
+    "app.repository.context_ai_state:FAIL_STAGE",
+)

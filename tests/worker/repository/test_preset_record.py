@@ -18,7 +18,7 @@ from app.repository.keyword_preset import (
     PresetRow,
 )
 from app.service.preset_loader import PresetEntry
-from tests.builders import PROFILE, vector
+from tests.worker.support import PROFILE, vector
 
 RECORD = [field.name for field in fields(PresetRow)]
 

@@ -3,7 +3,8 @@
 The statements: the stand-alone claim, the start of a context (its embedding claim), the two
 saves (their ``COMPLETED``; the embedding save also starts a ``PENDING`` keyword stage) and the
 fail. A move of either column must be in the table; rows made by the builder were never
-claimed, so their live attempt is 0.
+claimed, so their live attempt is 0. The other stages of a row are what the stage under test
+requires (``Stage.requires``), else ``PENDING``.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import pytest
 from sqlalchemy import text
 
 from app.repository import context_ai_state, context_start, stage_saves
-from pinlog_platform.states import WORKER_TRANSITIONS, Stage, Status
+from pinlog_platform.states import CLAIMABLE, STAGE_ORDER, WORKER_TRANSITIONS, Stage, Status
 from tests.worker.support import PROFILE, fetch_state, make_preset, make_state, vector
 
 EXPIRY = 600
@@ -30,6 +31,15 @@ EXPECTED = {
 APPLIES = {"start": [Stage.EMBEDDING]}
 CASES = [(s, stage) for s in EXPECTED for stage in APPLIES.get(s, list(Stage))]
 DELETE_STATE = text("DELETE FROM ai.context_ai_state WHERE context_id = 1")
+
+
+def _statuses(stage: Stage, status: Status) -> dict[str, Status]:
+    """``make_state`` arguments: ``stage`` at ``status``, every other stage at what ``stage``
+    requires (§2: the keyword stage may only move while the embedding is COMPLETED)."""
+    return {
+        other.status_column: status if other is stage else stage.requires.get(other, Status.PENDING)
+        for other in STAGE_ORDER
+    }
 
 
 async def _apply(stage_pool, statement: str, stage: Stage, attempt: int = 0) -> int:
@@ -89,10 +99,8 @@ async def test_statement_moves_a_stage_only_along_the_transition_table(
         await make_state(
             engine,
             context_id=1,
-            # The keyword stage may only move while the embedding is COMPLETED (§2).
-            embedding_status=before if stage is Stage.EMBEDDING else "COMPLETED",
-            keyword_status=before if stage is Stage.KEYWORD else "PENDING",
             updated_seconds_ago=EXPIRY * 2 if stale else 0,
+            **_statuses(stage, before),
         )
         before_both = tuple(Status(s) for s in await fetch_state(engine, 1))
         affected = await _apply(stage_pool, statement, stage)
@@ -117,26 +125,16 @@ async def test_a_superseded_attempt_moves_nothing_from_any_status(
     attempt they belong to; any other attempt number changes no row."""
     await make_preset(engine, preset_id=1)
     for before in Status:
-        await make_state(
-            engine,
-            context_id=1,
-            embedding_status=before if stage is Stage.EMBEDDING else "COMPLETED",
-            keyword_status=before if stage is Stage.KEYWORD else "PENDING",
-        )
+        await make_state(engine, context_id=1, **_statuses(stage, before))
         assert await _apply(stage_pool, statement, stage, attempt=1) == 0
-        expected = (before.value, "PENDING") if stage is Stage.EMBEDDING else ("COMPLETED", before)
-        assert await fetch_state(engine, 1) == tuple(str(s) for s in expected)
+        assert await fetch_state(engine, 1) == tuple(_statuses(stage, before).values())
         async with engine.begin() as conn:
             await conn.execute(DELETE_STATE)
 
 
 @pytest.mark.parametrize("stage", list(Stage))
 async def test_every_claim_takes_the_next_attempt(engine, stage, stage_pool):
-    await make_state(
-        engine,
-        context_id=1,
-        embedding_status="PENDING" if stage is Stage.EMBEDDING else "COMPLETED",
-    )
+    await make_state(engine, context_id=1, **_statuses(stage, Status.PENDING))
     claims = []
     # A reclaim (expiry 0: any earlier claim is stale) takes the next number; a duplicate
     # within the expiry takes none.
@@ -145,3 +143,23 @@ async def test_every_claim_takes_the_next_attempt(engine, stage, stage_pool):
     first, second, duplicate = claims
     assert (first.attempt, second.attempt) == (1, 2)
     assert (duplicate.claimed, duplicate.attempt) == (False, None)
+
+
+@pytest.mark.parametrize("stage", [stage for stage in Stage if stage.requires])
+async def test_a_stage_whose_requirement_is_unmet_is_never_claimed(engine, stage, stage_pool):
+    """§2 "Start": the keyword claim adds ``AND embedding_status = 'COMPLETED'``; from any
+    other status of a required stage, a claimable stage, fresh or stale, stays as it is."""
+    for (required, needed), other, before, stale in itertools.product(
+        stage.requires.items(), list(Status), sorted(CLAIMABLE), [False, True]
+    ):
+        if other is needed:
+            continue
+        statuses = _statuses(stage, before) | {required.status_column: other}
+        await make_state(
+            engine, context_id=1, updated_seconds_ago=EXPIRY * 2 if stale else 0, **statuses
+        )
+        outcome = await context_ai_state.claim(stage_pool, stage, 1, expiry_seconds=EXPIRY)
+        assert not outcome.claimed, (stage, required, other, before, stale)
+        assert await fetch_state(engine, 1) == tuple(statuses.values())
+        async with engine.begin() as conn:
+            await conn.execute(DELETE_STATE)
