@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from app.repository.stage_pool import StagePool
+from pinlog_platform.db.named_statements import compile_named
 from pinlog_platform.states import Stage, Status
 
 
@@ -37,12 +38,11 @@ class ClaimOutcome:
 # Each claim's CTE locks the row and reads the status before the UPDATE in the same
 # statement, so a fresh start (PENDING) and a reclaim (PROCESSING) can be told apart (§2).
 # Each claim takes the next attempt number: the token its save and fail must still match.
-# $1 context_id, $2 expiry_seconds.
-CLAIM_EMBEDDING = """
+CLAIM_EMBEDDING = compile_named("""
     WITH previous AS (
         SELECT context_id, embedding_status AS status
         FROM ai.context_ai_state
-        WHERE context_id = $1
+        WHERE context_id = :context_id
         FOR UPDATE
     ), claimed AS (
         UPDATE ai.context_ai_state AS s
@@ -52,20 +52,20 @@ CLAIM_EMBEDDING = """
         WHERE s.context_id = p.context_id
           AND s.embedding_status IN ('PENDING', 'PROCESSING')
           AND (s.embedding_status = 'PENDING'
-               OR s.updated_at < now() - make_interval(secs => $2))
+               OR s.updated_at < now() - make_interval(secs => :expiry_seconds))
         RETURNING s.embedding_attempt AS attempt
     )
     SELECT p.status AS previous_status, (SELECT count(*) FROM claimed) AS affected,
            (SELECT attempt FROM claimed) AS attempt
     FROM previous AS p
-"""
+""")
 
 # The keyword stage also needs the embedding COMPLETED (§2 "Start").
-CLAIM_KEYWORD = """
+CLAIM_KEYWORD = compile_named("""
     WITH previous AS (
         SELECT context_id, keyword_status AS status
         FROM ai.context_ai_state
-        WHERE context_id = $1
+        WHERE context_id = :context_id
         FOR UPDATE
     ), claimed AS (
         UPDATE ai.context_ai_state AS s
@@ -75,28 +75,30 @@ CLAIM_KEYWORD = """
         WHERE s.context_id = p.context_id
           AND s.keyword_status IN ('PENDING', 'PROCESSING')
           AND (s.keyword_status = 'PENDING'
-               OR s.updated_at < now() - make_interval(secs => $2))
+               OR s.updated_at < now() - make_interval(secs => :expiry_seconds))
           AND s.embedding_status = 'COMPLETED'
         RETURNING s.keyword_attempt AS attempt
     )
     SELECT p.status AS previous_status, (SELECT count(*) FROM claimed) AS affected,
            (SELECT attempt FROM claimed) AS attempt
     FROM previous AS p
-"""
+""")
 
 # PROCESSING -> FAILED for a permanent error (§2 "Fail"). The PROCESSING guard keeps a
 # CANCELLED that arrived meanwhile (CANCELLED wins); the attempt guard keeps a superseded
-# attempt from failing its successor's live claim. $1 context_id, $2 attempt.
-FAIL_EMBEDDING = """
+# attempt from failing its successor's live claim.
+FAIL_EMBEDDING = compile_named("""
     UPDATE ai.context_ai_state SET embedding_status = 'FAILED', updated_at = now()
-    WHERE context_id = $1 AND embedding_status = 'PROCESSING' AND embedding_attempt = $2
+    WHERE context_id = :context_id
+      AND embedding_status = 'PROCESSING' AND embedding_attempt = :attempt
     RETURNING context_id
-"""
-FAIL_KEYWORD = """
+""")
+FAIL_KEYWORD = compile_named("""
     UPDATE ai.context_ai_state SET keyword_status = 'FAILED', updated_at = now()
-    WHERE context_id = $1 AND keyword_status = 'PROCESSING' AND keyword_attempt = $2
+    WHERE context_id = :context_id
+      AND keyword_status = 'PROCESSING' AND keyword_attempt = :attempt
     RETURNING context_id
-"""
+""")
 
 # Start or reclaim one stage (§2 "Start").
 CLAIM_STAGE = {Stage.EMBEDDING: CLAIM_EMBEDDING, Stage.KEYWORD: CLAIM_KEYWORD}
@@ -119,7 +121,9 @@ async def claim(
     ``stage`` is not a ``Stage``.
     """
     statement = CLAIM_STAGE[_require_stage(stage)]
-    row = await stage_pool.fetch_row(statement, context_id, float(expiry_seconds))
+    row = await stage_pool.fetch_row(
+        statement, context_id=context_id, expiry_seconds=float(expiry_seconds)
+    )
     if row is None:
         return ClaimOutcome(affected=0, previous_status=None)
     attempt = row["attempt"]
@@ -133,5 +137,6 @@ async def claim(
 async def fail(stage_pool: StagePool, stage: Stage, context_id: int, *, attempt: int) -> int:
     """``PROCESSING -> FAILED`` for a permanent error found by ``attempt`` (§2); 0 rows when a
     later claim superseded it or the stage left ``PROCESSING``; returns rows affected."""
-    row = await stage_pool.fetch_row(FAIL_STAGE[_require_stage(stage)], context_id, attempt)
+    statement = FAIL_STAGE[_require_stage(stage)]
+    row = await stage_pool.fetch_row(statement, context_id=context_id, attempt=attempt)
     return 0 if row is None else 1

@@ -17,39 +17,39 @@ import numpy as np
 
 from app.repository.db import to_array
 from app.repository.stage_pool import StagePool
+from pinlog_platform.db.named_statements import compile_named
 from pinlog_platform.states import CLAIMABLE, Status
 
 # Pre-check + owner/text check + embedding start or reclaim (§2, §3.1), in one statement.
-# $1 context_id, $2 user_id, $3 record_id, $4 text_sha256, $5 expiry_seconds.
 # The owner reference is the core's user_id/record_id (0006) when written, else the first
 # claiming request's (seen_*); a request naming another owner claims nothing.
-START_CONTEXT = """
+START_CONTEXT = compile_named("""
     WITH previous AS (
         SELECT s.context_id, s.embedding_status, s.keyword_status,
                s.user_id IS NOT NULL AS owner_from_core,
                CASE WHEN s.user_id IS NOT NULL
-                        THEN s.user_id = $2 AND s.record_id = $3
+                        THEN s.user_id = :user_id AND s.record_id = :record_id
                     WHEN s.seen_user_id IS NOT NULL
-                        THEN s.seen_user_id = $2 AND s.seen_record_id = $3
+                        THEN s.seen_user_id = :user_id AND s.seen_record_id = :record_id
                     ELSE true END AS same_owner,
-               s.text_sha256 IS NULL OR s.text_sha256 = $4 AS same_text
+               s.text_sha256 IS NULL OR s.text_sha256 = :text_sha256 AS same_text
         FROM ai.context_ai_state AS s
-        WHERE s.context_id = $1
+        WHERE s.context_id = :context_id
         FOR UPDATE
     ), claimed AS (
         UPDATE ai.context_ai_state AS s
         SET embedding_status = 'PROCESSING',
             embedding_attempt = s.embedding_attempt + 1,
             updated_at = now(),
-            text_sha256 = coalesce(s.text_sha256, $4),
-            seen_user_id = coalesce(s.seen_user_id, $2),
-            seen_record_id = coalesce(s.seen_record_id, $3)
+            text_sha256 = coalesce(s.text_sha256, :text_sha256),
+            seen_user_id = coalesce(s.seen_user_id, :user_id),
+            seen_record_id = coalesce(s.seen_record_id, :record_id)
         FROM previous AS p
         WHERE s.context_id = p.context_id
           AND p.same_owner
           AND s.embedding_status IN ('PENDING', 'PROCESSING')
           AND (s.embedding_status = 'PENDING'
-               OR s.updated_at < now() - make_interval(secs => $5))
+               OR s.updated_at < now() - make_interval(secs => :expiry_seconds))
         RETURNING s.embedding_attempt AS attempt
     )
     SELECT p.embedding_status, p.keyword_status, p.owner_from_core, p.same_owner, p.same_text,
@@ -58,7 +58,7 @@ START_CONTEXT = """
     FROM previous AS p
     LEFT JOIN ai.context_embedding AS e
            ON e.context_id = p.context_id AND p.embedding_status = 'COMPLETED'
-"""
+""")
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,7 +107,12 @@ async def start(
     steer the flow; database errors are raised as ``StagePool.fetch_row`` documents.
     """
     row = await stage_pool.fetch_row(
-        START_CONTEXT, context_id, user_id, record_id, text_sha256, float(expiry_seconds)
+        START_CONTEXT,
+        context_id=context_id,
+        user_id=user_id,
+        record_id=record_id,
+        text_sha256=text_sha256,
+        expiry_seconds=float(expiry_seconds),
     )
     if row is None:
         return None

@@ -2,8 +2,10 @@
 
 Every statement of a context's hot path (start, claim, the two saves, fail) is one
 data-modifying statement that commits on its own, so the pool needs no transactions, no
-statement compilation and no result objects: asyncpg runs it, with its prepared-statement
-cache, and hands back one row. Measured on the benchmark box this costs about a third of
+compilation per call and no result objects: each statement is a ``NamedStatement`` whose
+``:name`` placeholders became asyncpg's ``$n`` once, at import
+(``pinlog_platform.db.named_statements``); asyncpg runs it, with its prepared-statement cache,
+and hands back one row. Measured on the benchmark box this costs about a third of
 SQLAlchemy's checkout-execute-return path per statement (docs/state-machine.md, "One
 context, three statements"). Everything off the hot path (search, presets, migrations,
 doctor, readiness) keeps the SQLAlchemy engines of ``app.repository.db``.
@@ -29,6 +31,7 @@ from sqlalchemy.engine import make_url
 from app.errors import DatabaseLockTimeout, DatabaseStatementError, DatabaseUnavailable
 from app.repository.db import CONNECT_TIMEOUT_SECONDS, SESSION_SETTINGS, register_vector_codec
 from pinlog_platform.db import connection
+from pinlog_platform.db.named_statements import NamedStatement
 from pinlog_platform.db.sqlstates import LOCK_NOT_AVAILABLE, TRANSIENT_SQLSTATE_PREFIXES
 
 # A task waiting this long for a connection gives up with a transient error, as the
@@ -70,17 +73,20 @@ class StagePool:
         )
         return cls(pool, transaction_pooling=transaction_pooling)
 
-    async def fetch_row(self, statement: str, *args: Any) -> asyncpg.Record | None:
+    async def fetch_row(self, statement: NamedStatement, /, **params: Any) -> asyncpg.Record | None:
         """Run one statement in its own (implicit) transaction; its first row or ``None``.
 
-        Raises ``DatabaseLockTimeout``, ``DatabaseUnavailable`` or ``DatabaseStatementError``
-        (module docstring).
+        ``params``: one keyword per placeholder of ``statement`` (``:context_id`` is
+        ``context_id=...``). A missing or unexpected keyword raises ``TypeError`` before any
+        connection is taken (``NamedStatement.bind``). Raises ``DatabaseLockTimeout``,
+        ``DatabaseUnavailable`` or ``DatabaseStatementError`` (module docstring).
         """
+        args = statement.bind(params)
         self.statements_run += 1
         try:
             async with self._pool.acquire(timeout=POOL_TIMEOUT_SECONDS) as conn:
                 try:
-                    return await self._fetch_row(conn, statement, args)
+                    return await self._fetch_row(conn, statement.sql, args)
                 except asyncpg.InterfaceError as exc:
                     # Also DataError (an argument the driver could not encode: its message
                     # quotes the value). Transient only when the connection is gone; otherwise
@@ -98,16 +104,16 @@ class StagePool:
             raise DatabaseUnavailable("database unavailable") from None
 
     async def _fetch_row(
-        self, conn: asyncpg.Connection, statement: str, args: tuple[Any, ...]
+        self, conn: asyncpg.Connection, sql: str, args: list[Any]
     ) -> asyncpg.Record | None:
         if not self._transaction_pooling:
-            return await conn.fetchrow(statement, *args)
+            return await conn.fetchrow(sql, *args)
         # Through a transaction pooler the timeouts live in the transaction (SET LOCAL) and
         # prepare and execute must reach the same server connection.
         async with conn.transaction():
             if self._set_local:
                 await conn.execute(self._set_local)
-            return await conn.fetchrow(statement, *args)
+            return await conn.fetchrow(sql, *args)
 
     async def close(self) -> None:
         """Close every connection (waits for checked-out ones to come back)."""

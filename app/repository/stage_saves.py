@@ -19,24 +19,24 @@ from dataclasses import dataclass
 import numpy as np
 
 from app.repository.stage_pool import StagePool
+from pinlog_platform.db.named_statements import compile_named
 
 # §3.2: store the vector and mark the embedding COMPLETED while attempt :attempt still owns the
 # stage. is_deleted is deliberately not in the conflict SET list (§0). The same UPDATE starts
 # the keyword stage when it is PENDING (§2 "Start" for keywords: it needs embedding COMPLETED,
 # which this very UPDATE sets), so the keyword stage costs no claim of its own.
-# $1 context_id, $2 attempt, $3 user_id, $4 record_id, $5 embedding, $6 embedding_profile.
-SAVE_EMBEDDING = """
+SAVE_EMBEDDING = compile_named("""
     WITH locked AS (
         SELECT context_id, keyword_status
         FROM ai.context_ai_state
-        WHERE context_id = $1
-          AND embedding_status = 'PROCESSING' AND embedding_attempt = $2
+        WHERE context_id = :context_id
+          AND embedding_status = 'PROCESSING' AND embedding_attempt = :attempt
         FOR UPDATE
     ), stored AS (
         INSERT INTO ai.context_embedding
             (context_id, user_id, record_id, embedding, embedding_profile, updated_at)
-        SELECT context_id, CAST($3 AS bigint), CAST($4 AS bigint),
-               CAST($5 AS vector), CAST($6 AS varchar), now()
+        SELECT context_id, CAST(:user_id AS bigint), CAST(:record_id AS bigint),
+               CAST(:embedding AS vector), CAST(:embedding_profile AS varchar), now()
         FROM locked
         ON CONFLICT (context_id) DO UPDATE SET
             user_id = EXCLUDED.user_id,
@@ -55,23 +55,22 @@ SAVE_EMBEDDING = """
         updated_at = now()
     FROM locked AS l
     WHERE s.context_id = l.context_id
-      AND s.embedding_status = 'PROCESSING' AND s.embedding_attempt = $2
+      AND s.embedding_status = 'PROCESSING' AND s.embedding_attempt = :attempt
       AND (SELECT count(*) FROM stored) = 1
     RETURNING CASE WHEN l.keyword_status = 'PENDING' THEN s.keyword_attempt END AS keyword_attempt
-"""
+""")
 
 # §3.3: replace the context's keyword rows, upsert the analysis row and mark the keyword stage
 # COMPLETED while attempt :attempt still owns it. The INSERT reads the DELETE's output, which
 # makes PostgreSQL finish the DELETE first: without that dependency the sub-statements run in
 # an unspecified order and re-inserting a kept keyword would hit the primary key.
-# $1 context_id, $2 attempt, $3 keyword_ids, $4 confidences (3 decimals, sent as float8 and
-# cast), $5 preset_version, $6 unmatched_concepts (JSON text), $7 model_profile.
-SAVE_KEYWORDS = """
+# :confidences are sent as float8 (3 decimals) and cast; :unmatched_concepts is JSON text.
+SAVE_KEYWORDS = compile_named("""
     WITH locked AS (
         SELECT context_id
         FROM ai.context_ai_state
-        WHERE context_id = $1 AND embedding_status = 'COMPLETED'
-          AND keyword_status = 'PROCESSING' AND keyword_attempt = $2
+        WHERE context_id = :context_id AND embedding_status = 'COMPLETED'
+          AND keyword_status = 'PROCESSING' AND keyword_attempt = :attempt
         FOR UPDATE
     ), removed AS (
         DELETE FROM ai.context_keyword AS k
@@ -81,17 +80,17 @@ SAVE_KEYWORDS = """
     ), inserted AS (
         INSERT INTO ai.context_keyword (context_id, keyword_id, confidence, preset_version)
         SELECT l.context_id, selected.keyword_id, selected.confidence,
-               CAST($5 AS int)
+               CAST(:preset_version AS int)
         FROM locked AS l,
-             unnest(CAST($3 AS int[]), CAST(CAST($4 AS float8[]) AS numeric[]))
+             unnest(CAST(:keyword_ids AS int[]), CAST(CAST(:confidences AS float8[]) AS numeric[]))
                  AS selected(keyword_id, confidence)
         WHERE (SELECT count(*) FROM removed) >= 0
         RETURNING keyword_id
     ), analysed AS (
         INSERT INTO ai.context_keyword_analysis
             (context_id, preset_version, unmatched_concepts, model_profile, updated_at)
-        SELECT context_id, CAST($5 AS int), CAST($6 AS jsonb),
-               CAST($7 AS varchar), now()
+        SELECT context_id, CAST(:preset_version AS int), CAST(:unmatched_concepts AS jsonb),
+               CAST(:model_profile AS varchar), now()
         FROM locked
         ON CONFLICT (context_id) DO UPDATE SET
             preset_version = EXCLUDED.preset_version,
@@ -104,10 +103,10 @@ SAVE_KEYWORDS = """
     SET keyword_status = 'COMPLETED', updated_at = now()
     FROM locked AS l
     WHERE s.context_id = l.context_id AND s.embedding_status = 'COMPLETED'
-      AND s.keyword_status = 'PROCESSING' AND s.keyword_attempt = $2
+      AND s.keyword_status = 'PROCESSING' AND s.keyword_attempt = :attempt
       AND (SELECT count(*) FROM analysed) = 1
     RETURNING (SELECT count(*) FROM inserted) AS keywords
-"""
+""")
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,7 +130,13 @@ async def save_embedding(
     """Store ``embedding`` (float32 ``(dimension,)``) and complete the embedding stage if
     ``attempt`` still owns it (§3.2); ``None``: re-check failed, nothing written."""
     row = await stage_pool.fetch_row(
-        SAVE_EMBEDDING, context_id, attempt, user_id, record_id, embedding, embedding_profile
+        SAVE_EMBEDDING,
+        context_id=context_id,
+        attempt=attempt,
+        user_id=user_id,
+        record_id=record_id,
+        embedding=embedding,
+        embedding_profile=embedding_profile,
     )
     if row is None:
         return None
@@ -157,12 +162,12 @@ async def save_keywords(
     """
     row = await stage_pool.fetch_row(
         SAVE_KEYWORDS,
-        context_id,
-        attempt,
-        [keyword_id for keyword_id, _ in selections],
-        [round(confidence, 3) for _, confidence in selections],
-        preset_version,
-        json.dumps(list(unmatched_concepts), ensure_ascii=False),
-        model_profile,
+        context_id=context_id,
+        attempt=attempt,
+        keyword_ids=[keyword_id for keyword_id, _ in selections],
+        confidences=[round(confidence, 3) for _, confidence in selections],
+        preset_version=preset_version,
+        unmatched_concepts=json.dumps(list(unmatched_concepts), ensure_ascii=False),
+        model_profile=model_profile,
     )
     return row is not None

@@ -12,15 +12,18 @@ from sqlalchemy.engine import make_url
 from app.repository import context_ai_state
 from app.repository.db import register_vector_codec
 from app.repository.stage_pool import StagePool
+from pinlog_platform.db.named_statements import compile_named
 from pinlog_platform.states import Stage, Status
 from tests.worker.support import fetch_state, make_state
 
 EXPIRY = 600
+SLEEP = compile_named("SELECT pg_sleep(0.05)")
+SHOW_TIMEZONE = compile_named("SHOW timezone")
 
 
 async def _open_connections(stage_pool: StagePool, count: int) -> None:
     """Open ``count`` pool connections first, so the race is between statements, not connects."""
-    await asyncio.gather(*(stage_pool.fetch_row("SELECT pg_sleep(0.05)") for _ in range(count)))
+    await asyncio.gather(*(stage_pool.fetch_row(SLEEP) for _ in range(count)))
 
 
 async def claim(stage_pool, stage: Stage, context_id: int) -> context_ai_state.ClaimOutcome:
@@ -150,7 +153,7 @@ async def test_fc06_stale_and_fresh_decisions_hold_in_every_session_time_zone(
     )
     zoned = StagePool(pool, transaction_pooling=False)
     try:
-        assert await zoned.fetch_row("SHOW timezone") == (time_zone,)
+        assert await zoned.fetch_row(SHOW_TIMEZONE) == (time_zone,)
         fresh = await context_ai_state.claim(zoned, Stage.EMBEDDING, 1, expiry_seconds=EXPIRY)
         stale = await context_ai_state.claim(zoned, Stage.EMBEDDING, 2, expiry_seconds=EXPIRY)
     finally:

@@ -16,6 +16,7 @@ from sqlalchemy import text
 
 from app.errors import DatabaseStatementError
 from app.repository import context_ai_state, stage_saves
+from pinlog_platform.db.named_statements import compile_named
 from pinlog_platform.states import Stage
 from tests.fake_openai import Scripted, judge_body
 from tests.worker.support import fetch_state, make_state
@@ -29,6 +30,7 @@ ADD_CHECK = text(
 DROP_CHECK = text(
     "ALTER TABLE ai.context_keyword_analysis DROP CONSTRAINT IF EXISTS refuses_the_marker"
 )
+SELECT_ONE = compile_named("SELECT 1 AS one")
 
 
 @pytest.fixture
@@ -77,7 +79,7 @@ async def test_the_refused_save_names_only_its_sqlstate(engine, stage_pool, refu
         assert MARKER not in str(exc) and MARKER not in repr(exc)
     assert await fetch_state(engine, 1) == ("COMPLETED", "PROCESSING")
     # The pool connection is fine after the refusal.
-    assert (await stage_pool.fetch_row("SELECT 1 AS one"))["one"] == 1
+    assert (await stage_pool.fetch_row(SELECT_ONE))["one"] == 1
 
 
 async def test_the_worker_logs_the_refusal_without_the_model_output(
