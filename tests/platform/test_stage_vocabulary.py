@@ -18,6 +18,7 @@ import pytest
 from sqlalchemy import TextClause, text
 
 import core_service.repository
+from pinlog_platform.db.named_statements import NamedStatement
 from pinlog_platform.states import (
     ALL_STAGE_STATEMENTS,
     CLAIMABLE,
@@ -64,6 +65,8 @@ def _resolve(reference: str) -> object:
 def _sql(statement: object) -> str:
     if isinstance(statement, TextClause):
         return statement.text
+    if isinstance(statement, NamedStatement):
+        return statement.sql
     assert isinstance(statement, str), f"not a SQL statement: {type(statement).__name__}"
     return statement
 
