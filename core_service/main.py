@@ -68,6 +68,19 @@ def attempt_deadline(settings: CoreSettings) -> float:
     return settings.dispatch_connect_timeout_seconds + settings.dispatch_read_timeout_seconds + 1
 
 
+def build_dispatcher(
+    settings: CoreSettings, engine, endpoints: WorkerEndpoints, metrics: CoreMetrics
+) -> WorkerDispatcher:
+    """The dispatcher to the worker instances, counting dispatches against ``MAX_RETRY``."""
+    return WorkerDispatcher(
+        endpoints,
+        metrics,
+        engine,
+        max_retry=settings.max_retry,
+        attempt_deadline_seconds=attempt_deadline(settings),
+    )
+
+
 def build_scheduler(settings: CoreSettings, engine, dispatcher, metrics) -> RescanScheduler:
     return RescanScheduler(
         engine,
@@ -97,9 +110,7 @@ def create_app(settings: CoreSettings | None = None, *, run_rescan_loop: bool = 
             stack.push_async_callback(engine.dispose)
             endpoints = build_worker_endpoints(settings)
             stack.push_async_callback(endpoints.aclose)
-            dispatcher = WorkerDispatcher(
-                endpoints, metrics, attempt_deadline_seconds=attempt_deadline(settings)
-            )
+            dispatcher = build_dispatcher(settings, engine, endpoints, metrics)
             stack.push_async_callback(dispatcher.drain, DISPATCH_DRAIN_SECONDS)
             # Readiness on a connection of its own: a busy request pool must not fail /readyz.
             probe_engine = create_engine(

@@ -87,7 +87,10 @@ class CoreSettings(TokenSettings):
         default=600, gt=0, description="PROCESSING is stale after; equal to the worker's (§2)"
     )
     max_retry: int = Field(
-        default=3, ge=0, le=RETRY_COUNT_CEILING, description="Rescan dispatches per context"
+        default=3,
+        ge=0,
+        le=RETRY_COUNT_CEILING,
+        description="Accepted re-requests per context after its first (docs/rescan.md Budget)",
     )
     batch_size: int = Field(default=100, ge=1, le=10000, description="Rows per rescan claim")
     database_pool_size: int = Field(

@@ -1,8 +1,9 @@
 """A real local HTTP server that speaks the worker's internal API, for core-service tests.
 
 It records every ``POST /internal/v1/context/process`` body and answers by mode: ``accept``
-(202), ``refuse`` (503 with ``Retry-After``, as a full worker queue does) or ``hang`` (never
-answers until released), so the core's dispatch and rescan are tested over real TCP.
+(202), ``refuse`` (503 with ``Retry-After``, as a full worker queue does), ``reject`` (422, as
+for a request the worker finds invalid) or ``hang`` (never answers until released), so the
+core's dispatch and rescan are tested over real TCP.
 Runs on the test's event loop (``tests.worker.harness.serving``).
 """
 
@@ -16,13 +17,15 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-Mode = Literal["accept", "refuse", "hang"]
+Mode = Literal["accept", "refuse", "reject", "hang"]
 
 
 class FakeWorker:
     def __init__(self, secret: str) -> None:
         self.secret = secret
         self.mode: Mode = "accept"
+        # The Retry-After of a refusal; None sends none.
+        self.retry_after: str | None = "5"
         self.requests: list[dict[str, Any]] = []
         self.release = asyncio.Event()
         self._arrived = asyncio.Condition()
@@ -56,9 +59,10 @@ class FakeWorker:
             self.requests.append(body)
             self._arrived.notify_all()
         if self.mode == "refuse":
-            return JSONResponse(
-                {"detail": "worker queue full"}, status_code=503, headers={"Retry-After": "5"}
-            )
+            headers = {} if self.retry_after is None else {"Retry-After": self.retry_after}
+            return JSONResponse({"detail": "worker queue full"}, status_code=503, headers=headers)
+        if self.mode == "reject":
+            return JSONResponse({"detail": "invalid request"}, status_code=422)
         if self.mode == "hang":
             await self.release.wait()
         return JSONResponse({"contextId": body["contextId"]}, status_code=202)

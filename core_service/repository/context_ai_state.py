@@ -1,12 +1,13 @@
 """``ai.context_ai_state`` as the core service writes it (§0, §2, §9).
 
-The core side creates rows (``PENDING``/``PENDING``/0), cancels them, spends ``retry_count``
-and finalizes exhausted work. It never writes ``PROCESSING`` or ``COMPLETED``, nor a stage's
-attempt column. Each statement below is one ``pinlog_platform.states.CoreOperation``;
-``CORE_TRANSITIONS`` is what it may do to a stage's status, and
-``tests/core/repository/test_core_transition_table.py`` drives it from every status. Multi-row
-statements lock in ``context_id`` order (waiting) or skip locked rows (the scheduler), so they
-can never deadlock with each other or with a worker's save (docs/lock-order.md).
+The core side creates rows (``PENDING``/``PENDING``/0), cancels them, spends ``retry_count`` on
+accepted re-requests (docs/rescan.md "Budget") and finalizes exhausted work. It never writes
+``PROCESSING`` or ``COMPLETED``, nor a stage's attempt column. Each statement below is one
+``pinlog_platform.states.CoreOperation``; ``CORE_TRANSITIONS`` is what it may do to a stage's
+status, and ``tests/core/repository/test_core_transition_table.py`` drives it from every
+status. Multi-row statements lock in ``context_id`` order (waiting) or skip locked rows (the
+scheduler), so they can never deadlock with each other or with a worker's save
+(docs/lock-order.md).
 
 Staleness is judged by the stage that would run next (embedding while unfinished, else keyword
 once embedding is ``COMPLETED``): ``PENDING`` older than the pending expiry, ``PROCESSING``
@@ -67,7 +68,8 @@ _NEXT_STAGE_IS_STALE = """
 """
 
 # Rescan claim (§9 steps 2-3): stale rows with retries left, skipping rows locked elsewhere,
-# spend one retry and stamp rescanned_at; updated_at is deliberately untouched.
+# stamp rescanned_at; updated_at is deliberately untouched. The claim spends nothing: a retry
+# is spent only when a worker takes the re-request (RECORD_ACCEPTED_DISPATCH).
 CLAIM_STALE = text(
     """
     WITH stale AS (
@@ -80,10 +82,24 @@ CLAIM_STALE = text(
         FOR UPDATE SKIP LOCKED
     )
     UPDATE ai.context_ai_state AS s
-    SET retry_count = s.retry_count + 1, rescanned_at = now()
+    SET rescanned_at = now()
     FROM stale
     WHERE s.context_id = stale.context_id
     RETURNING s.context_id, s.retry_count
+    """
+)
+
+# After a dispatch a worker took (202, or a timeout after sending; docs/rescan.md "Budget"):
+# the context's first is free and stamps dispatch_accepted_at, each later one spends one
+# retry, never past the budget. updated_at is untouched (the worker's clock).
+RECORD_ACCEPTED_DISPATCH = text(
+    """
+    UPDATE ai.context_ai_state
+    SET retry_count = retry_count + CASE WHEN dispatch_accepted_at IS NULL THEN 0 ELSE 1 END,
+        dispatch_accepted_at = coalesce(dispatch_accepted_at, now())
+    WHERE context_id = :context_id
+      AND (dispatch_accepted_at IS NULL OR retry_count < :max_retry)
+    RETURNING retry_count
     """
 )
 
@@ -163,13 +179,24 @@ async def cancel(conn: AsyncConnection, context_ids: Sequence[int]) -> int:
 async def claim_stale(
     conn: AsyncConnection, *, expiries: Expiries, max_retry: int, batch_size: int
 ) -> list[tuple[int, int]]:
-    """Claim up to ``batch_size`` stale rows with ``retry_count < max_retry``.
+    """Claim up to ``batch_size`` stale rows with ``retry_count < max_retry``; nothing spent.
 
-    Returns ``(context_id, retry_count after the increment)`` pairs.
+    Returns ``(context_id, retry_count)`` pairs.
     """
     params = {"max_retry": max_retry, "batch_size": batch_size, **expiries.as_params()}
     result = await conn.execute(CLAIM_STALE, params)
     return [(int(row.context_id), int(row.retry_count)) for row in result]
+
+
+async def record_accepted_dispatch(
+    conn: AsyncConnection, *, context_id: int, max_retry: int
+) -> int | None:
+    """Count a dispatch a worker took: free the first time, else one retry spent while
+    ``retry_count < max_retry``. The new ``retry_count``; ``None`` when nothing was written (no
+    row, or the budget already spent)."""
+    params = {"context_id": context_id, "max_retry": max_retry}
+    row = (await conn.execute(RECORD_ACCEPTED_DISPATCH, params)).one_or_none()
+    return None if row is None else int(row.retry_count)
 
 
 async def finalize_exhausted(

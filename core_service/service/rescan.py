@@ -2,9 +2,11 @@
 
 Each run: (1) finalize: close keyword stages that can never run (embedding ``FAILED``), then
 fail the unfinished stages of stale rows whose retries are spent; (2) claim stale rows with
-retries left (``FOR UPDATE SKIP LOCKED``), spend one retry each, commit; (3) re-read each
+retries left (``FOR UPDATE SKIP LOCKED``), stamp ``rescanned_at``, commit; (3) re-read each
 claimed context in core; (4) skip deleted ones (WARNING when their state is not
 ``CANCELLED``); (5) dispatch the rest through the normal entry point and wait for the answers.
+A retry is spent only by a dispatch a worker took (``WorkerDispatcher``, docs/rescan.md
+"Budget"), never by the claim.
 
 Safe with several instances at once: claims skip rows locked by another instance, and a row
 just claimed carries a fresh ``rescanned_at``, so it is not claimed again until the expiry has
@@ -26,7 +28,7 @@ from core_service.metrics import CoreMetrics
 from core_service.repository import context, context_ai_state
 from core_service.repository.context_ai_state import Expiries
 from core_service.repository.db import autocommit, transaction
-from core_service.service.dispatch import DispatchRequest, DispatchResult, WorkerDispatcher
+from core_service.service.dispatch import DispatchOutcome, DispatchRequest, WorkerDispatcher
 from pinlog_platform.states import Stage, Status
 
 logger = logging.getLogger(__name__)
@@ -39,7 +41,8 @@ _MAX_FINALIZER_BATCHES = 100
 
 @dataclass(frozen=True, slots=True)
 class RescanReport:
-    """Counts of one run (rows, not stages)."""
+    """Counts of one run (rows, not stages); ``dispatched`` are dispatches a worker took,
+    ``dispatch_failed`` the others."""
 
     blocked_closed: int = 0
     finalized: int = 0
@@ -123,13 +126,13 @@ class RescanScheduler:
                 len(missing),
                 missing[:10],
             )
-        results = await self._dispatch_all(requests)
-        failed = sum(result is not DispatchResult.ACCEPTED for result in results)
+        outcomes = await self._dispatch_all(requests)
+        failed = sum(not outcome.result.ran for outcome in outcomes)
         return RescanReport(
             blocked_closed=blocked_closed,
             finalized=finalized,
             claimed=len(claimed),
-            dispatched=len(results) - failed,
+            dispatched=len(outcomes) - failed,
             dispatch_failed=failed,
             skipped_deleted=skipped_deleted,
             skipped_missing=len(missing),
@@ -186,10 +189,10 @@ class RescanScheduler:
             )
         return len(failed)
 
-    async def _dispatch_all(self, requests: list[DispatchRequest]) -> list[DispatchResult]:
+    async def _dispatch_all(self, requests: list[DispatchRequest]) -> list[DispatchOutcome]:
         limit = asyncio.Semaphore(_DISPATCH_CONCURRENCY)
 
-        async def one(request: DispatchRequest) -> DispatchResult:
+        async def one(request: DispatchRequest) -> DispatchOutcome:
             async with limit:
                 return await self._dispatcher.dispatch(request, origin="rescan")
 

@@ -106,13 +106,15 @@ class CoreOperation(StrEnum):
     FINALIZE = "finalize"  # FINALIZE_EXHAUSTED (§9 rescan step 1)
     CLOSE_BLOCKED = "close_blocked"  # CLOSE_BLOCKED_KEYWORD_STAGES (docs/rescan.md)
     RESCAN_CLAIM = "rescan_claim"  # CLAIM_STALE (§9 rescan steps 2-3)
+    COUNT_DISPATCH = "count_dispatch"  # RECORD_ACCEPTED_DISPATCH (docs/rescan.md "Budget")
 
 
 # How each core operation may change one stage's status (§0, §9); ``None`` is "no row yet". A
 # stage an operation leaves at its status is no transition (the cancel rewrites a CANCELLED
 # stage unchanged). CANCELLED wins: nothing moves it. Closing a blocked stage applies only to
 # stages with requirements (one the pipeline can never reach). The rescan claim changes no
-# status: it spends a retry and stamps rescanned_at. The §0 operational COMPLETED -> PENDING
+# status: it stamps rescanned_at; counting an accepted dispatch changes no status either: it
+# spends a retry (all but a context's first). The §0 operational COMPLETED -> PENDING
 # reset has no statement, so it is not here.
 CORE_TRANSITIONS: Mapping[CoreOperation, frozenset[tuple[Status | None, Status]]] = (
     MappingProxyType(
@@ -133,6 +135,7 @@ CORE_TRANSITIONS: Mapping[CoreOperation, frozenset[tuple[Status | None, Status]]
                 {(Status.PENDING, Status.FAILED), (Status.PROCESSING, Status.FAILED)}
             ),
             CoreOperation.RESCAN_CLAIM: frozenset(),
+            CoreOperation.COUNT_DISPATCH: frozenset(),
         }
     )
 )

@@ -45,9 +45,12 @@ async def worker_down(services: Services, engine, presets, fake_openai) -> Servi
     return services
 
 
-async def test_16_retry_count_stops_at_three_then_the_finalizer_fails_only_the_open_stage(
+async def test_16_refused_re_requests_spend_nothing_and_the_finalizer_fails_only_the_open_stage(
     live: Services, api: CoreApi, engine, fake_openai
 ):
+    """docs/rescan.md "Budget": re-requests the worker never received (it is down) spend no
+    retry, so they never exhaust a context; a context whose budget is spent (MAX_RETRY=0 here)
+    and whose open stage is stale has only that stage failed (§10 #16)."""
     dispatched = await metric(live.core.base_url, DISPATCHES, origin="commit")
     fake_openai.script_judge(Scripted(status=503))  # transient: the keyword stage stays open
     _, context_id = await api.created(NOTES[0])
@@ -58,18 +61,17 @@ async def test_16_retry_count_stops_at_three_then_the_finalizer_fails_only_the_o
     # The worker is down from here on, so the rescan may use a 1 s PROCESSING expiry.
     env = live.command_env(processing_expiry_seconds=PENDING_EXPIRY_SECONDS)
 
-    for retry in (1, 2, 3):
+    for _pass in range(4):
         await wait_stale(engine, context_id, PENDING_EXPIRY_SECONDS)
         counts = await rescan_once(env)
         assert (counts.claimed, counts.dispatched, counts.dispatch_failed) == (1, 0, 1)
-        assert await state(engine, context_id) == StateRow("COMPLETED", "PROCESSING", retry)
+        assert await state(engine, context_id) == StateRow("COMPLETED", "PROCESSING", 0)
     await wait_stale(engine, context_id, PENDING_EXPIRY_SECONDS)
-    counts = await rescan_once(env)
+    counts = await rescan_once(live.command_env(processing_expiry_seconds=1, max_retry=0))
 
     assert (counts.finalized, counts.claimed) == (1, 0)
-    assert await state(engine, context_id) == StateRow("COMPLETED", "FAILED", 3)
+    assert await state(engine, context_id) == StateRow("COMPLETED", "FAILED", 0)
     assert await embedding_deleted(engine, context_id) is False  # the finished stage kept
-    # Four dispatches in all: the create's (answered) and three rescans' (refused connection).
     assert await metric(live.core.base_url, DISPATCHES, origin="commit") == dispatched + 1
     assert fake_openai.judge_calls == 1
 
@@ -131,8 +133,8 @@ async def test_failed_dispatches_stay_pending_and_two_schedulers_recover_each_ex
     assert first.claimed + second.claimed == len(NOTES)
     assert first.dispatched + second.dispatched == len(NOTES)
     await wait_finished(engine, context_ids)
-    for context_id in context_ids:
-        assert await state(engine, context_id) == StateRow("COMPLETED", "COMPLETED", 1)
+    for context_id in context_ids:  # the first dispatch a worker took is free
+        assert await state(engine, context_id) == StateRow("COMPLETED", "COMPLETED", 0)
     embedded = [request["input"] for request in fake_openai.embedding_requests]
     for note in NOTES:
         assert sum(note in str(inputs) for inputs in embedded) == 1

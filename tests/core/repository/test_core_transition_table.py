@@ -8,7 +8,8 @@ row must end as the §9 rules say (the oracle below, written in the vocabulary: 
 ``CLAIMABLE``, ``Stage.requires``); every status change must be in the operation's table and
 every entry of the table must happen. Besides: a status change sets ``updated_at`` (§0
 principle 4) and the rescan claim never does (docs/rescan.md); no core statement writes an
-attempt column (docs/state-machine.md "Attempts"); only the rescan claim spends a retry.
+attempt column (docs/state-machine.md "Attempts"); only counting an accepted dispatch spends a
+retry, and never a context's first (docs/rescan.md "Budget").
 """
 
 from __future__ import annotations
@@ -49,7 +50,7 @@ CASES = [
 CONTEXT_IDS = list(range(1, len(CASES) + 1))
 
 READ_ROWS = text(
-    "SELECT context_id, retry_count, updated_at, rescanned_at, "
+    "SELECT context_id, retry_count, updated_at, rescanned_at, dispatch_accepted_at, "
     + ", ".join(f"{stage.status_column}, {stage.attempt_column}" for stage in STAGE_ORDER)
     + " FROM ai.context_ai_state"
 )
@@ -66,6 +67,7 @@ class StateRow:
     retry_count: int
     updated_at: datetime
     rescanned_at: datetime | None
+    dispatch_accepted_at: datetime | None
 
 
 async def _read(engine: AsyncEngine) -> dict[int, StateRow]:
@@ -78,6 +80,7 @@ async def _read(engine: AsyncEngine) -> dict[int, StateRow]:
             retry_count=row["retry_count"],
             updated_at=row["updated_at"],
             rescanned_at=row["rescanned_at"],
+            dispatch_accepted_at=row["dispatch_accepted_at"],
         )
         for row in rows
     }
@@ -132,6 +135,12 @@ async def _operate(engine: AsyncEngine, operation: CoreOperation) -> None:
             await context_ai_state.claim_stale(
                 conn, expiries=EXPIRIES, max_retry=MAX_RETRY, **batch
             )
+        elif operation is CoreOperation.COUNT_DISPATCH:
+            for _dispatch in ("first", "second"):  # the first is free, the second spends
+                for context_id in CONTEXT_IDS:
+                    await context_ai_state.record_accepted_dispatch(
+                        conn, context_id=context_id, max_retry=MAX_RETRY
+                    )
         else:
             raise AssertionError(f"no statement drives {operation}")
 
@@ -164,9 +173,18 @@ def _expected(
             if status in CLAIMABLE and Status.FAILED in {statuses[r] for r in stage.requires}
         }
         return statuses | blocked, retry
-    if operation is CoreOperation.RESCAN_CLAIM and retry < MAX_RETRY and stale_work:
-        return statuses, retry + 1  # one retry spent, no status moved
+    if operation is CoreOperation.COUNT_DISPATCH and retry < MAX_RETRY:
+        return statuses, retry + 1  # the second accepted dispatch spends one, no status moved
     return statuses, retry
+
+
+def _claimed(operation: CoreOperation, statuses: dict[Stage, Status], stale: bool, retry: int):
+    """Whether the rescan claim takes the row (it stamps ``rescanned_at``, spends nothing)."""
+    return (
+        operation is CoreOperation.RESCAN_CLAIM
+        and retry < MAX_RETRY
+        and _next_stage_is_stale(statuses, stale)
+    )
 
 
 def test_every_operation_has_a_table():
@@ -199,10 +217,11 @@ async def test_core_operation_moves_a_stage_only_along_its_table(engine, operati
         }
         if now.statuses != was.statuses:
             assert now.updated_at > was.updated_at, case
-        if operation is CoreOperation.RESCAN_CLAIM:
+        if operation in (CoreOperation.RESCAN_CLAIM, CoreOperation.COUNT_DISPATCH):
             assert now.updated_at == was.updated_at, case
-            assert (now.rescanned_at is not None) == (now.retry_count > was.retry_count), case
-        else:
-            assert now.rescanned_at is None, case
+        claimed = _claimed(operation, was.statuses, stale, retry)
+        assert (now.rescanned_at is not None) == claimed, case
+        counted = operation is CoreOperation.COUNT_DISPATCH
+        assert (now.dispatch_accepted_at is not None) == counted, case
 
     assert observed == CORE_TRANSITIONS[operation]

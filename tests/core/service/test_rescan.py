@@ -10,10 +10,9 @@ import pytest
 from pydantic import ValidationError
 from sqlalchemy import text
 
-from core_service.main import build_scheduler, build_worker_endpoints
+from core_service.main import build_dispatcher, build_scheduler, build_worker_endpoints
 from core_service.metrics import CoreMetrics
 from core_service.repository.db import create_engine
-from core_service.service.dispatch import WorkerDispatcher
 from tests.core import support as facts
 from tests.core.harness import bearer, core_settings
 from tests.worker.support import make_state, set_statuses
@@ -23,8 +22,10 @@ PROCESSING_STALE = 601  # seconds: past the 600 s PROCESSING expiry
 
 
 async def _create(core, body="조용한 카페", place="place-1") -> int:
+    """Create a note and wait for its after-commit dispatch (and its counting) to finish."""
     response = await core.create(1, body, place=place)
     assert response.status_code in (200, 201), response.text
+    await core.app.state.dispatcher.drain(5)
     return response.json()["contextId"]
 
 
@@ -73,7 +74,9 @@ async def test_only_rows_whose_next_stage_is_stale_are_claimed(
     report = await core_with_fake_worker.scheduler().run_once()
 
     expected = {name for name, row in rows.items() if row[3]}
-    claimed = {name for name in rows if (await facts.state(engine, ids[name])).retry_count == 1}
+    claimed = {
+        name for name in rows if (await facts.state(engine, ids[name])).rescanned_at is not None
+    }
     assert claimed == expected
     assert report.claimed == len(expected)
 
@@ -94,13 +97,13 @@ async def test_a_rescanned_row_waits_a_full_expiry_before_it_is_claimed_again(
     assert (await facts.state(engine, context_id)).retry_count == 2
 
 
-async def test_worker_that_never_accepts_gets_four_dispatches_then_the_finalizer_fails_it(
+async def test_a_worker_that_always_refuses_spends_no_retry_and_fails_nothing(
     core_with_fake_worker, fake_worker, engine
 ):
-    """Field case: retry_count rises exactly once per rescan dispatch; create + 3 rescans."""
+    """docs/rescan.md "Budget": a refused dispatch (503) writes nothing, so a context whose
+    workers stay full is re-requested after every expiry and never finalized."""
     fake_worker.mode = "refuse"
     context_id = await _create(core_with_fake_worker)
-    await fake_worker.wait_for_requests(1)
     scheduler = core_with_fake_worker.scheduler()
 
     reports = []
@@ -109,12 +112,77 @@ async def test_worker_that_never_accepts_gets_four_dispatches_then_the_finalizer
         reports.append(await scheduler.run_once())
 
     state = await facts.state(engine, context_id)
+    assert fake_worker.context_ids() == [context_id] * 6
+    assert [(r.claimed, r.dispatch_failed, r.finalized) for r in reports] == [(1, 1, 0)] * 5
+    assert (state.statuses, state.retry_count) == (("PENDING", "PENDING"), 0)
+
+
+async def test_four_accepted_dispatches_then_the_finalizer_fails_it(
+    core_with_fake_worker, fake_worker, engine
+):
+    """The first accepted dispatch (the create's) is free; each later one spends one retry;
+    with three spent, the finalizer fails the unfinished stages once they are stale."""
+    context_id = await _create(core_with_fake_worker)  # accepted, never processed
+    scheduler = core_with_fake_worker.scheduler()
+
+    reports, counts = [], []
+    for _ in range(5):
+        await facts.backdate(engine, context_id, PENDING_STALE)
+        reports.append(await scheduler.run_once())
+        counts.append((await facts.state(engine, context_id)).retry_count)
+
     assert fake_worker.context_ids() == [context_id] * 4
     assert [r.claimed for r in reports] == [1, 1, 1, 0, 0]
-    assert [r.dispatch_failed for r in reports] == [1, 1, 1, 0, 0]
+    assert [r.dispatched for r in reports] == [1, 1, 1, 0, 0]
     assert [r.finalized for r in reports] == [0, 0, 0, 1, 0]
-    assert state.retry_count == 3
-    assert state.statuses == ("FAILED", "FAILED")
+    assert counts == [1, 2, 3, 3, 3]
+    assert (await facts.state(engine, context_id)).statuses == ("FAILED", "FAILED")
+
+
+async def test_a_rejected_dispatch_counts_and_an_unauthorized_one_does_not(
+    make_core, fake_worker, engine, caplog
+):
+    """422: the worker judged the request, so it counts; 401: our secret is wrong, a
+    configuration fault: an ERROR line and the ``unauthorized`` result, nothing written."""
+    from tests.fake_worker import FakeWorker
+    from tests.worker.harness import serving
+
+    fake_worker.mode = "reject"
+    stranger = FakeWorker("another-internal-secret-0123456")
+    async with make_core(fake_worker.base_url) as core:
+        rejected = await _create(core, place="a")
+        await facts.backdate(engine, rejected, PENDING_STALE)
+        await core.scheduler().run_once()
+        async with serving(stranger.app) as stranger_url, make_core(stranger_url) as wrong:
+            refused = await _create(wrong, place="b")
+            metrics = (await wrong.client.get("/metrics")).text
+
+    assert (await facts.state(engine, rejected)).retry_count == 1  # create free, rescan counted
+    state = await facts.state(engine, refused)
+    assert (state.statuses, state.retry_count) == (("PENDING", "PENDING"), 0)
+    assert (
+        await facts.count(
+            engine,
+            "SELECT count(*) FROM ai.context_ai_state WHERE context_id = :id "
+            "AND dispatch_accepted_at IS NULL",
+            id=refused,
+        )
+        == 1
+    )
+    assert 'pinlog_core_dispatches_total{origin="commit",result="unauthorized"} 1.0' in metrics
+    errors = [r for r in caplog.records if r.levelno == logging.ERROR]
+    assert any("INTERNAL_SECRET" in r.getMessage() for r in errors)
+
+
+async def test_a_timeout_after_the_request_was_sent_counts_as_taken(make_core, fake_worker, engine):
+    fake_worker.mode = "hang"
+    async with make_core(fake_worker.base_url, dispatch_read_timeout_seconds=0.3) as core:
+        context_id = await _create(core)
+        await facts.backdate(engine, context_id, PENDING_STALE)
+        report = await core.scheduler().run_once()
+
+    assert (report.claimed, report.dispatched) == (1, 1)
+    assert (await facts.state(engine, context_id)).retry_count == 1
 
 
 async def test_a_batch_mixing_exhausted_and_fresh_rows_never_hits_the_retry_check(
@@ -247,7 +315,9 @@ async def test_two_schedulers_at_once_never_double_claim_or_double_dispatch(
     endpoint_sets = [build_worker_endpoints(settings) for _ in range(2)]
     try:
         schedulers = [
-            build_scheduler(settings, e, WorkerDispatcher(c, CoreMetrics()), CoreMetrics())
+            build_scheduler(
+                settings, e, build_dispatcher(settings, e, c, CoreMetrics()), CoreMetrics()
+            )
             for e, c in zip(engines, endpoint_sets, strict=True)
         ]
         rounds = [await asyncio.gather(*(s.run_once() for s in schedulers)) for _ in range(2)]

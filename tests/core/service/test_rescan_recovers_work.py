@@ -8,9 +8,8 @@ from __future__ import annotations
 
 import asyncio
 
-from core_service.main import build_scheduler, build_worker_endpoints
+from core_service.main import build_dispatcher, build_scheduler, build_worker_endpoints
 from core_service.metrics import CoreMetrics
-from core_service.service.dispatch import WorkerDispatcher
 from tests.core import support as facts
 from tests.core.harness import bearer
 from tests.worker.support import arrived, release, set_statuses
@@ -29,9 +28,9 @@ async def _rescan_to(worker, core):
     settings = core.settings.model_copy(update={"worker_base_url": str(worker.client.base_url)})
     endpoints = build_worker_endpoints(settings)
     metrics = CoreMetrics()
-    scheduler = build_scheduler(
-        settings, core.app.state.engine, WorkerDispatcher(endpoints, metrics), metrics
-    )
+    engine = core.app.state.engine
+    dispatcher = build_dispatcher(settings, engine, endpoints, metrics)
+    scheduler = build_scheduler(settings, engine, dispatcher, metrics)
     return scheduler, endpoints
 
 
