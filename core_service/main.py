@@ -34,6 +34,7 @@ from core_service.service.dispatch import WorkerDispatcher
 from core_service.service.lifecycle import ContextLifecycle
 from core_service.service.member_tokens import TokenAuthenticator
 from core_service.service.personal_search import PersonalSearch
+from core_service.service.process_requests import ProcessRequestSender
 from core_service.service.record_reads import RecordReader
 from core_service.service.rescan import RescanScheduler
 from core_service.service.worker_endpoints import WorkerEndpoints
@@ -71,13 +72,16 @@ def attempt_deadline(settings: CoreSettings) -> float:
 def build_dispatcher(
     settings: CoreSettings, engine, endpoints: WorkerEndpoints, metrics: CoreMetrics
 ) -> WorkerDispatcher:
-    """The dispatcher to the worker instances, counting dispatches against ``MAX_RETRY``."""
+    """The dispatcher to the worker instances, counting dispatches against ``MAX_RETRY`` and
+    holding refused ones (its loop runs once ``start`` is called)."""
     return WorkerDispatcher(
-        endpoints,
+        ProcessRequestSender(endpoints, attempt_deadline_seconds=attempt_deadline(settings)),
         metrics,
         engine,
         max_retry=settings.max_retry,
-        attempt_deadline_seconds=attempt_deadline(settings),
+        pending_expiry_seconds=settings.pending_expiry_seconds,
+        retry_capacity=settings.dispatch_retry_capacity,
+        backoff_max_seconds=settings.dispatch_backoff_max_seconds,
     )
 
 
@@ -111,7 +115,8 @@ def create_app(settings: CoreSettings | None = None, *, run_rescan_loop: bool = 
             endpoints = build_worker_endpoints(settings)
             stack.push_async_callback(endpoints.aclose)
             dispatcher = build_dispatcher(settings, engine, endpoints, metrics)
-            stack.push_async_callback(dispatcher.drain, DISPATCH_DRAIN_SECONDS)
+            dispatcher.start()
+            stack.push_async_callback(dispatcher.close, DISPATCH_DRAIN_SECONDS)
             # Readiness on a connection of its own: a busy request pool must not fail /readyz.
             probe_engine = create_engine(
                 settings.database_url,

@@ -6,7 +6,7 @@ Labels never carry ids or text.
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 
 class CoreMetrics:
@@ -26,9 +26,21 @@ class CoreMetrics:
             ["origin", "result"],
             registry=self.registry,
         )
+        self.retry_set_size = Gauge(
+            "pinlog_core_dispatch_retry_set_size",
+            "Refused dispatches this process holds to send again (at most DISPATCH_RETRY_CAPACITY)",
+            registry=self.registry,
+        )
+        self.dispatches_let_go = Counter(
+            "pinlog_core_dispatches_let_go_total",
+            "Refused dispatches handed to the rescan unsent: the retry set was full "
+            "(overflow) or they waited most of the pending expiry (expired)",
+            ["reason"],
+            registry=self.registry,
+        )
         self.rescan_claims = Counter(
             "pinlog_core_rescan_claims_total",
-            "Stale state rows claimed by the rescan (one retry spent each)",
+            "State rows claimed by the rescan (a retry is spent only if a worker takes one)",
             registry=self.registry,
         )
         self.http_requests = Histogram(

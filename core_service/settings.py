@@ -102,6 +102,19 @@ class CoreSettings(TokenSettings):
     dispatch_read_timeout_seconds: float = Field(
         default=3.0, gt=0, le=60, description="Read timeout of a dispatch to the worker"
     )
+    dispatch_retry_capacity: int = Field(
+        default=10_000,
+        ge=0,
+        le=1_000_000,
+        description="Refused dispatches one core process holds to send again; beyond, the "
+        "rescan takes them (docs/rescan.md Backlog)",
+    )
+    dispatch_backoff_max_seconds: float = Field(
+        default=30,
+        ge=1,
+        le=300,
+        description="Longest wait after a refusal without Retry-After (from 1 s, doubling)",
+    )
     max_request_bytes: int = Field(
         default=64 * 1024,
         ge=MAX_REQUEST_BYTES_FLOOR,

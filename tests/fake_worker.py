@@ -10,6 +10,7 @@ Runs on the test's event loop (``tests.worker.harness.serving``).
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any, Literal
 
 from starlette.applications import Starlette
@@ -27,6 +28,7 @@ class FakeWorker:
         # The Retry-After of a refusal; None sends none.
         self.retry_after: str | None = "5"
         self.requests: list[dict[str, Any]] = []
+        self.arrival_times: list[float] = []  # time.monotonic() of each process request
         self.release = asyncio.Event()
         self._arrived = asyncio.Condition()
         # What POST /internal/v1/search answers (a JSON body); None: no such route (404).
@@ -57,6 +59,7 @@ class FakeWorker:
         body = await request.json()
         async with self._arrived:
             self.requests.append(body)
+            self.arrival_times.append(time.monotonic())
             self._arrived.notify_all()
         if self.mode == "refuse":
             headers = {} if self.retry_after is None else {"Retry-After": self.retry_after}

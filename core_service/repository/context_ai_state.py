@@ -50,42 +50,80 @@ CANCEL_STATES = text(
     """
 )
 
-# A row whose next stage is stale (module docstring); shared by the rescan and the finalizer.
-_NEXT_STAGE_IS_STALE = """
-    (CASE
+# The status of the stage that would run next (module docstring): the embedding stage while
+# it is unfinished, else the keyword stage once the embedding stage is COMPLETED; NULL else.
+_NEXT_STAGE = """
+    CASE
         WHEN embedding_status IN ('PENDING', 'PROCESSING') THEN embedding_status
         WHEN embedding_status = 'COMPLETED' THEN keyword_status
-     END = 'PENDING'
+    END
+"""
+
+# A row whose next stage is stale (module docstring); shared by the rescan and the finalizer.
+_NEXT_STAGE_IS_STALE = (
+    """
+    ("""
+    + _NEXT_STAGE
+    + """ = 'PENDING'
      AND greatest(updated_at, coalesce(rescanned_at, updated_at))
          < now() - make_interval(secs => :pending_expiry_seconds)
-    OR
-     CASE
-        WHEN embedding_status IN ('PENDING', 'PROCESSING') THEN embedding_status
-        WHEN embedding_status = 'COMPLETED' THEN keyword_status
-     END = 'PROCESSING'
+    OR"""
+    + _NEXT_STAGE
+    + """ = 'PROCESSING'
      AND greatest(updated_at, coalesce(rescanned_at, updated_at))
          < now() - make_interval(secs => :processing_expiry_seconds))
 """
+)
 
-# Rescan claim (§9 steps 2-3): stale rows with retries left, skipping rows locked elsewhere,
-# stamp rescanned_at; updated_at is deliberately untouched. The claim spends nothing: a retry
-# is spent only when a worker takes the re-request (RECORD_ACCEPTED_DISPATCH).
+# A row the rescan may take: stale, or unfinished and let go by a dispatcher whose retry set
+# could not keep it (next_dispatch_at due; docs/rescan.md "Backlog").
+_NEXT_STAGE_IS_DUE = (
+    "("
+    + _NEXT_STAGE_IS_STALE
+    + " OR (next_dispatch_at <= now() AND "
+    + _NEXT_STAGE
+    + " IN ('PENDING', 'PROCESSING')))"
+)
+
+# Rescan claim (§9 steps 2-3): due rows with retries left, skipping rows locked elsewhere,
+# stamp rescanned_at and clear next_dispatch_at; updated_at is deliberately untouched. The
+# claim spends nothing: a retry is spent only when a worker takes the re-request
+# (RECORD_ACCEPTED_DISPATCH).
 CLAIM_STALE = text(
     """
     WITH stale AS (
         SELECT context_id FROM ai.context_ai_state
         WHERE retry_count < :max_retry AND """
-    + _NEXT_STAGE_IS_STALE
+    + _NEXT_STAGE_IS_DUE
     + """
         ORDER BY updated_at, context_id
         LIMIT :batch_size
         FOR UPDATE SKIP LOCKED
     )
     UPDATE ai.context_ai_state AS s
-    SET rescanned_at = now()
+    SET rescanned_at = now(), next_dispatch_at = NULL
     FROM stale
     WHERE s.context_id = stale.context_id
     RETURNING s.context_id, s.retry_count
+    """
+)
+
+# Rows a dispatcher let go of unsent (docs/rescan.md "Backlog"): each unfinished one becomes
+# due for the rescan in :delay_seconds, before its expiry. Locked in id order, like a cancel.
+DEFER_DISPATCH = text(
+    """
+    WITH held AS (
+        SELECT context_id FROM ai.context_ai_state
+        WHERE context_id = ANY(CAST(:context_ids AS bigint[]))
+          AND (embedding_status IN ('PENDING', 'PROCESSING')
+               OR keyword_status IN ('PENDING', 'PROCESSING'))
+        ORDER BY context_id
+        FOR UPDATE
+    )
+    UPDATE ai.context_ai_state AS s
+    SET next_dispatch_at = now() + make_interval(secs => :delay_seconds)
+    FROM held
+    WHERE s.context_id = held.context_id
     """
 )
 
@@ -186,6 +224,15 @@ async def claim_stale(
     params = {"max_retry": max_retry, "batch_size": batch_size, **expiries.as_params()}
     result = await conn.execute(CLAIM_STALE, params)
     return [(int(row.context_id), int(row.retry_count)) for row in result]
+
+
+async def defer_dispatch(
+    conn: AsyncConnection, context_ids: Sequence[int], *, delay_seconds: float
+) -> int:
+    """Make the unfinished rows among ``context_ids`` due for the rescan in ``delay_seconds``;
+    rows changed."""
+    params = {"context_ids": list(context_ids), "delay_seconds": float(delay_seconds)}
+    return (await conn.execute(DEFER_DISPATCH, params)).rowcount
 
 
 async def record_accepted_dispatch(

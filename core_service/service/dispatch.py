@@ -1,208 +1,194 @@
-"""Requests to the worker's ``POST /internal/v1/context/process`` (§9 "After-commit dispatch").
+"""The core's dispatcher: process requests to the workers, counted, refusals retried (§9).
 
-A dispatch is never part of a transaction. It tries the worker instances in turn
-(``WorkerEndpoints``) and classifies what happened (``DispatchResult``):
+A dispatch is never part of a transaction and never blocks a client request: after a commit it
+runs in the background (``dispatch_soon``); the rescan awaits its own (``dispatch``). What a
+dispatch does with each outcome (``process_requests``, docs/rescan.md "Budget"):
 
-- the worker **took** it: ``202``, or a timeout after the request was sent (the worker may
-  have queued it; counting it keeps a slow worker from being flooded by resends), or it
-  **rejected** it for good (``422``, any other answer but the ones below). Such a dispatch
-  ran, so it is counted: a context's first is free, each later one spends one ``retry_count``
-  (``context_ai_state.record_accepted_dispatch``, its own statement after the answer);
-- the worker **refused** it (``503``, and ``429``/``502``/``504`` from a proxy in front) or
-  could **not be reached** (connection refused, reset or timed out before the request was
-  sent): nothing is written, the row stays ``PENDING`` and is tried again later;
-- ``401``/``403``: the shared secret is wrong, a configuration fault: an ERROR line and the
-  ``unauthorized`` result, nothing written, nothing counted.
+- **taken** (``202``, a timeout after sending, a verdict such as ``422``): counted in its own
+  statement after the answer (the context's first free, each later one spends a retry);
+- **refused** (``503``, unreachable): nothing written; the gate closes for the workers'
+  ``Retry-After`` (or the backoff) and the request waits in the bounded, fair retry set
+  (``retry_set``), from which this dispatcher's loop sends it again once the gate opens. While
+  the gate is closed, new dispatches join the set without being sent (result ``held``);
+- **unauthorized** (``401``/``403``): an ERROR line; nothing written; the rescan tries later.
 
-docs/rescan.md "Budget" is the rule; a core that dies between the ``202`` and the counting
-statement leaves that one attempt uncounted. Log lines name the context id and the error
-class, never the note. Pooled clients with short timeouts (connect 1 s, read 3 s by default).
+A request leaves the set once it has waited most of the pending expiry (the rescan owns the
+row again); one that finds the set full, or leaves it, is written as due for the rescan
+(``next_dispatch_at``) and wakes the rescan loop (``rescan_wanted``). At shutdown the set is
+dropped: its rows are still ``PENDING``. Log lines name context ids and error classes, never
+the note.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
-from dataclasses import dataclass
-from enum import StrEnum
 from typing import Any
 
-import httpx
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from core_service.errors import CoreError
 from core_service.metrics import CoreMetrics
 from core_service.repository import context_ai_state
 from core_service.repository.db import autocommit
-from core_service.service.worker_endpoints import WorkerEndpoints
+from core_service.service.process_requests import (
+    DispatchOutcome,
+    DispatchRequest,
+    DispatchResult,
+    ProcessRequestSender,
+)
+from core_service.service.retry_set import RefusalGate, RetrySet
 from pinlog_platform.logging import log_context
+
+__all__ = ["DispatchOutcome", "DispatchRequest", "DispatchResult", "WorkerDispatcher"]
 
 logger = logging.getLogger(__name__)
 
-PROCESS_PATH = "/internal/v1/context/process"
-# Answers that mean "not now" (a full queue, a proxy without a healthy upstream), not a verdict.
-_REFUSAL_STATUSES = frozenset({429, 502, 503, 504})
-# Answers that mean the worker does not trust us: X-Internal-Secret differs (§8).
-_UNAUTHORIZED_STATUSES = frozenset({401, 403})
-# The httpcore trace event after which the worker has the whole request.
-_REQUEST_SENT_EVENT = "send_request_body.complete"
-
-
-@dataclass(frozen=True, slots=True)
-class DispatchRequest:
-    """What the worker needs for one context (§3); ``body`` is the stored, normalised note."""
-
-    context_id: int
-    member_id: int
-    record_id: int
-    body: str
-    external_place_id: str
-    place_name: str
-
-    def as_json(self) -> dict[str, object]:
-        return {
-            "contextId": self.context_id,
-            "userId": self.member_id,
-            "recordId": self.record_id,
-            "text": self.body,
-            "placeMeta": {"externalPlaceId": self.external_place_id, "name": self.place_name},
-        }
-
-
-class DispatchResult(StrEnum):
-    """What became of one dispatch (the ``result`` label of ``pinlog_core_dispatches_total``)."""
-
-    ACCEPTED = "accepted"  # 2xx: queued by a worker
-    TIMED_OUT = "timed_out"  # sent, no answer in time: the worker may have queued it
-    REJECTED = "rejected"  # answered with a verdict on the request (422, 500, ...)
-    REFUSED = "refused"  # 503 and the like: not taken now
-    UNREACHABLE = "unreachable"  # not sent: no connection, or it broke before the answer
-    UNAUTHORIZED = "unauthorized"  # 401/403: a configuration fault
-
-    @property
-    def ran(self) -> bool:
-        """A worker took the request (or judged it): the dispatch counts (docstring)."""
-        return self in _RAN
-
-    @property
-    def retry_later(self) -> bool:
-        """Not taken, through no fault of the note: nothing written, tried again later."""
-        return self in (DispatchResult.REFUSED, DispatchResult.UNREACHABLE)
-
-
-_RAN = frozenset({DispatchResult.ACCEPTED, DispatchResult.TIMED_OUT, DispatchResult.REJECTED})
-
-
-@dataclass(frozen=True, slots=True)
-class DispatchOutcome:
-    """A dispatch's result, with the shortest ``Retry-After`` (seconds) of the refusals."""
-
-    result: DispatchResult
-    retry_after_seconds: float | None = None
+# Held requests the retry loop sends at once when the gate opens.
+RETRY_CONCURRENCY = 8
+# A held request leaves the set after this share of the pending expiry, so that it is gone
+# before the rescan of any core process may take its row by the expiry rule.
+HOLD_SHARE_OF_PENDING_EXPIRY = 0.9
+# The retry loop looks for expired requests at least this often (seconds).
+EXPIRY_CHECK_SECONDS = 1.0
+# How often a rescan waiting for the retry set to empty looks again (seconds).
+READY_POLL_SECONDS = 0.1
 
 
 class WorkerDispatcher:
-    """Sends process requests and counts the ones a worker took; ``dispatch`` awaits one,
-    ``dispatch_soon`` runs it in the background so a slow or dead worker never delays a
-    user's response."""
+    """Sends process requests, counts the ones a worker took and retries refused ones from a
+    bounded in-process set (module docstring). ``start`` its loop; ``close`` at shutdown."""
 
     def __init__(
         self,
-        endpoints: WorkerEndpoints,
+        sender: ProcessRequestSender,
         metrics: CoreMetrics,
         engine: AsyncEngine,
         *,
         max_retry: int,
-        attempt_deadline_seconds: float = 5.0,
+        pending_expiry_seconds: float,
+        retry_capacity: int,
+        backoff_max_seconds: float,
     ) -> None:
-        self._endpoints = endpoints
+        self._sender = sender
+        self._metrics = metrics
         self._engine = engine
         self._max_retry = max_retry
-        # httpx's read timeout bounds each read, not the whole answer: a worker dripping bytes
-        # would hold a dispatch (and a rescan pass) forever without this deadline per attempt.
-        self._attempt_deadline_seconds = attempt_deadline_seconds
-        self._metrics = metrics
+        self._hold_seconds = pending_expiry_seconds * HOLD_SHARE_OF_PENDING_EXPIRY
+        self._held = RetrySet(retry_capacity)
+        self._gate = RefusalGate(backoff_max_seconds=backoff_max_seconds)
+        self._let_go: set[int] = set()  # context ids to hand to the rescan
+        self._work = asyncio.Event()  # the loop has something to do
+        self.rescan_wanted = asyncio.Event()  # rows were let go: the rescan should run now
         self._in_flight: set[asyncio.Task[Any]] = set()
+        self._loop: asyncio.Task[None] | None = None
+        metrics.retry_set_size.set_function(lambda: len(self._held))
+
+    @property
+    def room(self) -> int:
+        """How many more refused requests the retry set can hold."""
+        return self._held.room
+
+    def seconds_until_open(self) -> float:
+        """0 when the workers may be asked now, else the seconds the gate stays closed."""
+        return self._gate.seconds_until_open()
+
+    @property
+    def ready(self) -> bool:
+        """Nothing waits: the gate is open and the retry set empty (the rescan may claim)."""
+        return self._gate.is_open and not self._held
+
+    async def wait_until_ready(self, timeout_seconds: float, stop: asyncio.Event) -> None:
+        """Return once ``ready`` (or ``stop`` is set, or after ``timeout_seconds``)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_seconds
+        while not self.ready and not stop.is_set():
+            left = deadline - loop.time()
+            if left <= 0:
+                return
+            wait = max(self._gate.seconds_until_open(), READY_POLL_SECONDS)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), min(wait, left))
 
     async def dispatch(self, request: DispatchRequest, *, origin: str) -> DispatchOutcome:
-        """POST one request to the first worker instance that takes it and count it if it
-        ran; never raises for worker, network or database faults (they are logged).
+        """Send one request now (or hold it while the gate is closed) and settle the outcome;
+        never raises for worker, network or database faults (they are logged).
 
         ``origin`` labels the metric: ``commit`` (after a create or edit) or ``rescan``.
         """
         with log_context(context_id=request.context_id):
-            outcome = await self._first_taker(request)
+            if self._gate.is_open:
+                outcome = await self._sender.send(request)
+            else:
+                outcome = DispatchOutcome(DispatchResult.HELD)
             self._metrics.dispatches.labels(origin, outcome.result.value).inc()
-            if outcome.result.ran:
-                await self._count(request.context_id)
+            await self._settle(request, outcome)
+            if outcome.result.retry_later:
+                self._hold(request)
         return outcome
 
-    async def _first_taker(self, request: DispatchRequest) -> DispatchOutcome:
-        results: list[DispatchOutcome] = []
-        causes: list[str] = []
-        for client in self._endpoints.in_turn():
-            outcome, cause = await self._attempt(client, request)
-            if outcome.result.ran:
-                self._log_taken(request.context_id, outcome.result, cause, causes)
-                return outcome
-            results.append(outcome)
-            causes.append(cause)
-        outcome = _combine(results)
-        logger.warning(
-            "dispatch of context %d not taken (%s); left PENDING, tried again later",
-            request.context_id,
-            ", ".join(causes),
-        )
-        return outcome
+    def dispatch_soon(self, request: DispatchRequest) -> None:
+        """Start ``dispatch`` in the background (after a commit) and return at once."""
+        task = asyncio.create_task(self.dispatch(request, origin="commit"))
+        self._in_flight.add(task)
+        task.add_done_callback(self._in_flight.discard)
 
-    async def _attempt(
-        self, client: httpx.AsyncClient, request: DispatchRequest
-    ) -> tuple[DispatchOutcome, str]:
-        """One POST to one instance: its outcome and a short cause for the log."""
-        sent = _SendProbe()
-        try:
-            async with asyncio.timeout(self._attempt_deadline_seconds):
-                response = await client.post(
-                    PROCESS_PATH, json=request.as_json(), extensions={"trace": sent.observe}
-                )
-        except (httpx.HTTPError, TimeoutError) as exc:
-            cause = type(exc).__name__
-            timed_out = isinstance(exc, (TimeoutError, httpx.TimeoutException))
-            if timed_out and sent.complete:
-                return DispatchOutcome(DispatchResult.TIMED_OUT), cause
-            return DispatchOutcome(DispatchResult.UNREACHABLE), cause
-        status = response.status_code
-        cause = f"HTTP {status}"
-        if response.is_success:
-            return DispatchOutcome(DispatchResult.ACCEPTED), cause
-        if status in _REFUSAL_STATUSES:
-            return DispatchOutcome(DispatchResult.REFUSED, retry_after(response)), cause
-        if status in _UNAUTHORIZED_STATUSES:
+    def start(self) -> None:
+        """Start the retry loop (the service's lifespan; commands that send once need none)."""
+        if self._loop is None:
+            self._loop = asyncio.create_task(self._run())
+
+    async def drain(self, timeout_seconds: float) -> None:
+        """Wait up to ``timeout_seconds`` for background dispatches, then cancel the rest
+        (their contexts stay ``PENDING``)."""
+        if not self._in_flight:
+            return
+        _done, pending = await asyncio.wait(set(self._in_flight), timeout=timeout_seconds)
+        for task in pending:
+            task.cancel()
+        if pending:
+            await asyncio.gather(*pending, return_exceptions=True)
+
+    async def close(self, timeout_seconds: float) -> None:
+        """Shutdown: stop the loop, drain background dispatches, drop the retry set (its rows
+        are still ``PENDING``; the rescan of any core process re-requests them)."""
+        if self._loop is not None:
+            self._loop.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._loop
+            self._loop = None
+        await self.drain(timeout_seconds)
+        dropped = self._held.clear()
+        if dropped:
+            logger.info("shutdown: %d held dispatch(es) left PENDING for the rescan", dropped)
+
+    async def _settle(self, request: DispatchRequest, outcome: DispatchOutcome) -> None:
+        """Count, log and pace by one outcome (module docstring)."""
+        for base_url in outcome.unauthorized:
             logger.error(
-                "worker %s answered %d to a process request: PINLOG_CORE_INTERNAL_SECRET does "
-                "not match the worker's PINLOG_INTERNAL_SECRET; nothing is counted",
-                client.base_url,
-                status,
+                "worker %s refused our X-Internal-Secret (401/403): PINLOG_CORE_INTERNAL_SECRET "
+                "must equal the worker's PINLOG_INTERNAL_SECRET; context %d not counted",
+                base_url,
+                request.context_id,
             )
-            return DispatchOutcome(DispatchResult.UNAUTHORIZED), cause
-        return DispatchOutcome(DispatchResult.REJECTED), cause
-
-    @staticmethod
-    def _log_taken(context_id: int, result: DispatchResult, cause: str, skipped: list[str]) -> None:
-        if result is DispatchResult.TIMED_OUT:
+        result, causes = outcome.result, ", ".join(outcome.causes)
+        if result.ran:
+            self._gate.accepted()
+            if result is not DispatchResult.ACCEPTED:
+                logger.warning("dispatch of context %d: %s (%s); counted", request.context_id,
+                               _TAKEN_WORDS[result], causes)  # fmt: skip
+            elif len(outcome.causes) > 1:
+                logger.info("dispatch of context %d skipped %d worker(s) (%s)",
+                            request.context_id, len(outcome.causes) - 1, causes)  # fmt: skip
+            await self._count(request.context_id)
+        elif result in (DispatchResult.REFUSED, DispatchResult.UNREACHABLE):
+            waiting = self._gate.refused(outcome.retry_after_seconds)
             logger.warning(
-                "dispatch of context %d timed out after it was sent (%s); counted as taken",
-                context_id,
-                cause,
-            )
-        elif result is DispatchResult.REJECTED:
-            logger.warning("worker rejected context %d (%s); counted", context_id, cause)
-        if skipped:
-            logger.info(
-                "dispatch of context %d skipped %d worker(s) (%s)",
-                context_id,
-                len(skipped),
-                ", ".join(skipped),
+                "dispatch of context %d not taken (%s); tried again in %.1f s",
+                request.context_id,
+                causes,
+                waiting,
             )
 
     async def _count(self, context_id: int) -> None:
@@ -219,63 +205,76 @@ class WorkerDispatcher:
                 type(exc).__name__,
             )
 
-    def dispatch_soon(self, request: DispatchRequest) -> None:
-        """Start ``dispatch`` in the background (after a commit) and return at once."""
-        task = asyncio.create_task(self.dispatch(request, origin="commit"))
-        self._in_flight.add(task)
-        task.add_done_callback(self._in_flight.discard)
+    def _hold(self, request: DispatchRequest) -> None:
+        if not self._held.add(request, hold_seconds=self._hold_seconds):
+            self._let_go_of([request], reason="overflow")
+        self._work.set()
 
-    async def drain(self, timeout_seconds: float) -> None:
-        """Wait up to ``timeout_seconds`` for background dispatches, then cancel the rest
-        (their contexts stay ``PENDING``; the rescan re-requests them)."""
-        if not self._in_flight:
+    def _let_go_of(self, requests: list[DispatchRequest], *, reason: str) -> None:
+        """Requests the set cannot keep: written as due for the rescan by the loop."""
+        self._let_go.update(request.context_id for request in requests)
+        self._metrics.dispatches_let_go.labels(reason).inc(len(requests))
+        self._work.set()
+
+    async def _run(self) -> None:
+        """The retry loop: expire, write what was let go, then send held requests in fair
+        order while the gate is open."""
+        while True:
+            try:
+                expired = self._held.expire()
+                if expired:
+                    self._let_go_of(expired, reason="expired")
+                await self._write_let_go()
+                if not self._held:
+                    self._work.clear()
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(self._work.wait(), EXPIRY_CHECK_SECONDS)
+                elif not self._gate.is_open:
+                    await asyncio.sleep(min(self._gate.seconds_until_open(), EXPIRY_CHECK_SECONDS))
+                else:
+                    await self._send_held(self._held.take(RETRY_CONCURRENCY))
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                logger.exception("dispatch retry loop failed; continuing")
+                await asyncio.sleep(EXPIRY_CHECK_SECONDS)
+
+    async def _send_held(self, taken: list[tuple[DispatchRequest, float]]) -> None:
+        async def one(request: DispatchRequest) -> DispatchOutcome:
+            with log_context(context_id=request.context_id):
+                outcome = await self._sender.send(request)
+                self._metrics.dispatches.labels("retry", outcome.result.value).inc()
+                await self._settle(request, outcome)
+                return outcome
+
+        outcomes = await asyncio.gather(*(one(request) for request, _ in taken))
+        again = [held for held, o in zip(taken, outcomes, strict=True) if o.result.retry_later]
+        if again:
+            rejected = self._held.put_back(again)
+            if rejected:
+                self._let_go_of(rejected, reason="expired")
+
+    async def _write_let_go(self) -> None:
+        """One statement for everything let go since the last pass, due for the rescan once
+        the gate opens; then wake the rescan. A database fault keeps them for the next pass
+        (they are ``PENDING`` either way)."""
+        if not self._let_go:
             return
-        _done, pending = await asyncio.wait(set(self._in_flight), timeout=timeout_seconds)
-        for task in pending:
-            task.cancel()
-        if pending:
-            await asyncio.gather(*pending, return_exceptions=True)
+        try:
+            async with autocommit(self._engine) as conn:
+                await context_ai_state.defer_dispatch(
+                    conn, sorted(self._let_go), delay_seconds=self._gate.seconds_until_open()
+                )
+        except CoreError as exc:
+            logger.warning("could not hand %d context(s) to the rescan (%s)",
+                           len(self._let_go), type(exc).__name__)  # fmt: skip
+            return
+        logger.info("handed %d context(s) to the rescan", len(self._let_go))
+        self._let_go.clear()
+        self.rescan_wanted.set()
 
 
-class _SendProbe:
-    """An httpcore ``trace`` callback noting whether the whole request went out."""
-
-    __slots__ = ("complete",)
-
-    def __init__(self) -> None:
-        self.complete = False
-
-    async def observe(self, event: str, _info: dict[str, Any]) -> None:
-        if event.endswith(_REQUEST_SENT_EVENT):
-            self.complete = True
-
-
-def _combine(outcomes: list[DispatchOutcome]) -> DispatchOutcome:
-    """The outcome of a round no instance took: refused (with the shortest ``Retry-After``)
-    if any refused, else unreachable if any was, else unauthorized."""
-    for result in (DispatchResult.REFUSED, DispatchResult.UNREACHABLE):
-        matching = [outcome for outcome in outcomes if outcome.result is result]
-        if matching:
-            waits = [o.retry_after_seconds for o in matching if o.retry_after_seconds is not None]
-            return DispatchOutcome(result, min(waits) if waits else None)
-    return DispatchOutcome(DispatchResult.UNAUTHORIZED)
-
-
-# A Retry-After above this is read as this: a worker never asks for longer (app/service/
-# worker_pool.py caps at 60 s), and a bad proxy must not park the core's backlog for hours.
-RETRY_AFTER_CAP_SECONDS = 60.0
-
-
-def retry_after(response: httpx.Response) -> float | None:
-    """``Retry-After`` in seconds when it is a non-negative number (RFC 9110 delay-seconds),
-    capped at ``RETRY_AFTER_CAP_SECONDS``; ``None`` when absent or not a number."""
-    value = response.headers.get("Retry-After")
-    if value is None:
-        return None
-    try:
-        seconds = float(value.strip())
-    except ValueError:
-        return None
-    if not seconds >= 0:  # NaN and negatives
-        return None
-    return min(seconds, RETRY_AFTER_CAP_SECONDS)
+_TAKEN_WORDS = {
+    DispatchResult.TIMED_OUT: "timed out after it was sent",
+    DispatchResult.REJECTED: "rejected by the worker",
+}

@@ -8,6 +8,12 @@ claimed context in core; (4) skip deleted ones (WARNING when their state is not
 A retry is spent only by a dispatch a worker took (``WorkerDispatcher``, docs/rescan.md
 "Budget"), never by the claim.
 
+The pass claims only while this process's dispatcher has nothing waiting (its gate is open
+and its retry set empty): refused work waits in the set, not in more claims. The loop runs
+again as soon as the workers take more while a pass finds a full batch (a backlog drains at
+the workers' speed), when the dispatcher hands rows back (``rescan_wanted``), and otherwise
+every ``period_seconds`` (docs/rescan.md "Backlog").
+
 Safe with several instances at once: claims skip rows locked by another instance, and a row
 just claimed carries a fresh ``rescanned_at``, so it is not claimed again until the expiry has
 passed once more (docs/rescan.md explains why ``updated_at`` is left to the worker).
@@ -16,7 +22,6 @@ passed once more (docs/rescan.md explains why ``updated_at`` is left to the work
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -51,6 +56,9 @@ class RescanReport:
     dispatch_failed: int = 0
     skipped_deleted: int = 0
     skipped_missing: int = 0
+    # The claim was skipped: the dispatcher still holds refused work, or the workers asked
+    # us to wait (Retry-After).
+    waited_for_workers: bool = False
 
     @property
     def anything_happened(self) -> bool:
@@ -79,10 +87,16 @@ class RescanScheduler:
         self._batch_size = batch_size
         self._period_seconds = period_seconds
 
+    @property
+    def batch_size(self) -> int:
+        return self._batch_size
+
     async def run_once(self) -> RescanReport:
         """One finalize + rescan pass. Raises ``UnavailableError`` if the database is down."""
         blocked_closed = await self._finalize_in_batches(self._close_blocked)
         finalized = await self._finalize_in_batches(self._finalize_exhausted)
+        if not self._dispatcher.ready:
+            return RescanReport(blocked_closed, finalized, waited_for_workers=True)
         async with transaction(self._engine) as conn:
             claimed = await context_ai_state.claim_stale(
                 conn,
@@ -139,9 +153,12 @@ class RescanScheduler:
         )
 
     async def run_forever(self, stop: asyncio.Event) -> None:
-        """Run every ``period_seconds`` until ``stop`` is set; a failing run is logged and the
-        loop goes on (the next period retries)."""
+        """Run until ``stop`` is set: again as soon as the workers take more while there is a
+        backlog (a full batch, or a claim skipped while they refused), at once when the
+        dispatcher hands rows back, else every ``period_seconds``. A failing run is logged and
+        the loop goes on."""
         while not stop.is_set():
+            backlog = False
             try:
                 report = await self.run_once()
             except UnavailableError:
@@ -151,8 +168,12 @@ class RescanScheduler:
             else:
                 if report.anything_happened:
                     logger.info("rescan: %s", report)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), timeout=self._period_seconds)
+                backlog = report.waited_for_workers or report.claimed >= self._batch_size
+            if backlog:
+                await self._dispatcher.wait_until_ready(self._period_seconds, stop)
+            else:
+                await _first_of(stop, self._dispatcher.rescan_wanted, self._period_seconds)
+            self._dispatcher.rescan_wanted.clear()
 
     async def _finalize_in_batches(self, one_batch) -> int:
         total = 0
@@ -197,6 +218,16 @@ class RescanScheduler:
                 return await self._dispatcher.dispatch(request, origin="rescan")
 
         return list(await asyncio.gather(*(one(request) for request in requests)))
+
+
+async def _first_of(stop: asyncio.Event, wake: asyncio.Event, timeout_seconds: float) -> None:
+    """Return when ``stop`` or ``wake`` is set, or after ``timeout_seconds``."""
+    waiters = {asyncio.ensure_future(stop.wait()), asyncio.ensure_future(wake.wait())}
+    try:
+        await asyncio.wait(waiters, timeout=timeout_seconds, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for waiter in waiters:
+            waiter.cancel()
 
 
 def _all_cancelled(statuses: Mapping[Stage, Status] | None) -> bool:

@@ -107,6 +107,7 @@ class CoreOperation(StrEnum):
     CLOSE_BLOCKED = "close_blocked"  # CLOSE_BLOCKED_KEYWORD_STAGES (docs/rescan.md)
     RESCAN_CLAIM = "rescan_claim"  # CLAIM_STALE (§9 rescan steps 2-3)
     COUNT_DISPATCH = "count_dispatch"  # RECORD_ACCEPTED_DISPATCH (docs/rescan.md "Budget")
+    DEFER_DISPATCH = "defer_dispatch"  # DEFER_DISPATCH (docs/rescan.md "Backlog")
 
 
 # How each core operation may change one stage's status (§0, §9); ``None`` is "no row yet". A
@@ -114,8 +115,8 @@ class CoreOperation(StrEnum):
 # stage unchanged). CANCELLED wins: nothing moves it. Closing a blocked stage applies only to
 # stages with requirements (one the pipeline can never reach). The rescan claim changes no
 # status: it stamps rescanned_at; counting an accepted dispatch changes no status either: it
-# spends a retry (all but a context's first). The §0 operational COMPLETED -> PENDING
-# reset has no statement, so it is not here.
+# spends a retry (all but a context's first); deferring one only sets next_dispatch_at. The
+# §0 operational COMPLETED -> PENDING reset has no statement, so it is not here.
 CORE_TRANSITIONS: Mapping[CoreOperation, frozenset[tuple[Status | None, Status]]] = (
     MappingProxyType(
         {
@@ -136,6 +137,7 @@ CORE_TRANSITIONS: Mapping[CoreOperation, frozenset[tuple[Status | None, Status]]
             ),
             CoreOperation.RESCAN_CLAIM: frozenset(),
             CoreOperation.COUNT_DISPATCH: frozenset(),
+            CoreOperation.DEFER_DISPATCH: frozenset(),
         }
     )
 )

@@ -33,6 +33,7 @@ COMMAND_TIMEOUT_SECONDS = 60.0
 PROVIDER_TIMEOUT_SECONDS = 2
 PROCESSING_EXPIRY_SECONDS = 3
 PENDING_EXPIRY_SECONDS = 1
+DISPATCH_BACKOFF_MAX_SECONDS = 2
 
 
 def free_port() -> int:
@@ -85,6 +86,8 @@ def core_environment(
         "pending_expiry_seconds": PENDING_EXPIRY_SECONDS,
         "processing_expiry_seconds": PROCESSING_EXPIRY_SECONDS,
         "database_pool_size": 4,
+        # Held dispatches are tried again at least every 2 s (not 30 s) once a worker is back.
+        "dispatch_backoff_max_seconds": DISPATCH_BACKOFF_MAX_SECONDS,
     }
     values.update(overrides)
     return _base_environment() | {f"PINLOG_CORE_{k.upper()}": str(v) for k, v in values.items()}

@@ -61,7 +61,7 @@ async def test_16_refused_re_requests_spend_nothing_and_the_finalizer_fails_only
     # The worker is down from here on, so the rescan may use a 1 s PROCESSING expiry.
     env = live.command_env(processing_expiry_seconds=PENDING_EXPIRY_SECONDS)
 
-    for _pass in range(4):
+    for _pass in range(2):
         await wait_stale(engine, context_id, PENDING_EXPIRY_SECONDS)
         counts = await rescan_once(env)
         assert (counts.claimed, counts.dispatched, counts.dispatch_failed) == (1, 0, 1)
@@ -108,6 +108,9 @@ async def test_17_cancelled_wins_over_the_finalizer_in_either_order(
 async def test_failed_dispatches_stay_pending_and_two_schedulers_recover_each_exactly_once(
     worker_down: Services, api: CoreApi, engine, fake_openai
 ):
+    """The core holds dispatches the dead worker could not take until they have waited most of
+    the pending expiry (1 s here), then hands them to the rescan (docs/rescan.md "Backlog");
+    this core runs none, so two ``rescan --once`` recover each once, spending nothing."""
     services = worker_down
     unreachable = await _unreachable(services)
     context_ids = []
@@ -118,8 +121,7 @@ async def test_failed_dispatches_stay_pending_and_two_schedulers_recover_each_ex
     for context_id in context_ids:
         assert await state(engine, context_id) == StateRow("PENDING", "PENDING", 0)
     await wait_until(
-        lambda: _reached(_unreachable(services), unreachable + len(NOTES)),
-        what="every dispatch to fail",
+        lambda: _reached(_unreachable(services), unreachable + 1), what="a dispatch to fail"
     )
 
     await services.worker.start()

@@ -51,6 +51,7 @@ CONTEXT_IDS = list(range(1, len(CASES) + 1))
 
 READ_ROWS = text(
     "SELECT context_id, retry_count, updated_at, rescanned_at, dispatch_accepted_at, "
+    "next_dispatch_at, "
     + ", ".join(f"{stage.status_column}, {stage.attempt_column}" for stage in STAGE_ORDER)
     + " FROM ai.context_ai_state"
 )
@@ -68,6 +69,7 @@ class StateRow:
     updated_at: datetime
     rescanned_at: datetime | None
     dispatch_accepted_at: datetime | None
+    next_dispatch_at: datetime | None
 
 
 async def _read(engine: AsyncEngine) -> dict[int, StateRow]:
@@ -81,6 +83,7 @@ async def _read(engine: AsyncEngine) -> dict[int, StateRow]:
             updated_at=row["updated_at"],
             rescanned_at=row["rescanned_at"],
             dispatch_accepted_at=row["dispatch_accepted_at"],
+            next_dispatch_at=row["next_dispatch_at"],
         )
         for row in rows
     }
@@ -141,6 +144,8 @@ async def _operate(engine: AsyncEngine, operation: CoreOperation) -> None:
                     await context_ai_state.record_accepted_dispatch(
                         conn, context_id=context_id, max_retry=MAX_RETRY
                     )
+        elif operation is CoreOperation.DEFER_DISPATCH:
+            await context_ai_state.defer_dispatch(conn, CONTEXT_IDS, delay_seconds=0)
         else:
             raise AssertionError(f"no statement drives {operation}")
 
@@ -187,6 +192,14 @@ def _claimed(operation: CoreOperation, statuses: dict[Stage, Status], stale: boo
     )
 
 
+# Operations that change no status leave the worker's progress clock alone (docs/rescan.md).
+_LEAVE_UPDATED_AT = (
+    CoreOperation.RESCAN_CLAIM,
+    CoreOperation.COUNT_DISPATCH,
+    CoreOperation.DEFER_DISPATCH,
+)
+
+
 def test_every_operation_has_a_table():
     assert set(CORE_TRANSITIONS) == set(CoreOperation)
 
@@ -217,8 +230,12 @@ async def test_core_operation_moves_a_stage_only_along_its_table(engine, operati
         }
         if now.statuses != was.statuses:
             assert now.updated_at > was.updated_at, case
-        if operation in (CoreOperation.RESCAN_CLAIM, CoreOperation.COUNT_DISPATCH):
+        if operation in _LEAVE_UPDATED_AT:
             assert now.updated_at == was.updated_at, case
+        deferred = operation is CoreOperation.DEFER_DISPATCH and any(
+            status in CLAIMABLE for status in was.statuses.values()
+        )
+        assert (now.next_dispatch_at is not None) == deferred, case
         claimed = _claimed(operation, was.statuses, stale, retry)
         assert (now.rescanned_at is not None) == claimed, case
         counted = operation is CoreOperation.COUNT_DISPATCH

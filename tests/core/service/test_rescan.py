@@ -98,18 +98,22 @@ async def test_a_rescanned_row_waits_a_full_expiry_before_it_is_claimed_again(
 
 
 async def test_a_worker_that_always_refuses_spends_no_retry_and_fails_nothing(
-    core_with_fake_worker, fake_worker, engine
+    make_core, fake_worker, engine
 ):
     """docs/rescan.md "Budget": a refused dispatch (503) writes nothing, so a context whose
-    workers stay full is re-requested after every expiry and never finalized."""
-    fake_worker.mode = "refuse"
-    context_id = await _create(core_with_fake_worker)
-    scheduler = core_with_fake_worker.scheduler()
+    workers stay full is re-requested again and again and never finalized. (No retry set and
+    Retry-After 0 here, so that each pass sends it itself.)"""
+    fake_worker.mode, fake_worker.retry_after = "refuse", "0"
+    async with make_core(fake_worker.base_url, dispatch_retry_capacity=0) as core:
+        context_id = await _create(core)
+        scheduler, handed_back = core.scheduler(), core.app.state.dispatcher.rescan_wanted
 
-    reports = []
-    for _ in range(5):
-        await facts.backdate(engine, context_id, PENDING_STALE)
-        reports.append(await scheduler.run_once())
+        reports = []
+        for _ in range(5):
+            await asyncio.wait_for(handed_back.wait(), 5)  # the refused row was handed back
+            handed_back.clear()
+            await facts.backdate(engine, context_id, PENDING_STALE)
+            reports.append(await scheduler.run_once())
 
     state = await facts.state(engine, context_id)
     assert fake_worker.context_ids() == [context_id] * 6

@@ -1,0 +1,189 @@
+"""One round of ``POST /internal/v1/context/process`` over the worker instances, classified.
+
+``ProcessRequestSender.send`` tries the instances in turn (``WorkerEndpoints``) until one takes
+the request, and says what happened (``DispatchResult``, docs/rescan.md "Budget"):
+
+- the worker **took** it: ``202``, or a timeout after the whole request was sent (the worker
+  may have queued it), or it answered with a **verdict** on the request (``422``, or any
+  status not listed below). Such a dispatch ran: it is counted;
+- the worker **refused** it (``503``, and ``429``/``502``/``504`` from a proxy in front, with
+  their ``Retry-After``) or could **not be reached** (connection refused, reset, or timed out
+  before the request was sent; a connection that breaks after sending but before an answer is
+  a worker gone with its queue): nothing is written, it is tried again later;
+- ``401``/``403``: the shared secret is wrong, a configuration fault; nothing is counted.
+
+No state is written here and nothing is logged: the dispatcher decides and logs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+import httpx
+
+from core_service.service.worker_endpoints import WorkerEndpoints
+
+PROCESS_PATH = "/internal/v1/context/process"
+# Answers that mean "not now" (a full queue, a proxy without a healthy upstream), not a verdict.
+_REFUSAL_STATUSES = frozenset({429, 502, 503, 504})
+# Answers that mean the worker does not trust us: X-Internal-Secret differs (§8).
+_UNAUTHORIZED_STATUSES = frozenset({401, 403})
+# The httpcore trace event after which the worker has the whole request.
+_REQUEST_SENT_EVENT = "send_request_body.complete"
+# A Retry-After above this is read as this: a worker never asks for longer (app/service/
+# worker_pool.py caps at 60 s), and a bad proxy must not park the core's backlog for hours.
+RETRY_AFTER_CAP_SECONDS = 60.0
+
+
+@dataclass(frozen=True, slots=True)
+class DispatchRequest:
+    """What the worker needs for one context (§3); ``body`` is the stored, normalised note."""
+
+    context_id: int
+    member_id: int
+    record_id: int
+    body: str
+    external_place_id: str
+    place_name: str
+
+    def as_json(self) -> dict[str, object]:
+        return {
+            "contextId": self.context_id,
+            "userId": self.member_id,
+            "recordId": self.record_id,
+            "text": self.body,
+            "placeMeta": {"externalPlaceId": self.external_place_id, "name": self.place_name},
+        }
+
+
+class DispatchResult(StrEnum):
+    """What became of one dispatch (the ``result`` label of ``pinlog_core_dispatches_total``)."""
+
+    ACCEPTED = "accepted"  # 2xx: queued by a worker
+    TIMED_OUT = "timed_out"  # sent, no answer in time: the worker may have queued it
+    REJECTED = "rejected"  # answered with a verdict on the request (422, 500, ...)
+    REFUSED = "refused"  # 503 and the like: not taken now
+    UNREACHABLE = "unreachable"  # not sent: no connection, or it broke before the answer
+    UNAUTHORIZED = "unauthorized"  # 401/403: a configuration fault
+    HELD = "held"  # not sent: the workers refused moments ago; kept for a later try
+
+    @property
+    def ran(self) -> bool:
+        """A worker took the request (or judged it): the dispatch counts."""
+        return self in _RAN
+
+    @property
+    def retry_later(self) -> bool:
+        """Not taken, through no fault of the note: nothing written, tried again later."""
+        return self in _RETRY_LATER
+
+
+_RAN = frozenset({DispatchResult.ACCEPTED, DispatchResult.TIMED_OUT, DispatchResult.REJECTED})
+_RETRY_LATER = frozenset({DispatchResult.REFUSED, DispatchResult.UNREACHABLE, DispatchResult.HELD})
+
+
+@dataclass(frozen=True, slots=True)
+class DispatchOutcome:
+    """A dispatch's result; ``retry_after_seconds`` is the shortest ``Retry-After`` among the
+    refusals, ``causes`` one short item per instance tried (``HTTP 503``, ``ConnectError``) and
+    ``unauthorized`` the instances that answered 401/403."""
+
+    result: DispatchResult
+    retry_after_seconds: float | None = None
+    causes: tuple[str, ...] = ()
+    unauthorized: tuple[str, ...] = ()
+
+
+class ProcessRequestSender:
+    """Sends one process request to the first instance that takes it (module docstring)."""
+
+    def __init__(self, endpoints: WorkerEndpoints, *, attempt_deadline_seconds: float) -> None:
+        self._endpoints = endpoints
+        # httpx's read timeout bounds each read, not the whole answer: a worker dripping bytes
+        # would hold a dispatch (and a rescan pass) forever without this deadline per attempt.
+        self._attempt_deadline_seconds = attempt_deadline_seconds
+
+    async def send(self, request: DispatchRequest) -> DispatchOutcome:
+        """Never raises for worker or network faults."""
+        results: list[tuple[DispatchResult, float | None]] = []
+        causes: list[str] = []
+        unauthorized: list[str] = []
+        for client in self._endpoints.in_turn():
+            result, wait, cause = await self._attempt(client, request)
+            causes.append(cause)
+            if result.ran:
+                return DispatchOutcome(result, None, tuple(causes), tuple(unauthorized))
+            if result is DispatchResult.UNAUTHORIZED:
+                unauthorized.append(str(client.base_url))
+            results.append((result, wait))
+        result, wait = _combine(results)
+        return DispatchOutcome(result, wait, tuple(causes), tuple(unauthorized))
+
+    async def _attempt(
+        self, client: httpx.AsyncClient, request: DispatchRequest
+    ) -> tuple[DispatchResult, float | None, str]:
+        sent = _SendProbe()
+        try:
+            async with asyncio.timeout(self._attempt_deadline_seconds):
+                response = await client.post(
+                    PROCESS_PATH, json=request.as_json(), extensions={"trace": sent.observe}
+                )
+        except (httpx.HTTPError, TimeoutError) as exc:
+            cause = type(exc).__name__
+            timed_out = isinstance(exc, (TimeoutError, httpx.TimeoutException))
+            if timed_out and sent.complete:
+                return DispatchResult.TIMED_OUT, None, cause
+            return DispatchResult.UNREACHABLE, None, cause
+        status = response.status_code
+        cause = f"HTTP {status}"
+        if response.is_success:
+            return DispatchResult.ACCEPTED, None, cause
+        if status in _REFUSAL_STATUSES:
+            return DispatchResult.REFUSED, retry_after(response), cause
+        if status in _UNAUTHORIZED_STATUSES:
+            return DispatchResult.UNAUTHORIZED, None, cause
+        return DispatchResult.REJECTED, None, cause
+
+
+class _SendProbe:
+    """An httpcore ``trace`` callback noting whether the whole request went out."""
+
+    __slots__ = ("complete",)
+
+    def __init__(self) -> None:
+        self.complete = False
+
+    async def observe(self, event: str, _info: dict[str, Any]) -> None:
+        if event.endswith(_REQUEST_SENT_EVENT):
+            self.complete = True
+
+
+def _combine(
+    results: list[tuple[DispatchResult, float | None]],
+) -> tuple[DispatchResult, float | None]:
+    """The result of a round no instance took: refused (with the shortest ``Retry-After``) if
+    any refused, else unreachable if any was, else unauthorized."""
+    for wanted in (DispatchResult.REFUSED, DispatchResult.UNREACHABLE):
+        matching = [wait for result, wait in results if result is wanted]
+        if matching:
+            waits = [wait for wait in matching if wait is not None]
+            return wanted, (min(waits) if waits else None)
+    return DispatchResult.UNAUTHORIZED, None
+
+
+def retry_after(response: httpx.Response) -> float | None:
+    """``Retry-After`` in seconds when it is a non-negative number (RFC 9110 delay-seconds),
+    capped at ``RETRY_AFTER_CAP_SECONDS``; ``None`` when absent or not a number."""
+    value = response.headers.get("Retry-After")
+    if value is None:
+        return None
+    try:
+        seconds = float(value.strip())
+    except ValueError:
+        return None
+    if not seconds >= 0:  # NaN and negatives
+        return None
+    return min(seconds, RETRY_AFTER_CAP_SECONDS)
