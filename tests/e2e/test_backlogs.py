@@ -1,0 +1,183 @@
+"""Backlogs and outages drain without spending the retry budget (docs/rescan.md "Budget",
+"Backlog"): a real worker (fake OpenAI provider) and real core processes running their rescan
+loops, each test with the clocks it needs.
+
+The full-size burst (2,000 creates against a queue of 100) is ``bench/core_burst.py``; the
+burst here keeps the same ratio of notes to queue places at a fifth of the size.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+
+from app.repository import keyword_preset
+from tests.core.harness import bearer, make_member
+from tests.core.support import count
+from tests.e2e.observe import metric, wait_until
+from tests.e2e.processes import ServiceProcess, core_environment, worker_environment
+from tests.fake_openai import Scripted
+
+OUTAGE_NOTES = 60
+BURST_NOTES, BURST_QUEUE = 200, 10
+DISPATCHES = "pinlog_core_dispatches_total"
+
+
+@dataclass
+class Stack:
+    worker: ServiceProcess
+    cores: list[ServiceProcess]
+
+    @property
+    def core(self) -> ServiceProcess:
+        return self.cores[0]
+
+
+@pytest.fixture
+async def stack_factory(engine, migrated_database, bundled_preset_rows, fake_openai, tmp_path):
+    """``async with stack_factory(worker={...}, core={...}, cores=1) as stack``: a worker and
+    core processes with the given settings, members 1 and 2, the bundled presets."""
+    async with engine.begin() as conn:
+        await keyword_preset.upsert_all(conn, bundled_preset_rows)
+    for member_id in (1, 2):
+        await make_member(engine, member_id)
+
+    @asynccontextmanager
+    async def factory(*, worker=None, core=None, cores: int = 1) -> AsyncIterator[Stack]:
+        worker_process = ServiceProcess(
+            "app",
+            worker_environment(migrated_database, fake_openai, **(worker or {})),
+            tmp_path / "worker.log",
+        )
+        core_processes = [
+            ServiceProcess(
+                "core_service",
+                core_environment(migrated_database, worker_process.base_url, **(core or {})),
+                Path(tmp_path / f"core{i}.log"),
+            )
+            for i in range(cores)
+        ]
+        processes = [worker_process, *core_processes]
+        try:
+            await asyncio.gather(*(process.start() for process in processes))
+            yield Stack(worker_process, core_processes)
+        finally:
+            await asyncio.gather(*(process.stop() for process in processes))
+
+    return factory
+
+
+async def _create_many(base_url: str, count_: int, *, member: int = 1, tag: str = "n") -> list:
+    """``count_`` notes through the core's API, 16 at a time; their context ids in order."""
+    limit = asyncio.Semaphore(16)
+    async with httpx.AsyncClient(base_url=base_url, timeout=30) as client:
+
+        async def one(index: int) -> int:
+            async with limit:
+                response = await client.post(
+                    "/api/v1/records",
+                    json={
+                        "externalPlaceId": f"{tag}-{index}",
+                        "placeName": "카페",
+                        "body": f"{tag} {index}: 창가 자리 조용하고 콘센트 많은 카페",
+                    },
+                    headers=bearer(member),
+                )
+            assert response.status_code == 201, response.text
+            return response.json()["contextId"]
+
+        return list(await asyncio.gather(*(one(i) for i in range(count_))))
+
+
+async def _summary(engine) -> dict[str, int]:
+    """Counts over every state row: finished, failed, retries spent."""
+    sql = {
+        "completed": "SELECT count(*) FROM ai.context_ai_state "
+        "WHERE embedding_status = 'COMPLETED' AND keyword_status = 'COMPLETED'",
+        "failed": "SELECT count(*) FROM ai.context_ai_state "
+        "WHERE 'FAILED' IN (embedding_status, keyword_status)",
+        "retries": "SELECT coalesce(sum(retry_count), 0) FROM ai.context_ai_state",
+    }
+    return {name: await count(engine, query) for name, query in sql.items()}
+
+
+async def _all_completed(engine, expected: int) -> bool:
+    return (await _summary(engine))["completed"] == expected
+
+
+async def _dispatches_sent(base_url: str) -> float:
+    total = await metric(base_url, DISPATCHES)
+    return total - await metric(base_url, DISPATCHES, result="held")
+
+
+async def test_a_worker_outage_of_four_retry_windows_fails_no_note(stack_factory, engine):
+    """60 notes written while the worker is down for four retry windows (rescan period 1 s,
+    pending expiry 1 s): before issue 16 every one had spent its three retries and was
+    FAILED; now all complete once it is back, none with a retry spent."""
+    timings = {"rescan_period_seconds": 1, "pending_expiry_seconds": 1}
+    async with stack_factory(core=timings) as stack:
+        await stack.worker.stop()
+        context_ids = await _create_many(stack.core.base_url, OUTAGE_NOTES)
+        outage = 4 * (timings["rescan_period_seconds"] + timings["pending_expiry_seconds"])
+        await asyncio.sleep(outage)  # the outage itself: the worker stays down this long
+        claims = await metric(stack.core.base_url, "pinlog_core_rescan_claims_total")
+        down = await _summary(engine)
+
+        started = time.monotonic()
+        await stack.worker.start()
+        await wait_until(
+            lambda: _all_completed(engine, OUTAGE_NOTES), within=60, what="every note done"
+        )
+        drained = time.monotonic() - started
+        sent = await _dispatches_sent(stack.core.base_url)
+
+    after = await _summary(engine)
+    assert down == {"completed": 0, "failed": 0, "retries": 0}
+    assert claims >= OUTAGE_NOTES  # the rescan did re-request them meanwhile, for nothing
+    assert after == {"completed": OUTAGE_NOTES, "failed": 0, "retries": 0}
+    assert len(context_ids) == OUTAGE_NOTES
+    print(
+        f"\noutage: {OUTAGE_NOTES} notes, worker down {outage} s; rescan claims meanwhile "
+        f"{claims:.0f}; drained {drained:.1f} s after the worker came back; "
+        f"{sent:.0f} dispatches sent; FAILED {after['failed']}, retries {after['retries']}"
+    )
+
+
+async def test_a_burst_over_the_worker_queue_completes_without_spending_a_retry(
+    stack_factory, engine, fake_openai
+):
+    """Twenty times the worker's queue in creates, production rescan timings (300 s), a worker
+    slower than the creates (judge calls of 100 ms, 2 at once): the worker's 503s are honoured
+    by the core's retry set, not left to a rescan minutes later."""
+    fake_openai.script_judge(*(Scripted(delay_seconds=0.1) for _ in range(BURST_NOTES)))
+    async with stack_factory(
+        worker={"queue_capacity": BURST_QUEUE, "worker_concurrency": 2},
+        core={"pending_expiry_seconds": 300, "processing_expiry_seconds": 600},
+    ) as stack:
+        started = time.monotonic()
+        await _create_many(stack.core.base_url, BURST_NOTES)
+        created = time.monotonic() - started
+        await wait_until(
+            lambda: _all_completed(engine, BURST_NOTES), within=120, what="every note done"
+        )
+        drained = time.monotonic() - started
+        refused = await metric(stack.core.base_url, DISPATCHES, result="refused")
+        sent = await _dispatches_sent(stack.core.base_url)
+        claims = await metric(stack.core.base_url, "pinlog_core_rescan_claims_total")
+
+    after = await _summary(engine)
+    assert after == {"completed": BURST_NOTES, "failed": 0, "retries": 0}
+    assert refused > 0  # the queue did overflow
+    assert claims == 0  # no row waited for the rescan
+    print(
+        f"\nburst: {BURST_NOTES} creates in {created:.1f} s against a queue of {BURST_QUEUE}; "
+        f"all COMPLETED after {drained:.1f} s; {sent:.0f} dispatches sent ({refused:.0f} "
+        f"refused); FAILED {after['failed']}, retries {after['retries']}"
+    )
