@@ -1,4 +1,5 @@
-"""The ``pinlog-core`` command: ``db upgrade``, ``serve``, ``rescan --once``, ``token``."""
+"""The ``pinlog-core`` command: ``db upgrade``, ``serve``, ``rescan --once``, ``token``,
+``status``."""
 
 from __future__ import annotations
 
@@ -172,6 +173,36 @@ def token(member: int = typer.Option(..., "--member", min=1, help="Member id")) 
             ttl_seconds=settings.token_ttl_seconds,
         )
     )
+
+
+@app.command()
+def status(
+    as_json: bool = typer.Option(False, "--json", help="One JSON object (docs/operations.md)"),
+) -> None:
+    """Backlog, lag, coverage, failures and retries of live contexts, and the pause state."""
+    import json
+
+    from core_service.repository.db import create_engine
+    from core_service.service.status import read_status
+    from core_service.settings import StateClockSettings
+
+    settings = _load(StateClockSettings)
+
+    async def run():
+        engine = create_engine(
+            settings.database_url,
+            pool_size=1,
+            transaction_pooling=settings.database_transaction_pooling,
+        )
+        try:
+            return await read_status(
+                engine, processing_expiry_seconds=settings.processing_expiry_seconds
+            )
+        finally:
+            await engine.dispose()
+
+    report = _run_with_database(run)
+    typer.echo(json.dumps(report.as_json()) if as_json else report.as_text())
 
 
 def main() -> None:

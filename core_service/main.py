@@ -37,6 +37,7 @@ from core_service.service.personal_search import PersonalSearch
 from core_service.service.process_requests import ProcessRequestSender
 from core_service.service.record_reads import RecordReader
 from core_service.service.rescan import RescanScheduler
+from core_service.service.status import StatusGauges
 from core_service.service.worker_endpoints import WorkerEndpoints
 from core_service.settings import CoreSettings
 from pinlog_platform.http.body_limit import BodySizeLimitMiddleware
@@ -135,22 +136,18 @@ def create_app(settings: CoreSettings | None = None, *, run_rescan_loop: bool = 
             app.state.authenticator = TokenAuthenticator(
                 engine, secret=settings.jwt_secret.get_secret_value()
             )
+            gauges = StatusGauges(
+                engine,
+                metrics,
+                processing_expiry_seconds=settings.processing_expiry_seconds,
+                period_seconds=settings.status_refresh_seconds,
+            )
+            stack.push_async_callback(_stop_task, *_start(gauges.run_forever))
             if run_rescan_loop:
-                stop = asyncio.Event()
+                # A pass waiting on a slow worker must not hold shutdown: its claimed rows stay
+                # stale and the next pass (any replica) takes them again.
                 scheduler = build_scheduler(settings, engine, dispatcher, metrics)
-                loop_task = asyncio.create_task(scheduler.run_forever(stop))
-
-                async def stop_loop() -> None:
-                    # A pass waiting on a slow worker must not hold shutdown: its claimed rows
-                    # stay stale and the next pass (any replica) takes them again.
-                    stop.set()
-                    done, _ = await asyncio.wait({loop_task}, timeout=RESCAN_STOP_SECONDS)
-                    if not done:
-                        loop_task.cancel()
-                    with contextlib.suppress(asyncio.CancelledError):
-                        await loop_task
-
-                stack.push_async_callback(stop_loop)
+                stack.push_async_callback(_stop_task, *_start(scheduler.run_forever))
             logger.info(
                 "core service ready: worker=%s rescan every %gs",
                 settings.worker_base_url,
@@ -193,6 +190,22 @@ def create_app(settings: CoreSettings | None = None, *, run_rescan_loop: bool = 
         return JSONResponse({"status": "ready"})
 
     return app
+
+
+def _start(run_forever) -> tuple[asyncio.Event, asyncio.Task[None]]:
+    """Start ``run_forever(stop)`` as a task; its stop event and the task."""
+    stop = asyncio.Event()
+    return stop, asyncio.create_task(run_forever(stop))
+
+
+async def _stop_task(stop: asyncio.Event, task: asyncio.Task[None]) -> None:
+    """Set ``stop``, give the task ``RESCAN_STOP_SECONDS`` to end, then cancel it."""
+    stop.set()
+    done, _ = await asyncio.wait({task}, timeout=RESCAN_STOP_SECONDS)
+    if not done:
+        task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
 
 
 # The one place mapping the core's errors to HTTP statuses; anything else is a bug: 500.

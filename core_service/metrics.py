@@ -55,3 +55,54 @@ class CoreMetrics:
             ["reason"],
             registry=self.registry,
         )
+        # The status of live contexts (service/status.py), refreshed by one periodic
+        # statement per process, not per scrape.
+        self.paused = Gauge(
+            "pinlog_core_dispatch_paused",
+            "1 while dispatching is paused (pinlog-core pause), else 0",
+            registry=self.registry,
+        )
+        self.live_stages = Gauge(
+            "pinlog_core_live_stages",
+            "Stages of live contexts by stage and status",
+            ["stage", "status"],
+            registry=self.registry,
+        )
+        self.backlog = Gauge(
+            "pinlog_core_backlog_contexts",
+            "Live contexts waiting for a worker (next stage PENDING, or PROCESSING past the "
+            "processing expiry)",
+            registry=self.registry,
+        )
+        self.lag = Gauge(
+            "pinlog_core_lag_seconds",
+            "Seconds the oldest PENDING or PROCESSING stage of a live context has waited",
+            registry=self.registry,
+        )
+        self.coverage = Gauge(
+            "pinlog_core_coverage_ratio",
+            "Share of live contexts with every stage COMPLETED (1 when there are none)",
+            registry=self.registry,
+        )
+        self.failed_24h = Gauge(
+            "pinlog_core_failed_stages_24h",
+            "Stages of live contexts that became FAILED in the last 24 hours, by reason",
+            ["reason"],
+            registry=self.registry,
+        )
+        self.retry_counts = Gauge(
+            "pinlog_core_live_retry_count",
+            "Live contexts by retry_count",
+            ["retry_count"],
+            registry=self.registry,
+        )
+        self.status_query_seconds = Histogram(
+            "pinlog_core_status_query_seconds",
+            "Duration of the statement behind the status gauges",
+            registry=self.registry,
+        )
+        self.status_refreshed = Gauge(
+            "pinlog_core_status_refreshed_timestamp_seconds",
+            "Unix time of the last refresh of the status gauges",
+            registry=self.registry,
+        )

@@ -71,7 +71,16 @@ class TokenSettings(CoreDatabaseSettings):
         return check_secret_length(value, JWT_SECRET_MIN_LENGTH)
 
 
-class CoreSettings(TokenSettings):
+class StateClockSettings(CoreDatabaseSettings):
+    """The expiries the core judges state rows by; alone for ``status``."""
+
+    pending_expiry_seconds: float = Field(default=300, gt=0, description="PENDING is stale after")
+    processing_expiry_seconds: float = Field(
+        default=600, gt=0, description="PROCESSING is stale after; equal to the worker's (§2)"
+    )
+
+
+class CoreSettings(TokenSettings, StateClockSettings):
     """Core service configuration. Raises ``pydantic.ValidationError`` with precise lines."""
 
     worker_base_url: str = Field(
@@ -82,10 +91,6 @@ class CoreSettings(TokenSettings):
         min_length=1, max_length=100, description="The worker's embedding profile (§5, §7)"
     )
     rescan_period_seconds: float = Field(default=300, gt=0, description="Rescan loop period")
-    pending_expiry_seconds: float = Field(default=300, gt=0, description="PENDING is stale after")
-    processing_expiry_seconds: float = Field(
-        default=600, gt=0, description="PROCESSING is stale after; equal to the worker's (§2)"
-    )
     max_retry: int = Field(
         default=3,
         ge=0,
@@ -108,6 +113,12 @@ class CoreSettings(TokenSettings):
         le=1_000_000,
         description="Refused dispatches one core process holds to send again; beyond, the "
         "rescan takes them (docs/rescan.md Backlog)",
+    )
+    status_refresh_seconds: float = Field(
+        default=15,
+        ge=1,
+        le=3600,
+        description="How often each core process recomputes the status gauges (one statement)",
     )
     dispatch_backoff_max_seconds: float = Field(
         default=30,

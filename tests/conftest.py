@@ -57,6 +57,7 @@ CLEANED_TABLES = (
     "ai.context_text_fingerprint",
     "ai.keyword_preset",
     "core.context",
+    "core.dispatch_control",
     "core.record",
     "core.place",
     "core.member",

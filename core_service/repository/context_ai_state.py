@@ -52,7 +52,7 @@ CANCEL_STATES = text(
 
 # The status of the stage that would run next (module docstring): the embedding stage while
 # it is unfinished, else the keyword stage once the embedding stage is COMPLETED; NULL else.
-_NEXT_STAGE = """
+NEXT_STAGE_SQL = """
     CASE
         WHEN embedding_status IN ('PENDING', 'PROCESSING') THEN embedding_status
         WHEN embedding_status = 'COMPLETED' THEN keyword_status
@@ -63,12 +63,12 @@ _NEXT_STAGE = """
 _NEXT_STAGE_IS_STALE = (
     """
     ("""
-    + _NEXT_STAGE
+    + NEXT_STAGE_SQL
     + """ = 'PENDING'
      AND greatest(updated_at, coalesce(rescanned_at, updated_at))
          < now() - make_interval(secs => :pending_expiry_seconds)
     OR"""
-    + _NEXT_STAGE
+    + NEXT_STAGE_SQL
     + """ = 'PROCESSING'
      AND greatest(updated_at, coalesce(rescanned_at, updated_at))
          < now() - make_interval(secs => :processing_expiry_seconds))
@@ -81,7 +81,7 @@ _NEXT_STAGE_IS_DUE = (
     "("
     + _NEXT_STAGE_IS_STALE
     + " OR (next_dispatch_at <= now() AND "
-    + _NEXT_STAGE
+    + NEXT_STAGE_SQL
     + " IN ('PENDING', 'PROCESSING')))"
 )
 

@@ -154,6 +154,7 @@ ALL_STAGE_STATEMENTS: tuple[str, ...] = (
     "core_service.repository.context_ai_state:FINALIZE_EXHAUSTED",
     "core_service.repository.context_ai_state:CLOSE_BLOCKED_KEYWORD_STAGES",
     "core_service.repository.context:LOAD_FOR_DISPATCH",
+    "core_service.repository.status_counts:STATUS_COUNTS",
     "app.repository.context_start:START_CONTEXT",
     "app.repository.invariants:KEYWORD_COMPLETED_BEFORE_EMBEDDING",
     "app.repository.invariants:STALE_PROCESSING_EXHAUSTED",

@@ -1,4 +1,5 @@
-"""Read-only facts about core and ai rows, for assertions in core-service tests."""
+"""Read-only facts about core and ai rows, for assertions in core-service tests, and the one
+builder of a known mix of rows for the status figures (``STATUS_MIX``)."""
 
 from __future__ import annotations
 
@@ -121,3 +122,91 @@ async def backdate(engine: AsyncEngine, context_id: int, seconds: float) -> None
             ),
             {"id": context_id, "s": float(seconds)},
         )
+
+
+# (member, record deleted, context deleted, embedding, keyword, retry_count, seconds ago) of
+# the known mix; member 2 is withdrawn. The expected status is STATUS_OF_MIX.
+STATUS_MIX = (
+    (1, False, False, "COMPLETED", "COMPLETED", 0, 50),
+    (1, False, False, "COMPLETED", "COMPLETED", 1, 50),
+    (1, False, False, "PENDING", "PENDING", 0, 100),  # backlog
+    (1, False, False, "PROCESSING", "PENDING", 0, 10),  # in flight: not backlog
+    (1, False, False, "PROCESSING", "PENDING", 0, 700),  # past the expiry: backlog, the lag
+    (1, False, False, "COMPLETED", "PENDING", 0, 5),  # backlog (keyword next)
+    (1, False, False, "COMPLETED", "FAILED", 3, 3600),  # failed within 24 h
+    (1, False, False, "FAILED", "FAILED", 0, 2 * 86400),  # failed before
+    (1, False, False, "FAILED", "FAILED", 0, 60),  # two stages failed within 24 h
+    (1, False, True, "CANCELLED", "CANCELLED", 0, 60),  # deleted context: not live
+    (1, True, False, "PENDING", "PENDING", 0, 5000),  # deleted record: not live
+    (2, False, False, "PENDING", "PENDING", 0, 9000),  # withdrawn member: not live
+)
+STATUS_OF_MIX = {
+    "paused": True,
+    "stages": {
+        "embedding": {"PENDING": 1, "PROCESSING": 2, "COMPLETED": 4, "FAILED": 2, "CANCELLED": 0},
+        "keyword": {"PENDING": 4, "PROCESSING": 0, "COMPLETED": 2, "FAILED": 3, "CANCELLED": 0},
+    },
+    "backlog": 3,
+    "lag_seconds": 700,  # about: the database clock moves meanwhile
+    "coverage": round(2 / 9, 6),
+    "failed_24h": {"unknown": 3},
+    "retry_count": {"0": 7, "1": 1, "2": 0, "3": 1},
+}
+
+
+async def build_status_mix(engine: AsyncEngine) -> None:
+    """Write ``STATUS_MIX`` (members 1 and 2, a place and a record per row) and pause."""
+    async with engine.begin() as conn:
+        await conn.execute(
+            text("INSERT INTO core.member (id, deleted_at) VALUES (1, NULL), (2, now())")
+        )
+        for index, row in enumerate(STATUS_MIX):
+            member, record_deleted, deleted, embedding, keyword, retries, ago = row
+            place_id = (
+                await conn.execute(
+                    text(
+                        "INSERT INTO core.place (external_place_id, name) "
+                        "VALUES (:place, '카페') RETURNING id"
+                    ),
+                    {"place": f"mix-{index}"},
+                )
+            ).scalar_one()
+            record_id = (
+                await conn.execute(
+                    text(
+                        "INSERT INTO core.record (member_id, place_id, deleted_at) VALUES "
+                        "(:m, :p, CASE WHEN :d THEN now() END) RETURNING id"
+                    ),
+                    {"m": member, "p": place_id, "d": record_deleted},
+                )
+            ).scalar_one()
+            context_id = (
+                await conn.execute(
+                    text(
+                        "INSERT INTO core.context (record_id, member_id, body, deleted_at) "
+                        "VALUES (:r, :m, '메모', CASE WHEN :d THEN now() END) RETURNING id"
+                    ),
+                    {"r": record_id, "m": member, "d": deleted},
+                )
+            ).scalar_one()
+            await conn.execute(
+                text(
+                    "INSERT INTO ai.context_ai_state (context_id, embedding_status, "
+                    "keyword_status, retry_count, updated_at, user_id, record_id) VALUES "
+                    "(:c, :e, :k, :n, now() - make_interval(secs => :ago), :m, :r)"
+                ),
+                {"c": context_id, "e": embedding, "k": keyword, "n": retries, "ago": float(ago),
+                 "m": member, "r": record_id},
+            )  # fmt: skip
+        await conn.execute(
+            text("INSERT INTO core.dispatch_control (singleton, paused) VALUES (true, true)")
+        )
+
+
+def assert_status_of_mix(status: dict[str, object]) -> None:
+    """``status`` is the JSON of the mix: exactly its keys and counts (the lag about 700 s)."""
+    assert list(status) == list(STATUS_OF_MIX)
+    assert abs(status["lag_seconds"] - STATUS_OF_MIX["lag_seconds"]) < 30
+    assert {k: v for k, v in status.items() if k != "lag_seconds"} == {
+        k: v for k, v in STATUS_OF_MIX.items() if k != "lag_seconds"
+    }

@@ -4,6 +4,7 @@ one rescan pass, and one-line errors with distinct exit codes (no traceback)."""
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import sys
 
@@ -13,6 +14,7 @@ from sqlalchemy import text
 from app.repository.db import create_engine
 from pinlog_platform import schema as migrations
 from tests.core.harness import JWT_SECRET
+from tests.core.support import assert_status_of_mix, build_status_mix
 from tests.worker.harness import PROFILE, SECRET
 
 CORE = [sys.executable, "-m", "core_service.cli"]
@@ -141,3 +143,15 @@ async def test_configuration_and_database_problems_are_one_line_with_distinct_ex
     assert unreachable[0] == 3
     assert unreachable[2].strip().startswith("pinlog-core: database error:")
     assert "Traceback" not in unreachable[2]
+
+
+async def test_status_json_has_exactly_the_documented_keys_and_counts(engine, migrated_database):
+    await build_status_mix(engine)
+    env = _environment(PINLOG_CORE_DATABASE_URL=migrated_database)
+
+    code, out, err = await _run([*CORE, "status", "--json"], env)
+    text_code, text_out, _ = await _run([*CORE, "status"], env)
+
+    assert code == 0, err
+    assert_status_of_mix(json.loads(out))
+    assert text_code == 0 and "PAUSED" in text_out and "backlog:       3" in text_out

@@ -1,0 +1,116 @@
+"""Counts over live contexts for ``pinlog-core status`` and the core's gauges, in one statement.
+
+A live context is not deleted, on an active record of an active member (its note can still be
+read and searched). Its state row says how far the AI got: the stage counts, the backlog (the
+stage that would run next is ``PENDING``, or ``PROCESSING`` past the processing expiry: work
+no worker holds), the lag (the oldest ``updated_at`` among rows with a stage ``PENDING`` or
+``PROCESSING``: how long that stage has waited, not the note's age), the stages ``FAILED`` in
+the last 24 hours by reason, and ``retry_count``. Stage columns come from ``STAGE_ORDER`` and
+``Status``: the statement is built once, at import.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from core_service.repository.context_ai_state import NEXT_STAGE_SQL
+from core_service.repository.dispatch_control import PAUSED_SQL
+from core_service.settings import RETRY_COUNT_CEILING
+from pinlog_platform.states import STAGE_ORDER, Stage, Status
+
+# Until the worker stores why a stage failed (issue 15's failure reasons), every reason reads
+# as this code.
+UNKNOWN_REASON = "unknown"
+FAILED_WINDOW_HOURS = 24
+
+_UNFINISHED = "('PENDING', 'PROCESSING')"
+_STAGE_COUNTS = ",\n".join(
+    f"count(*) FILTER (WHERE {stage.status_column} = '{status}') AS {stage.label}_{status.lower()}"
+    for stage in STAGE_ORDER
+    for status in Status
+)
+_RETRY_COUNTS = ",\n".join(
+    f"count(*) FILTER (WHERE retry_count = {n}) AS retry_{n}"
+    for n in range(RETRY_COUNT_CEILING + 1)
+)
+_ANY_UNFINISHED = " OR ".join(f"{stage.status_column} IN {_UNFINISHED}" for stage in STAGE_ORDER)
+_ALL_COMPLETED = " AND ".join(f"{stage.status_column} = 'COMPLETED'" for stage in STAGE_ORDER)
+# (status, reason) of every stage of a live row, for the failures by reason.
+_STAGE_FAILURES = ", ".join(
+    f"({stage.status_column}, CAST(:unknown_reason AS text))" for stage in STAGE_ORDER
+)
+
+# Every figure of the status over live contexts (module docstring), one scan of them.
+STATUS_COUNTS = text(
+    f"""
+    WITH live AS MATERIALIZED (
+        SELECT {", ".join(f"s.{stage.status_column}" for stage in STAGE_ORDER)},
+               s.retry_count, s.updated_at
+        FROM core.context AS c
+        JOIN core.record AS r ON r.id = c.record_id
+        JOIN core.member AS m ON m.id = c.member_id
+        JOIN ai.context_ai_state AS s ON s.context_id = c.id
+        WHERE c.deleted_at IS NULL AND r.deleted_at IS NULL AND m.deleted_at IS NULL
+    ),
+    failed AS (
+        SELECT stage.reason FROM live, LATERAL (VALUES {_STAGE_FAILURES}) AS stage(status, reason)
+        WHERE stage.status = 'FAILED'
+          AND live.updated_at > now() - make_interval(hours => {FAILED_WINDOW_HOURS})
+    )
+    SELECT
+        {PAUSED_SQL} AS paused,
+        count(*) AS live,
+        {_STAGE_COUNTS},
+        count(*) FILTER (WHERE {_ALL_COMPLETED}) AS completed,
+        count(*) FILTER (
+            WHERE {NEXT_STAGE_SQL} = 'PENDING'
+               OR {NEXT_STAGE_SQL} = 'PROCESSING'
+                  AND updated_at < now() - make_interval(secs => :processing_expiry_seconds)
+        ) AS backlog,
+        coalesce(
+            extract(epoch FROM now() - min(updated_at) FILTER (WHERE {_ANY_UNFINISHED})), 0
+        )::float8 AS lag_seconds,
+        {_RETRY_COUNTS},
+        (SELECT coalesce(jsonb_object_agg(reason, n), jsonb_build_object())
+         FROM (SELECT reason, count(*) AS n FROM failed GROUP BY reason) AS f) AS failed_24h
+    FROM live
+    """  # noqa: S608 (names from Stage and Status only; values are bound)
+)
+
+
+@dataclass(frozen=True, slots=True)
+class StatusCounts:
+    """The figures of ``STATUS_COUNTS``; ``stages[stage][status]`` over live contexts."""
+
+    paused: bool
+    live: int
+    stages: dict[Stage, dict[Status, int]]
+    completed: int
+    backlog: int
+    lag_seconds: float
+    failed_24h: dict[str, int]
+    retry_counts: dict[int, int]
+
+
+async def read(conn: AsyncConnection, *, processing_expiry_seconds: float) -> StatusCounts:
+    params = {
+        "processing_expiry_seconds": float(processing_expiry_seconds),
+        "unknown_reason": UNKNOWN_REASON,
+    }
+    row = (await conn.execute(STATUS_COUNTS, params)).mappings().one()
+    return StatusCounts(
+        paused=bool(row["paused"]),
+        live=int(row["live"]),
+        stages={
+            stage: {status: int(row[f"{stage.label}_{status.lower()}"]) for status in Status}
+            for stage in STAGE_ORDER
+        },
+        completed=int(row["completed"]),
+        backlog=int(row["backlog"]),
+        lag_seconds=float(row["lag_seconds"]),
+        failed_24h={str(k): int(v) for k, v in row["failed_24h"].items()},
+        retry_counts={n: int(row[f"retry_{n}"]) for n in range(RETRY_COUNT_CEILING + 1)},
+    )

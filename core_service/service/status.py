@@ -1,0 +1,152 @@
+"""What an operator sees: ``pinlog-core status`` and the core's gauges (docs/operations.md).
+
+``read_status`` runs the one statement of ``repository.status_counts`` and shapes it as the
+command prints it; ``StatusGauges`` runs it periodically in every core process (never per
+scrape) and sets the gauges of ``CoreMetrics`` from it, timing the statement itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from dataclasses import dataclass
+
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from core_service.errors import CoreError
+from core_service.metrics import CoreMetrics
+from core_service.repository import status_counts
+from core_service.repository.db import autocommit
+from pinlog_platform.states import Status
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class StatusReport:
+    """The status of the live contexts (``repository.status_counts``)."""
+
+    paused: bool
+    stages: dict[str, dict[str, int]]
+    backlog: int
+    lag_seconds: float
+    coverage: float
+    failed_24h: dict[str, int]
+    retry_count: dict[str, int]
+
+    @classmethod
+    def from_counts(cls, counts: status_counts.StatusCounts) -> StatusReport:
+        return cls(
+            paused=counts.paused,
+            stages={
+                stage.label: {status.value: n for status, n in by_status.items()}
+                for stage, by_status in counts.stages.items()
+            },
+            backlog=counts.backlog,
+            lag_seconds=round(counts.lag_seconds, 3),
+            # No live context: nothing is missing.
+            coverage=round(counts.completed / counts.live, 6) if counts.live else 1.0,
+            failed_24h=dict(sorted(counts.failed_24h.items())),
+            retry_count={str(n): count for n, count in sorted(counts.retry_counts.items())},
+        )
+
+    def as_json(self) -> dict[str, object]:
+        """Exactly the keys of docs/operations.md "Status"."""
+        return {
+            "paused": self.paused,
+            "stages": self.stages,
+            "backlog": self.backlog,
+            "lag_seconds": self.lag_seconds,
+            "coverage": self.coverage,
+            "failed_24h": self.failed_24h,
+            "retry_count": self.retry_count,
+        }
+
+    def as_text(self) -> str:
+        """A few lines for people."""
+        statuses = [status.value for status in Status]
+        width = max(len(stage) for stage in self.stages) + 2
+        header = " " * width + " ".join(f"{status:>10}" for status in statuses)
+        rows = [
+            f"{stage:<{width}}" + " ".join(f"{counts[s]:>10}" for s in statuses)
+            for stage, counts in self.stages.items()
+        ]
+        failed = ", ".join(f"{reason} {n}" for reason, n in self.failed_24h.items()) or "none"
+        retries = ", ".join(f"{k}: {n}" for k, n in self.retry_count.items())
+        return "\n".join(
+            [
+                f"dispatch:      {'PAUSED' if self.paused else 'running'}",
+                f"backlog:       {self.backlog} context(s) waiting for a worker",
+                f"lag:           {self.lag_seconds:.1f} s",
+                f"coverage:      {self.coverage * 100:.1f} % of live contexts with every stage "
+                "COMPLETED",
+                f"failed (24 h): {failed}",
+                f"retry_count:   {retries}",
+                "stages of live contexts:",
+                header,
+                *rows,
+            ]
+        )
+
+
+async def read_status(engine: AsyncEngine, *, processing_expiry_seconds: float) -> StatusReport:
+    """The status now. Raises ``UnavailableError`` if the database is down."""
+    async with autocommit(engine) as conn:
+        counts = await status_counts.read(conn, processing_expiry_seconds=processing_expiry_seconds)
+    return StatusReport.from_counts(counts)
+
+
+class StatusGauges:
+    """Refreshes the status gauges every ``period_seconds`` from one statement."""
+
+    def __init__(
+        self,
+        engine: AsyncEngine,
+        metrics: CoreMetrics,
+        *,
+        processing_expiry_seconds: float,
+        period_seconds: float,
+    ) -> None:
+        self._engine = engine
+        self._metrics = metrics
+        self._processing_expiry_seconds = processing_expiry_seconds
+        self._period_seconds = period_seconds
+
+    async def refresh_once(self) -> StatusReport:
+        started = time.perf_counter()
+        report = await read_status(
+            self._engine, processing_expiry_seconds=self._processing_expiry_seconds
+        )
+        self._metrics.status_query_seconds.observe(time.perf_counter() - started)
+        self._set(report)
+        return report
+
+    async def run_forever(self, stop: asyncio.Event) -> None:
+        """Refresh until ``stop``; a failed refresh keeps the last values and is logged."""
+        while not stop.is_set():
+            try:
+                await self.refresh_once()
+            except CoreError as exc:
+                logger.warning("status gauges not refreshed (%s)", type(exc).__name__)
+            except Exception:
+                logger.exception("status gauges refresh failed")
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), timeout=self._period_seconds)
+
+    def _set(self, report: StatusReport) -> None:
+        metrics = self._metrics
+        metrics.paused.set(1 if report.paused else 0)
+        for stage, counts in report.stages.items():
+            for status, n in counts.items():
+                metrics.live_stages.labels(stage, status).set(n)
+        metrics.backlog.set(report.backlog)
+        metrics.lag.set(report.lag_seconds)
+        metrics.coverage.set(report.coverage)
+        metrics.failed_24h.clear()
+        for reason, n in report.failed_24h.items():
+            metrics.failed_24h.labels(reason).set(n)
+        for retries, n in report.retry_count.items():
+            metrics.retry_counts.labels(retries).set(n)
+        metrics.status_refreshed.set_to_current_time()

@@ -1,0 +1,60 @@
+"""The status figures over a known mix of rows (docs/operations.md "Status"): exact counts for
+every key, live contexts only, and the gauges set from the same statement."""
+
+from __future__ import annotations
+
+import pytest
+from prometheus_client import generate_latest
+
+from core_service.metrics import CoreMetrics
+from core_service.service.status import StatusGauges, read_status
+from tests.core.support import assert_status_of_mix, build_status_mix
+from tests.worker.harness import sample_value
+
+PROCESSING_EXPIRY_SECONDS = 600
+
+
+async def test_the_status_of_a_known_mix_is_exact(engine):
+    await build_status_mix(engine)
+
+    report = await read_status(engine, processing_expiry_seconds=PROCESSING_EXPIRY_SECONDS)
+
+    assert_status_of_mix(report.as_json())
+    assert "PAUSED" in report.as_text()
+
+
+async def test_an_empty_database_reads_as_nothing_waiting(engine):
+    report = await read_status(engine, processing_expiry_seconds=PROCESSING_EXPIRY_SECONDS)
+
+    assert report.as_json() == {
+        "paused": False,
+        "stages": {
+            stage: dict.fromkeys(("PENDING", "PROCESSING", "COMPLETED", "FAILED", "CANCELLED"), 0)
+            for stage in ("embedding", "keyword")
+        },
+        "backlog": 0,
+        "lag_seconds": 0.0,
+        "coverage": 1.0,
+        "failed_24h": {},
+        "retry_count": {"0": 0, "1": 0, "2": 0, "3": 0},
+    }
+
+
+async def test_the_gauges_come_from_one_refresh_with_its_duration(engine):
+    await build_status_mix(engine)
+    metrics = CoreMetrics()
+    gauges = StatusGauges(
+        engine, metrics, processing_expiry_seconds=PROCESSING_EXPIRY_SECONDS, period_seconds=60
+    )
+
+    await gauges.refresh_once()
+
+    text = generate_latest(metrics.registry).decode()
+    assert sample_value(text, "pinlog_core_dispatch_paused") == 1
+    assert sample_value(text, "pinlog_core_backlog_contexts") == 3
+    assert sample_value(text, "pinlog_core_coverage_ratio") == pytest.approx(2 / 9)
+    assert sample_value(text, "pinlog_core_lag_seconds") == pytest.approx(700, abs=30)
+    assert sample_value(text, "pinlog_core_failed_stages_24h", reason="unknown") == 3
+    assert sample_value(text, "pinlog_core_live_retry_count", retry_count="3") == 1
+    assert sample_value(text, "pinlog_core_live_stages", stage="keyword", status="FAILED") == 3
+    assert sample_value(text, "pinlog_core_status_query_seconds_count") == 1
