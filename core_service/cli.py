@@ -1,5 +1,5 @@
 """The ``pinlog-core`` command: ``db upgrade``, ``serve``, ``rescan --once``, ``token``,
-``status``."""
+``status``, ``pause``, ``resume``."""
 
 from __future__ import annotations
 
@@ -203,6 +203,42 @@ def status(
 
     report = _run_with_database(run)
     typer.echo(json.dumps(report.as_json()) if as_json else report.as_text())
+
+
+def _set_pause(paused: bool) -> None:
+    from core_service.repository.db import create_engine
+    from core_service.service import pause as dispatch_pause
+    from core_service.settings import CoreDatabaseSettings
+
+    _configure_logging()
+    database = _load(CoreDatabaseSettings)
+
+    async def run() -> bool:
+        engine = create_engine(
+            database.database_url,
+            pool_size=1,
+            transaction_pooling=database.database_transaction_pooling,
+        )
+        try:
+            return await dispatch_pause.change(engine, paused=paused)
+        finally:
+            await engine.dispose()
+
+    stored = _run_with_database(run)
+    typer.echo("dispatch paused" if stored else "dispatch running")
+
+
+@app.command()
+def pause() -> None:
+    """Stop sending work to the workers (creates and edits still commit); returns once every
+    core process acts on it (at most 1.5 s)."""
+    _set_pause(True)
+
+
+@app.command()
+def resume() -> None:
+    """Send work to the workers again; the backlog drains."""
+    _set_pause(False)
 
 
 def main() -> None:

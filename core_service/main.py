@@ -33,6 +33,7 @@ from core_service.repository.db import create_engine
 from core_service.service.dispatch import WorkerDispatcher
 from core_service.service.lifecycle import ContextLifecycle
 from core_service.service.member_tokens import TokenAuthenticator
+from core_service.service.pause import PauseSwitch
 from core_service.service.personal_search import PersonalSearch
 from core_service.service.process_requests import ProcessRequestSender
 from core_service.service.record_reads import RecordReader
@@ -71,7 +72,11 @@ def attempt_deadline(settings: CoreSettings) -> float:
 
 
 def build_dispatcher(
-    settings: CoreSettings, engine, endpoints: WorkerEndpoints, metrics: CoreMetrics
+    settings: CoreSettings,
+    engine,
+    endpoints: WorkerEndpoints,
+    metrics: CoreMetrics,
+    pause: PauseSwitch | None = None,
 ) -> WorkerDispatcher:
     """The dispatcher to the worker instances, counting dispatches against ``MAX_RETRY`` and
     holding refused ones (its loop runs once ``start`` is called)."""
@@ -83,6 +88,7 @@ def build_dispatcher(
         pending_expiry_seconds=settings.pending_expiry_seconds,
         retry_capacity=settings.dispatch_retry_capacity,
         backoff_max_seconds=settings.dispatch_backoff_max_seconds,
+        pause=pause or PauseSwitch(engine, metrics),
     )
 
 
@@ -115,7 +121,8 @@ def create_app(settings: CoreSettings | None = None, *, run_rescan_loop: bool = 
             stack.push_async_callback(engine.dispose)
             endpoints = build_worker_endpoints(settings)
             stack.push_async_callback(endpoints.aclose)
-            dispatcher = build_dispatcher(settings, engine, endpoints, metrics)
+            app.state.pause = PauseSwitch(engine, metrics)
+            dispatcher = build_dispatcher(settings, engine, endpoints, metrics, app.state.pause)
             dispatcher.start()
             stack.push_async_callback(dispatcher.close, DISPATCH_DRAIN_SECONDS)
             # Readiness on a connection of its own: a busy request pool must not fail /readyz.
@@ -178,7 +185,8 @@ def create_app(settings: CoreSettings | None = None, *, run_rescan_loop: bool = 
 
     @app.get("/readyz")
     async def readyz(request: Request) -> JSONResponse:
-        """Readiness: the database answers within 1 s."""
+        """Readiness: the database answers within 1 s. ``dispatch`` says whether dispatching is
+        paused; a pause keeps 200 (the client API still works)."""
         try:
             async with asyncio.timeout(READINESS_TIMEOUT_SECONDS):
                 async with request.app.state.probe_engine.connect() as conn:
@@ -187,7 +195,8 @@ def create_app(settings: CoreSettings | None = None, *, run_rescan_loop: bool = 
             return JSONResponse(
                 {"status": "unavailable", "problems": ["database"]}, status_code=503
             )
-        return JSONResponse({"status": "ready"})
+        paused = await request.app.state.pause.paused()
+        return JSONResponse({"status": "ready", "dispatch": "paused" if paused else "running"})
 
     return app
 

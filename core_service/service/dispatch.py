@@ -12,6 +12,8 @@ dispatch does with each outcome (``process_requests``, docs/rescan.md "Budget"):
   the gate is closed, new dispatches join the set without being sent (result ``held``);
 - **unauthorized** (``401``/``403``): an ERROR line; nothing written; the rescan tries later.
 
+While dispatching is paused (``service/pause.py``), nothing is sent: every dispatch is held.
+
 A request leaves the set once it has waited most of the pending expiry (the rescan owns the
 row again); one that finds the set full, or leaves it, is written as due for the rescan
 (``next_dispatch_at``) and wakes the rescan loop (``rescan_wanted``). At shutdown the set is
@@ -32,6 +34,7 @@ from core_service.errors import CoreError
 from core_service.metrics import CoreMetrics
 from core_service.repository import context_ai_state
 from core_service.repository.db import autocommit
+from core_service.service.pause import PauseSwitch
 from core_service.service.process_requests import (
     DispatchOutcome,
     DispatchRequest,
@@ -70,8 +73,10 @@ class WorkerDispatcher:
         pending_expiry_seconds: float,
         retry_capacity: int,
         backoff_max_seconds: float,
+        pause: PauseSwitch | None = None,
     ) -> None:
         self._sender = sender
+        self._pause = pause
         self._metrics = metrics
         self._engine = engine
         self._max_retry = max_retry
@@ -93,6 +98,10 @@ class WorkerDispatcher:
     def seconds_until_open(self) -> float:
         """0 when the workers may be asked now, else the seconds the gate stays closed."""
         return self._gate.seconds_until_open()
+
+    async def paused(self) -> bool:
+        """Dispatching is paused (``pinlog-core pause``; the state at most 1 s old)."""
+        return self._pause is not None and await self._pause.paused()
 
     @property
     def ready(self) -> bool:
@@ -118,7 +127,7 @@ class WorkerDispatcher:
         ``origin`` labels the metric: ``commit`` (after a create or edit) or ``rescan``.
         """
         with log_context(context_id=request.context_id):
-            if self._gate.is_open:
+            if self._gate.is_open and not await self.paused():
                 outcome = await self._sender.send(request)
             else:
                 outcome = DispatchOutcome(DispatchResult.HELD)
@@ -231,6 +240,8 @@ class WorkerDispatcher:
                         await asyncio.wait_for(self._work.wait(), EXPIRY_CHECK_SECONDS)
                 elif not self._gate.is_open:
                     await asyncio.sleep(min(self._gate.seconds_until_open(), EXPIRY_CHECK_SECONDS))
+                elif await self.paused():
+                    await asyncio.sleep(EXPIRY_CHECK_SECONDS)
                 else:
                     await self._send_held(self._held.take(RETRY_CONCURRENCY))
             except asyncio.CancelledError:

@@ -12,7 +12,8 @@ The pass claims only while this process's dispatcher has nothing waiting (its ga
 and its retry set empty): refused work waits in the set, not in more claims. The loop runs
 again as soon as the workers take more while a pass finds a full batch (a backlog drains at
 the workers' speed), when the dispatcher hands rows back (``rescan_wanted``), and otherwise
-every ``period_seconds`` (docs/rescan.md "Backlog").
+every ``period_seconds`` (docs/rescan.md "Backlog"). While dispatching is paused, a pass does
+nothing at all, and the loop looks again every second.
 
 Safe with several instances at once: claims skip rows locked by another instance, and a row
 just claimed carries a fresh ``rescanned_at``, so it is not claimed again until the expiry has
@@ -42,6 +43,8 @@ logger = logging.getLogger(__name__)
 _DISPATCH_CONCURRENCY = 8
 # Finalizer batches per run: bounded, so one run cannot spin forever on a huge backlog.
 _MAX_FINALIZER_BATCHES = 100
+# While paused, the loop looks at the pause state this often (it is cached for 1 s anyway).
+PAUSED_POLL_SECONDS = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,6 +62,8 @@ class RescanReport:
     # The claim was skipped: the dispatcher still holds refused work, or the workers asked
     # us to wait (Retry-After).
     waited_for_workers: bool = False
+    # Dispatching is paused (pinlog-core pause): nothing was finalized or claimed.
+    paused: bool = False
 
     @property
     def anything_happened(self) -> bool:
@@ -92,7 +97,10 @@ class RescanScheduler:
         return self._batch_size
 
     async def run_once(self) -> RescanReport:
-        """One finalize + rescan pass. Raises ``UnavailableError`` if the database is down."""
+        """One finalize + rescan pass; nothing while dispatching is paused. Raises
+        ``UnavailableError`` if the database is down."""
+        if await self._dispatcher.paused():
+            return RescanReport(paused=True)
         blocked_closed = await self._finalize_in_batches(self._close_blocked)
         finalized = await self._finalize_in_batches(self._finalize_exhausted)
         if not self._dispatcher.ready:
@@ -158,7 +166,7 @@ class RescanScheduler:
         dispatcher hands rows back, else every ``period_seconds``. A failing run is logged and
         the loop goes on."""
         while not stop.is_set():
-            backlog = False
+            backlog = paused = False
             try:
                 report = await self.run_once()
             except UnavailableError:
@@ -169,7 +177,11 @@ class RescanScheduler:
                 if report.anything_happened:
                     logger.info("rescan: %s", report)
                 backlog = report.waited_for_workers or report.claimed >= self._batch_size
-            if backlog:
+                paused = report.paused
+            if paused:
+                # Look again soon: on resume the backlog drains at once, not a period later.
+                await _first_of(stop, self._dispatcher.rescan_wanted, PAUSED_POLL_SECONDS)
+            elif backlog:
                 await self._dispatcher.wait_until_ready(self._period_seconds, stop)
             else:
                 await _first_of(stop, self._dispatcher.rescan_wanted, self._period_seconds)

@@ -22,7 +22,12 @@ from app.repository import keyword_preset
 from tests.core.harness import bearer, make_member
 from tests.core.support import count
 from tests.e2e.observe import metric, wait_until
-from tests.e2e.processes import ServiceProcess, core_environment, worker_environment
+from tests.e2e.processes import (
+    ServiceProcess,
+    core_environment,
+    run_command,
+    worker_environment,
+)
 from tests.fake_openai import Scripted
 
 OUTAGE_NOTES = 60
@@ -181,3 +186,46 @@ async def test_a_burst_over_the_worker_queue_completes_without_spending_a_retry(
         f"all COMPLETED after {drained:.1f} s; {sent:.0f} dispatches sent ({refused:.0f} "
         f"refused); FAILED {after['failed']}, retries {after['retries']}"
     )
+
+
+async def test_a_pause_during_a_burst_sends_spends_and_fails_nothing_on_two_cores(
+    stack_factory, engine, migrated_database
+):
+    """``pinlog-core pause`` while notes arrive through two core processes (rescan period 1 s;
+    a retry set of 10, so most notes are handed to the rescans, due at once): once it returns
+    neither core sends anything, the rescans claim and spend nothing, nothing fails; ``resume``
+    drains everything. (A pending expiry of 20 s: shorter than a note's wait in the worker's
+    queue, it would re-request queued notes, rightly counted.)"""
+    settings = {
+        "rescan_period_seconds": 1,
+        "pending_expiry_seconds": 20,
+        "dispatch_retry_capacity": 10,
+    }
+    async with stack_factory(core=settings, cores=2) as stack:
+        env = core_environment(migrated_database, stack.worker.base_url)
+        before = asyncio.create_task(_create_many(stack.cores[0].base_url, 40, tag="a"))
+        code, out, err = await run_command("core_service.cli", "pause", env=env)
+        assert (code, out.strip()) == (0, "dispatch paused"), err
+        sent = [await _dispatches_sent(core.base_url) for core in stack.cores]
+        await before
+        await asyncio.gather(
+            _create_many(stack.cores[0].base_url, 40, tag="b"),
+            _create_many(stack.cores[1].base_url, 40, tag="c"),
+        )
+        await asyncio.sleep(3)  # three rescan periods, paused
+        still = [await _dispatches_sent(core.base_url) for core in stack.cores]
+        paused = await _summary(engine)
+        async with httpx.AsyncClient(base_url=stack.core.base_url, timeout=5) as client:
+            readiness = await client.get("/readyz")
+
+        started = time.monotonic()
+        code, out, err = await run_command("core_service.cli", "resume", env=env)
+        assert (code, out.strip()) == (0, "dispatch running"), err
+        await wait_until(lambda: _all_completed(engine, 120), within=60, what="every note done")
+        drained = time.monotonic() - started
+
+    assert still == sent  # no dispatch after pause returned, on either core
+    assert paused["failed"] == 0 and paused["retries"] == 0
+    assert readiness.status_code == 200 and readiness.json()["dispatch"] == "paused"
+    assert await _summary(engine) == {"completed": 120, "failed": 0, "retries": 0}
+    print(f"\npause: 120 notes, 2 cores; drained {drained:.1f} s after `resume` started")

@@ -155,3 +155,14 @@ async def test_status_json_has_exactly_the_documented_keys_and_counts(engine, mi
     assert code == 0, err
     assert_status_of_mix(json.loads(out))
     assert text_code == 0 and "PAUSED" in text_out and "backlog:       3" in text_out
+
+
+async def test_pause_and_resume_print_the_state_and_are_idempotent(engine, migrated_database):
+    env = _environment(PINLOG_CORE_DATABASE_URL=migrated_database)
+    outputs = []
+    for command in ("pause", "pause", "resume"):
+        code, out, err = await _run([*CORE, command], env)
+        assert code == 0, err
+        outputs.append(out.strip())
+
+    assert outputs == ["dispatch paused", "dispatch paused", "dispatch running"]

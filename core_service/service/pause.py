@@ -1,0 +1,73 @@
+"""Pausing dispatch for maintenance (docs/operations.md "Pause"): ``pinlog-core pause``/``resume``.
+
+The state is one row of ``core.dispatch_control``. Every core process reads it through a
+``PauseSwitch``, at most ``CACHE_SECONDS`` old; ``change`` writes it and returns once that bound
+(plus a margin for the read itself) has passed, so when ``pinlog-core pause`` returns, no core
+process decides to send anything any more (a request already on the wire finishes). While
+paused: creates, edits and deletes commit ``PENDING`` rows as usual; the dispatcher sends
+nothing (it holds what comes); the rescan claims nothing and spends nothing; the finalizer
+fails nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from core_service.errors import CoreError
+from core_service.metrics import CoreMetrics
+from core_service.repository import dispatch_control
+from core_service.repository.db import autocommit, transaction
+
+logger = logging.getLogger(__name__)
+
+# A core process acts on a pause state at most this old (seconds).
+CACHE_SECONDS = 1.0
+# What ``change`` waits after the write: the cache bound plus a margin for the read itself.
+PROPAGATION_SECONDS = CACHE_SECONDS + 0.5
+
+
+class PauseSwitch:
+    """Whether dispatching is paused, as this process sees it (module docstring)."""
+
+    def __init__(self, engine: AsyncEngine, metrics: CoreMetrics | None = None) -> None:
+        self._engine = engine
+        self._metrics = metrics
+        self._paused = False
+        self._read_at = -CACHE_SECONDS  # monotonic start of the last read
+        self._lock = asyncio.Lock()
+
+    async def paused(self) -> bool:
+        """The state at most ``CACHE_SECONDS`` old; one read at a time. A database fault keeps
+        the last state (logged)."""
+        if time.monotonic() - self._read_at < CACHE_SECONDS:
+            return self._paused
+        async with self._lock:
+            started = time.monotonic()
+            if started - self._read_at < CACHE_SECONDS:
+                return self._paused
+            try:
+                async with autocommit(self._engine) as conn:
+                    paused = await dispatch_control.read_paused(conn)
+            except CoreError as exc:
+                logger.warning("pause state not read (%s); keeping %s", type(exc).__name__,
+                               "paused" if self._paused else "running")  # fmt: skip
+                return self._paused
+            if paused != self._paused:
+                logger.warning("dispatch %s", "PAUSED" if paused else "resumed")
+            self._paused, self._read_at = paused, started
+            if self._metrics is not None:
+                self._metrics.paused.set(1 if paused else 0)
+            return paused
+
+
+async def change(engine: AsyncEngine, *, paused: bool) -> bool:
+    """Write the pause state (idempotent) and wait until every core process acts on it; the
+    state as stored."""
+    async with transaction(engine) as conn:
+        stored = await dispatch_control.set_paused(conn, paused=paused)
+    await asyncio.sleep(PROPAGATION_SECONDS)
+    return stored
