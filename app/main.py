@@ -15,7 +15,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
-from app.api.routes import RETRY_AFTER_SECONDS, router
+from app.api.routes import RETRY_AFTER_SECONDS, ProviderRefusalPolicy, router
 from app.api.security import InternalSecretMiddleware
 from app.errors import (
     InvalidInputError,
@@ -30,12 +30,13 @@ from app.providers.factory import build_embedding_provider, build_judge
 from app.providers.metered import MeteredEmbedder, MeteredJudge
 from app.repository.db import create_engine
 from app.repository.stage_pool import StagePool
-from app.service.circuit_breaker import CircuitBreaker
 from app.service.embedding_stage import EmbeddingStage
 from app.service.health import Readiness
 from app.service.keyword_stage import KeywordStage
 from app.service.presets import PresetCache
 from app.service.processing import ContextProcessor
+from app.service.provider_gate import ProviderGate
+from app.service.provider_probes import embedding_probe, judge_probe
 from app.service.search import SearchService
 from app.service.vector_columns import check_vector_columns
 from app.service.worker_pool import WorkerPool
@@ -118,13 +119,19 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             await check_vector_columns(engine, settings.vector_dimension)
             presets = PresetCache(engine, settings.embedding_profile)
             await presets.reload()
-            embedding_breaker = _breaker("embedding provider", settings, metrics)
+            # One gate per provider: the one place deciding "provider unavailable" (H2).
+            gates = {
+                "embedding": _gate("embedding", embedding_probe(embedder), settings, metrics),
+                "judge": _gate("judge", judge_probe(judge), settings, metrics),
+            }
+            for gate in gates.values():
+                stack.push_async_callback(gate.aclose)
             processor = ContextProcessor(
                 stage_pool,
                 EmbeddingStage(
                     stage_pool,
                     stage_embedder,
-                    embedding_breaker,
+                    gates["embedding"],
                     metrics=metrics,
                     profile=settings.embedding_profile,
                     dimension=settings.vector_dimension,  # stored, zero-padded (§5)
@@ -134,7 +141,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                 KeywordStage(
                     stage_pool,
                     judge,
-                    _breaker("judge provider", settings, metrics),
+                    gates["judge"],
                     presets,
                     metrics=metrics,
                     expiry_seconds=settings.processing_expiry_seconds,
@@ -156,8 +163,17 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             app.state.pool = pool
             app.state.processor = processor
             app.state.presets = presets
+            app.state.gates = gates
+            app.state.provider_refusals = ProviderRefusalPolicy(
+                settings.refuse_while_provider_unavailable,
+                metrics.rejected["provider_unavailable"],
+            )
             app.state.readiness = readiness = Readiness(
-                probe_engine, presets, offline=settings.offline
+                probe_engine,
+                presets,
+                gates,
+                profile=settings.embedding_profile,
+                offline=settings.offline,
             )
             stack.push_async_callback(readiness.aclose)
             app.state.engine = engine
@@ -165,7 +181,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             app.state.search = SearchService(
                 search_engine,
                 embedder,
-                embedding_breaker,
+                gates["embedding"],
                 metrics=metrics,
                 profile=settings.embedding_profile,
                 max_input_chars=settings.embedding_max_input_chars,
@@ -219,10 +235,14 @@ _ERROR_STATUSES: dict[type[WorkerError], int] = {
 
 
 def _worker_error(status: int):
-    # A transient failure tells the caller when to come back, like a full queue does.
-    headers = {"Retry-After": str(RETRY_AFTER_SECONDS)} if status == 503 else None
+    # A transient failure tells the caller when to come back, like a full queue does: an
+    # unavailable provider's gate knows when it probes next.
 
     async def handler(_request: Request, exc: Exception) -> JSONResponse:
+        headers = None
+        if status == 503:
+            retry_after = getattr(exc, "retry_after_seconds", None) or RETRY_AFTER_SECONDS
+            headers = {"Retry-After": str(retry_after)}
         # Messages of errors reaching a route are fixed strings naming the layer (§6).
         return JSONResponse({"detail": str(exc)}, status_code=status, headers=headers)
 
@@ -246,10 +266,11 @@ def _warn_about_a_small_pool(settings: Settings) -> None:
         )
 
 
-def _breaker(name: str, settings: Settings, metrics: WorkerMetrics) -> CircuitBreaker:
-    return CircuitBreaker(
+def _gate(name: str, probe, settings: Settings, metrics: WorkerMetrics) -> ProviderGate:
+    return ProviderGate(
         name,
         metrics=metrics,
         threshold=settings.breaker_threshold,
         cooldown_seconds=settings.breaker_cooldown_seconds,
+        probe=probe,
     )

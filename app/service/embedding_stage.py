@@ -7,14 +7,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from app.errors import ProviderRefusedError
+from app.errors import DimensionMismatchError
 from app.metrics import WorkerMetrics
 from app.providers.base import EmbeddingProvider
 from app.repository import stage_saves
 from app.repository.context_start import ContextStart
 from app.repository.stage_pool import StagePool
 from app.service import context_text
-from app.service.circuit_breaker import CircuitBreaker
+from app.service.provider_gate import ProviderGate
 from app.service.requests import ProcessRequest
 from app.service.stage_claim import run_claimed
 from pinlog_platform.states import Stage, Status
@@ -42,7 +42,7 @@ class EmbeddingStage:
         self,
         stage_pool: StagePool,
         provider: EmbeddingProvider,
-        breaker: CircuitBreaker,
+        gate: ProviderGate,
         *,
         metrics: WorkerMetrics,
         profile: str,
@@ -52,7 +52,7 @@ class EmbeddingStage:
     ) -> None:
         self._stage_pool = stage_pool
         self._provider = provider
-        self._breaker = breaker
+        self._gate = gate
         self._profile = profile
         self._dimension = dimension
         self._expiry_seconds = expiry_seconds
@@ -94,9 +94,9 @@ class EmbeddingStage:
     async def _produce_and_save(self, request: ProcessRequest, attempt: int) -> Embedded | None:
         text = context_text.prepare_for_embedding(request.text, max_chars=self._max_input_chars)
         # The provider call runs with no transaction and no connection held (§3.2, FC-03).
-        (vector,) = await self._breaker.call(lambda: self._provider.embed([text]))
+        (vector,) = await self._gate.call(lambda: self._provider.embed([text]))
         if vector.shape != (self._dimension,):
-            raise ProviderRefusedError(
+            raise DimensionMismatchError(
                 f"embedding dimension {vector.shape[-1]} differs from configured {self._dimension}"
             )
         saved = await stage_saves.save_embedding(

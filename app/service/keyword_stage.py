@@ -13,9 +13,9 @@ from app.repository import stage_saves
 from app.repository.context_start import ContextStart
 from app.repository.stage_pool import StagePool
 from app.service import context_text
-from app.service.circuit_breaker import CircuitBreaker
 from app.service.judgment import map_verdict
 from app.service.presets import PresetCache
+from app.service.provider_gate import ProviderGate
 from app.service.requests import ProcessRequest
 from app.service.stage_claim import run_claimed
 from pinlog_platform.states import Stage
@@ -34,7 +34,7 @@ class KeywordStage:
         self,
         stage_pool: StagePool,
         judge: KeywordJudge,
-        breaker: CircuitBreaker,
+        gate: ProviderGate,
         presets: PresetCache,
         *,
         metrics: WorkerMetrics,
@@ -45,7 +45,7 @@ class KeywordStage:
     ) -> None:
         self._stage_pool = stage_pool
         self._judge = judge
-        self._breaker = breaker
+        self._gate = gate
         self._presets = presets
         self._expiry_seconds = expiry_seconds
         self._top_k = top_k
@@ -91,7 +91,7 @@ class KeywordStage:
         candidates = snapshot.candidates(vector, top_k=self._top_k, floor=self._similarity_floor)
         if candidates:
             text = context_text.prepare_for_embedding(request.text, max_chars=self._max_input_chars)
-            verdict = await self._breaker.call(lambda: self._judge.judge(text, candidates))
+            verdict = await self._gate.call(lambda: self._judge.judge(text, candidates))
             judgment = map_verdict(verdict, {candidate.id for candidate in candidates})
             if judgment.dropped:
                 for reason, count in judgment.dropped.items():
