@@ -72,6 +72,7 @@ PROVIDER_WIDE_REASONS = frozenset(
         "unrecognised",
         "protocol",
         "dimension_mismatch",
+        "local_model",  # an offline model that fails for every input
     }
 )
 
