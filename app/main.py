@@ -37,6 +37,7 @@ from app.service.keyword_stage import KeywordStage
 from app.service.presets import PresetCache
 from app.service.processing import ContextProcessor
 from app.service.search import SearchService
+from app.service.stage_limits import StageLimits
 from app.service.vector_columns import check_vector_columns
 from app.service.worker_pool import WorkerPool
 from app.settings import (
@@ -119,6 +120,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             presets = PresetCache(engine, settings.embedding_profile)
             await presets.reload()
             embedding_breaker = _breaker("embedding provider", settings, metrics)
+            limits = StageLimits(
+                expiry_seconds=settings.processing_expiry_seconds,
+                max_input_chars=settings.embedding_max_input_chars,
+            )
             processor = ContextProcessor(
                 stage_pool,
                 EmbeddingStage(
@@ -126,10 +131,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                     stage_embedder,
                     embedding_breaker,
                     metrics=metrics,
+                    limits=limits,
                     profile=settings.embedding_profile,
                     dimension=settings.vector_dimension,  # stored, zero-padded (§5)
-                    expiry_seconds=settings.processing_expiry_seconds,
-                    max_input_chars=settings.embedding_max_input_chars,
                 ),
                 KeywordStage(
                     stage_pool,
@@ -137,12 +141,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                     _breaker("judge provider", settings, metrics),
                     presets,
                     metrics=metrics,
-                    expiry_seconds=settings.processing_expiry_seconds,
+                    limits=limits,
                     top_k=settings.keyword_top_k,
                     similarity_floor=settings.keyword_similarity_floor,
-                    max_input_chars=settings.embedding_max_input_chars,
                 ),
-                expiry_seconds=settings.processing_expiry_seconds,
+                limits=limits,
                 metrics=metrics,
             )
             pool = WorkerPool(
@@ -168,7 +171,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                 embedding_breaker,
                 metrics=metrics,
                 profile=settings.embedding_profile,
-                max_input_chars=settings.embedding_max_input_chars,
+                max_input_chars=limits.max_input_chars,
             )
             logger.info(
                 "worker ready: mode=%s profile=%s judge=%s concurrency=%d",
