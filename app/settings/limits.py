@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field, ValidationInfo, field_validator
 
-# Search's own pool (app/main.py), so stage work never queues it.
+# Search's own pool (app/composition.py), so stage work never queues it.
 SEARCH_CONNECTIONS = 2
-# The SQLAlchemy pool of the preset cache and startup checks (app/main.py); stage
+# The SQLAlchemy pool of the preset cache and startup checks (app/composition.py); stage
 # statements have a pool of their own.
 SUPPORT_CONNECTIONS = 2
 # A worker task holds a connection for one statement at a time and never across a provider
