@@ -1,6 +1,6 @@
 """Writes ``docs/configuration.md`` from the settings classes of both services.
 
-Run ``make docs`` after changing a setting; ``tests/ops/test_configuration_doc.py`` fails while
+Run ``make docs`` after changing a setting; ``tests/ops/test_documentation.py`` fails while
 the committed page differs from what this renders.
 """
 

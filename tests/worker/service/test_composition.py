@@ -1,5 +1,5 @@
 """``build_worker`` builds the whole worker with no HTTP app around it and closes it on exit
-(H1 item 5: the composition root knows nothing of FastAPI)."""
+(the composition root knows nothing of FastAPI)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ import pytest
 from app.composition import build_worker
 from app.metrics import WorkerMetrics
 from app.service.requests import ProcessRequest
-from tests.builders import fetch_state, make_state
-from tests.harness import worker_settings
+from tests.worker.harness import worker_settings
+from tests.worker.support import fetch_state, make_state
 
 
 async def test_a_worker_built_without_http_processes_a_context_and_stops_on_exit(

@@ -1,4 +1,4 @@
-"""The limits every stage runs under are one value (H1 item 5): built once from the settings,
+"""The limits every stage runs under are one value: built once from the settings,
 shared by the start and both stages, with the stage deadline derived from the expiry (§2)."""
 
 from __future__ import annotations

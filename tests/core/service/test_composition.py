@@ -1,5 +1,5 @@
 """``build_core`` builds the core with no HTTP app around it; on exit its rescan loop stops
-and nothing it started keeps running (H1 item 5)."""
+and nothing it started keeps running."""
 
 from __future__ import annotations
 
