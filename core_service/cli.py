@@ -104,10 +104,13 @@ def serve(
 @app.command()
 def rescan(once: bool = typer.Option(False, "--once", help="One finalize + rescan pass")) -> None:
     """One finalize + rescan pass; prints its counts."""
-    from core_service.main import attempt_deadline, build_scheduler, build_worker_endpoints
+    from core_service.composition import (
+        build_dispatcher,
+        build_scheduler,
+        build_worker_endpoints,
+    )
     from core_service.metrics import CoreMetrics
     from core_service.repository.db import create_engine
-    from core_service.service.dispatch import WorkerDispatcher
     from core_service.settings import CoreSettings
 
     if not once:
@@ -126,9 +129,7 @@ def rescan(once: bool = typer.Option(False, "--once", help="One finalize + resca
         endpoints = build_worker_endpoints(settings)
         try:
             metrics = CoreMetrics()
-            dispatcher = WorkerDispatcher(
-                endpoints, metrics, attempt_deadline_seconds=attempt_deadline(settings)
-            )
+            dispatcher = build_dispatcher(settings, endpoints, metrics)
             return await build_scheduler(settings, engine, dispatcher, metrics).run_once()
         finally:
             await endpoints.aclose()

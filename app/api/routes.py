@@ -3,16 +3,15 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Request, status
 from fastapi.responses import JSONResponse
-from prometheus_client import CollectorRegistry, Counter
+from prometheus_client import CollectorRegistry
 
 from app.api.schemas import ProcessContextBody, SearchBody, SearchResponse, SearchResult
 from app.service.health import Readiness
-from app.service.provider_gate import ProviderGate
+from app.service.provider_gate import ProviderGate, ProviderRefusalPolicy
 from app.service.requests import ProcessRequest
 from app.service.search import SearchService
 from app.service.worker_pool import WorkerPool
@@ -42,15 +41,6 @@ async def _registry(request: Request) -> CollectorRegistry:
 
 async def _gates(request: Request) -> Mapping[str, ProviderGate]:
     return request.app.state.gates
-
-
-@dataclass(frozen=True, slots=True)
-class ProviderRefusalPolicy:
-    """Whether process requests are refused while a provider is unavailable
-    (``Settings.refuse_while_provider_unavailable``), and the counter of those refusals."""
-
-    enabled: bool
-    counter: Counter
 
 
 async def _refusals(request: Request) -> ProviderRefusalPolicy:

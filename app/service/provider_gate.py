@@ -31,7 +31,10 @@ import logging
 import math
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import TypeVar
+
+from prometheus_client import Counter
 
 from app import failure_policy
 from app.errors import PermanentError, ProviderGateClosed
@@ -42,6 +45,16 @@ T = TypeVar("T")
 
 # Seconds between probes at least, whatever the cooldown (a cooldown of 0 must not spin).
 MIN_PROBE_INTERVAL_SECONDS = 0.1
+
+
+@dataclass(frozen=True, slots=True)
+class ProviderRefusalPolicy:
+    """Whether process requests are refused while a provider is unavailable
+    (``Settings.refuse_while_provider_unavailable``), and the counter of those refusals
+    (``pinlog_process_requests_rejected_total{reason="provider_unavailable"}``)."""
+
+    enabled: bool
+    counter: Counter
 
 
 class ProviderGate:

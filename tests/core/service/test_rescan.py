@@ -10,7 +10,7 @@ import pytest
 from pydantic import ValidationError
 from sqlalchemy import text
 
-from core_service.main import build_scheduler, build_worker_endpoints
+from core_service.composition import build_scheduler, build_worker_endpoints
 from core_service.metrics import CoreMetrics
 from core_service.repository.db import create_engine
 from core_service.service.dispatch import WorkerDispatcher
