@@ -1,15 +1,17 @@
-"""Composition root: ``create_app()`` builds everything in the lifespan (STYLE practice 10).
+"""The worker's HTTP side: ``create_app()`` wires routes, middleware and the one table mapping
+errors to HTTP statuses; its lifespan enters ``build_worker`` (``app/composition.py``), which
+builds everything else (STYLE practice 10).
 
 Run with ``uvicorn --factory app.main:create_app`` or ``pinlog-ai serve``. Nothing imports
-this module; no work happens at import time.
+this module but the commands that serve; no work happens at import time.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import gc
-import logging
 from collections.abc import AsyncIterator
-from contextlib import AsyncExitStack, asynccontextmanager
+from contextlib import asynccontextmanager
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -17,6 +19,7 @@ from fastapi.responses import JSONResponse
 
 from app.api.routes import RETRY_AFTER_SECONDS, router
 from app.api.security import InternalSecretMiddleware
+from app.composition import Worker, build_worker
 from app.errors import (
     InvalidInputError,
     PermanentError,
@@ -25,40 +28,19 @@ from app.errors import (
     WorkerError,
 )
 from app.metrics import WorkerMetrics
-from app.providers.embedding_batcher import BatchingEmbedder
-from app.providers.factory import build_embedding_provider, build_judge
-from app.providers.metered import MeteredEmbedder, MeteredJudge
-from app.repository.db import create_engine
-from app.repository.stage_pool import StagePool
-from app.service.circuit_breaker import CircuitBreaker
-from app.service.embedding_stage import EmbeddingStage
-from app.service.health import Readiness
-from app.service.keyword_stage import KeywordStage
-from app.service.presets import PresetCache
-from app.service.processing import ContextProcessor
-from app.service.search import SearchService
-from app.service.vector_columns import check_vector_columns
-from app.service.worker_pool import WorkerPool
-from app.settings import (
-    SEARCH_CONNECTIONS,
-    STAGE_CONNECTIONS_CAP,
-    SUPPORT_CONNECTIONS,
-    Settings,
-)
+from app.settings import Settings
 from pinlog_platform.http.body_limit import BodySizeLimitMiddleware
 from pinlog_platform.http.probes import probes
 from pinlog_platform.http.request_timing import RequestTimingMiddleware
 from pinlog_platform.http.validation import validation_error
 
-logger = logging.getLogger(__name__)
-
 
 def create_app(settings: Settings | None = None) -> FastAPI:
     """Build the worker app; settings are read from the environment when not given.
 
-    Startup raises ``ConfigurationError`` when no usable presets exist for the profile (§4)
-    or the ai.* vector columns are not of ``Settings.vector_dimension`` (§5), and
-    ``pydantic.ValidationError`` for contradictory or missing settings (§5).
+    Startup raises what ``build_worker`` raises (``ConfigurationError``: no usable presets for
+    the profile, §4, or vector columns of another width, §5); ``pydantic.ValidationError``
+    here for contradictory or missing settings (§5).
     """
     settings = settings or Settings()
     # Built here, not in the lifespan: the request timing middleware needs it at construction.
@@ -66,117 +48,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        async with AsyncExitStack() as stack:
-            _warn_about_a_small_pool(settings)
-            # The stage statements (§3) run on a plain asyncpg pool; this engine serves the
-            # preset cache and startup checks.
-            stage_pool = await StagePool.open(
-                settings.database_url,
-                size=settings.pool_size,
-                transaction_pooling=settings.database_transaction_pooling,
-            )
-            stack.push_async_callback(stage_pool.close)
-            engine = create_engine(
-                settings.database_url,
-                pool_size=SUPPORT_CONNECTIONS,
-                transaction_pooling=settings.database_transaction_pooling,
-            )
-            stack.push_async_callback(engine.dispose)
-            # Readiness has its own connection: a busy or exhausted worker pool must not make
-            # /readyz wait.
-            probe_engine = create_engine(
-                settings.database_url,
-                pool_size=1,
-                with_vector_codec=False,
-                transaction_pooling=settings.database_transaction_pooling,
-                pre_ping=True,
-            )
-            stack.push_async_callback(probe_engine.dispose)
-            # Search has its own small pool, so a burst of stage work never queues it (§7).
-            search_engine = create_engine(
-                settings.database_url,
-                pool_size=SEARCH_CONNECTIONS,
-                transaction_pooling=settings.database_transaction_pooling,
-            )
-            stack.push_async_callback(search_engine.dispose)
-            embedder = MeteredEmbedder(
-                build_embedding_provider(settings),
-                metrics.providers["embedding"],
-                batch_inputs=metrics.embedding_batch_inputs,
-            )
-            stack.push_async_callback(embedder.aclose)
-            # Concurrent embedding stages share provider requests; search is never delayed.
-            stage_embedder = BatchingEmbedder(
-                embedder,
-                max_batch=settings.embedding_batch_size,
-                max_wait_seconds=settings.embedding_batch_wait_ms / 1000,
-            )
-            stack.push_async_callback(stage_embedder.aclose)
-            judge = MeteredJudge(build_judge(settings, metrics), metrics.providers["judge"])
-            stack.push_async_callback(judge.aclose)
-            # A column of another width would fail every save; refuse before serving (§5).
-            await check_vector_columns(engine, settings.vector_dimension)
-            presets = PresetCache(engine, settings.embedding_profile)
-            await presets.reload()
-            embedding_breaker = _breaker("embedding provider", settings, metrics)
-            processor = ContextProcessor(
-                stage_pool,
-                EmbeddingStage(
-                    stage_pool,
-                    stage_embedder,
-                    embedding_breaker,
-                    metrics=metrics,
-                    profile=settings.embedding_profile,
-                    dimension=settings.vector_dimension,  # stored, zero-padded (§5)
-                    expiry_seconds=settings.processing_expiry_seconds,
-                    max_input_chars=settings.embedding_max_input_chars,
-                ),
-                KeywordStage(
-                    stage_pool,
-                    judge,
-                    _breaker("judge provider", settings, metrics),
-                    presets,
-                    metrics=metrics,
-                    expiry_seconds=settings.processing_expiry_seconds,
-                    top_k=settings.keyword_top_k,
-                    similarity_floor=settings.keyword_similarity_floor,
-                    max_input_chars=settings.embedding_max_input_chars,
-                ),
-                expiry_seconds=settings.processing_expiry_seconds,
-                metrics=metrics,
-            )
-            pool = WorkerPool(
-                processor.process,
-                concurrency=settings.worker_concurrency,
-                capacity=settings.queue_capacity,
-                metrics=metrics,
-            )
-            pool.start()
-            stack.push_async_callback(pool.stop, settings.shutdown_grace_seconds)
-            app.state.pool = pool
-            app.state.processor = processor
-            app.state.presets = presets
-            app.state.readiness = readiness = Readiness(
-                probe_engine, presets, offline=settings.offline
-            )
-            stack.push_async_callback(readiness.aclose)
-            app.state.engine = engine
-            app.state.stage_pool = stage_pool
-            app.state.search = SearchService(
-                search_engine,
-                embedder,
-                embedding_breaker,
-                metrics=metrics,
-                profile=settings.embedding_profile,
-                max_input_chars=settings.embedding_max_input_chars,
-            )
-            logger.info(
-                "worker ready: mode=%s profile=%s judge=%s concurrency=%d",
-                "offline" if settings.offline else "online",
-                settings.embedding_profile,
-                settings.judge_profile,
-                settings.worker_concurrency,
-            )
+        async with build_worker(settings, metrics) as worker:
+            _publish(app, worker)
             # Everything built so far lives as long as the process: moved out of the cyclic
             # collector's sight, a full collection no longer walks it, which would stall the
             # event loop (accept and search latency) for milliseconds at a time.
@@ -219,37 +92,22 @@ _ERROR_STATUSES: dict[type[WorkerError], int] = {
 
 
 def _worker_error(status: int):
-    # A transient failure tells the caller when to come back, like a full queue does.
-    headers = {"Retry-After": str(RETRY_AFTER_SECONDS)} if status == 503 else None
+    # A transient failure tells the caller when to come back, like a full queue does: an
+    # unavailable provider's gate knows when it probes next (``ProviderGateClosed``).
 
     async def handler(_request: Request, exc: Exception) -> JSONResponse:
+        headers = None
+        if status == 503:
+            retry_after = getattr(exc, "retry_after_seconds", None) or RETRY_AFTER_SECONDS
+            headers = {"Retry-After": str(retry_after)}
         # Messages of errors reaching a route are fixed strings naming the layer (§6).
         return JSONResponse({"detail": str(exc)}, status_code=status, headers=headers)
 
     return handler
 
 
-def _warn_about_a_small_pool(settings: Settings) -> None:
-    """A pool smaller than the worker tasks (up to the cap) plus spare makes tasks queue for
-    connections (each wait counts against the stage deadline): allowed, but said once."""
-    explicit = settings.database_pool_size
-    if explicit is not None and explicit < settings.pool_size_needed:
-        logger.warning(
-            "PINLOG_DATABASE_POOL_SIZE=%d is below the %d connections that "
-            "PINLOG_WORKER_CONCURRENCY=%d needs (one per worker task up to %d, plus %d spare); "
-            "unset it to size the pool from the concurrency",
-            explicit,
-            settings.pool_size_needed,
-            settings.worker_concurrency,
-            STAGE_CONNECTIONS_CAP,
-            SEARCH_CONNECTIONS,
-        )
-
-
-def _breaker(name: str, settings: Settings, metrics: WorkerMetrics) -> CircuitBreaker:
-    return CircuitBreaker(
-        name,
-        metrics=metrics,
-        threshold=settings.breaker_threshold,
-        cooldown_seconds=settings.breaker_cooldown_seconds,
-    )
+def _publish(app: FastAPI, worker: Worker) -> None:
+    """Each part of ``worker`` as ``app.state.<field>``, where the routes' dependencies
+    (``app/api/routes.py``) find the pool, readiness and search."""
+    for field in dataclasses.fields(worker):
+        setattr(app.state, field.name, getattr(worker, field.name))

@@ -105,7 +105,11 @@ def serve(
 @app.command()
 def rescan(once: bool = typer.Option(False, "--once", help="One finalize + rescan pass")) -> None:
     """One finalize + rescan pass; prints its counts."""
-    from core_service.main import build_dispatcher, build_scheduler, build_worker_endpoints
+    from core_service.composition import (
+        build_dispatcher,
+        build_scheduler,
+        build_worker_endpoints,
+    )
     from core_service.metrics import CoreMetrics
     from core_service.repository.db import create_engine
     from core_service.settings import CoreSettings
@@ -138,6 +142,12 @@ def rescan(once: bool = typer.Option(False, "--once", help="One finalize + resca
         f"claimed {report.claimed}, dispatched {report.dispatched}, "
         f"dispatch failed {report.dispatch_failed}, skipped deleted {report.skipped_deleted}, "
         f"skipped missing {report.skipped_missing}"
+    )
+    # What this pass itself finalized, by the reason code it wrote (H2 item 4); totals of the
+    # whole table are `status`'s.
+    typer.echo(
+        "finalized by reason: "
+        + " ".join(f"{reason}={count}" for reason, count in report.finalized_by_reason.items())
     )
 
 

@@ -7,16 +7,17 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from app.errors import ProviderRefusedError
+from app.errors import DimensionMismatchError
 from app.metrics import WorkerMetrics
 from app.providers.base import EmbeddingProvider
 from app.repository import stage_saves
 from app.repository.context_start import ContextStart
 from app.repository.stage_pool import StagePool
 from app.service import context_text
-from app.service.circuit_breaker import CircuitBreaker
+from app.service.provider_gate import ProviderGate
 from app.service.requests import ProcessRequest
 from app.service.stage_claim import run_claimed
+from app.service.stage_limits import StageLimits
 from pinlog_platform.states import Stage, Status
 
 logger = logging.getLogger(__name__)
@@ -42,21 +43,19 @@ class EmbeddingStage:
         self,
         stage_pool: StagePool,
         provider: EmbeddingProvider,
-        breaker: CircuitBreaker,
+        gate: ProviderGate,
         *,
         metrics: WorkerMetrics,
+        limits: StageLimits,
         profile: str,
         dimension: int,
-        expiry_seconds: float,
-        max_input_chars: int,
     ) -> None:
         self._stage_pool = stage_pool
         self._provider = provider
-        self._breaker = breaker
+        self._gate = gate
         self._profile = profile
         self._dimension = dimension
-        self._expiry_seconds = expiry_seconds
-        self._max_input_chars = max_input_chars
+        self._limits = limits
         self._counts = metrics.stages[STAGE]
 
     async def run(self, request: ProcessRequest, start: ContextStart) -> Embedded | None:
@@ -85,18 +84,20 @@ class EmbeddingStage:
             self._stage_pool,
             STAGE,
             request.context_id,
-            expiry_seconds=self._expiry_seconds,
+            limits=self._limits,
             work=lambda attempt: self._produce_and_save(request, attempt),
             counts=self._counts,
             attempt=start.embedding_attempt,
         )
 
     async def _produce_and_save(self, request: ProcessRequest, attempt: int) -> Embedded | None:
-        text = context_text.prepare_for_embedding(request.text, max_chars=self._max_input_chars)
+        text = context_text.prepare_for_embedding(
+            request.text, max_chars=self._limits.max_input_chars
+        )
         # The provider call runs with no transaction and no connection held (§3.2, FC-03).
-        (vector,) = await self._breaker.call(lambda: self._provider.embed([text]))
+        (vector,) = await self._gate.call(lambda: self._provider.embed([text]))
         if vector.shape != (self._dimension,):
-            raise ProviderRefusedError(
+            raise DimensionMismatchError(
                 f"embedding dimension {vector.shape[-1]} differs from configured {self._dimension}"
             )
         saved = await stage_saves.save_embedding(

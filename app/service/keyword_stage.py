@@ -13,11 +13,12 @@ from app.repository import stage_saves
 from app.repository.context_start import ContextStart
 from app.repository.stage_pool import StagePool
 from app.service import context_text
-from app.service.circuit_breaker import CircuitBreaker
 from app.service.judgment import map_verdict
 from app.service.presets import PresetCache
+from app.service.provider_gate import ProviderGate
 from app.service.requests import ProcessRequest
 from app.service.stage_claim import run_claimed
+from app.service.stage_limits import StageLimits
 from pinlog_platform.states import Stage
 
 logger = logging.getLogger(__name__)
@@ -34,23 +35,21 @@ class KeywordStage:
         self,
         stage_pool: StagePool,
         judge: KeywordJudge,
-        breaker: CircuitBreaker,
+        gate: ProviderGate,
         presets: PresetCache,
         *,
         metrics: WorkerMetrics,
-        expiry_seconds: float,
+        limits: StageLimits,
         top_k: int,
         similarity_floor: float,
-        max_input_chars: int,
     ) -> None:
         self._stage_pool = stage_pool
         self._judge = judge
-        self._breaker = breaker
+        self._gate = gate
         self._presets = presets
-        self._expiry_seconds = expiry_seconds
+        self._limits = limits
         self._top_k = top_k
         self._similarity_floor = similarity_floor
-        self._max_input_chars = max_input_chars
         self._counts = metrics.stages[STAGE]
         self._items_dropped = metrics.judge_items_dropped
 
@@ -72,7 +71,7 @@ class KeywordStage:
             self._stage_pool,
             STAGE,
             request.context_id,
-            expiry_seconds=self._expiry_seconds,
+            limits=self._limits,
             work=lambda attempt: self._judge_and_save(request, start, vector, attempt),
             counts=self._counts,
             attempt=attempt,
@@ -90,8 +89,10 @@ class KeywordStage:
             vector = self._stored_vector(start, snapshot.profile)
         candidates = snapshot.candidates(vector, top_k=self._top_k, floor=self._similarity_floor)
         if candidates:
-            text = context_text.prepare_for_embedding(request.text, max_chars=self._max_input_chars)
-            verdict = await self._breaker.call(lambda: self._judge.judge(text, candidates))
+            text = context_text.prepare_for_embedding(
+                request.text, max_chars=self._limits.max_input_chars
+            )
+            verdict = await self._gate.call(lambda: self._judge.judge(text, candidates))
             judgment = map_verdict(verdict, {candidate.id for candidate in candidates})
             if judgment.dropped:
                 for reason, count in judgment.dropped.items():

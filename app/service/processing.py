@@ -17,6 +17,7 @@ from app.service.embedding_stage import EmbeddingStage
 from app.service.keyword_stage import KeywordStage
 from app.service.requests import ProcessRequest
 from app.service.stage_claim import note_claim
+from app.service.stage_limits import StageLimits
 from pinlog_platform.states import CLAIMABLE, Stage, Status
 
 logger = logging.getLogger(__name__)
@@ -34,13 +35,13 @@ class ContextProcessor:
         embedding_stage: EmbeddingStage,
         keyword_stage: KeywordStage,
         *,
-        expiry_seconds: float,
+        limits: StageLimits,
         metrics: WorkerMetrics,
     ) -> None:
         self._stage_pool = stage_pool
         self._embedding_stage = embedding_stage
         self._keyword_stage = keyword_stage
-        self._expiry_seconds = expiry_seconds
+        self._limits = limits
         self._embedding_counts = metrics.stages[Stage.EMBEDDING]
         self._violations = metrics.violations
 
@@ -84,7 +85,7 @@ class ContextProcessor:
                 user_id=request.user_id,
                 record_id=request.record_id,
                 text_sha256=context_text.fingerprint(request.text),
-                expiry_seconds=self._expiry_seconds,
+                expiry_seconds=self._limits.expiry_seconds,
             )
         except TransientError as exc:
             # The message names the cause: "database lock timeout" (a row busy elsewhere) is

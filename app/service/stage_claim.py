@@ -11,12 +11,12 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
-from app import failure_policy
 from app.errors import StageDeadlineExceeded, TransientError
 from app.metrics import StageMetrics
 from app.repository import context_ai_state
 from app.repository.stage_pool import StagePool
 from app.service import stage_failure
+from app.service.stage_limits import StageLimits
 from pinlog_platform.logging import log_context
 from pinlog_platform.states import Stage
 
@@ -29,7 +29,7 @@ async def run_claimed(
     stage: Stage,
     context_id: int,
     *,
-    expiry_seconds: float,
+    limits: StageLimits,
     work: Callable[[int], Awaitable[T]],
     counts: StageMetrics,
     attempt: int | None = None,
@@ -40,7 +40,7 @@ async def run_claimed(
     claim's fencing token: the save and the permanent failure take effect only while no later
     claim superseded it (docs/state-machine.md).
 
-    One deadline (``failure_policy.stage_deadline_seconds(expiry_seconds)``, seconds) covers
+    One deadline (``limits.deadline_seconds``, a share of ``limits.expiry_seconds``) covers
     everything from the claim to the save's commit: provider calls with the SDK's retries and
     ``Retry-After`` sleeps, judge re-asks, pool and lock waits. When it fires the stage is
     abandoned while still ours, left ``PROCESSING`` (transient) and logged, so a request that
@@ -49,7 +49,7 @@ async def run_claimed(
 
     ``counts``: this stage's metrics (outcomes, reclaims, deadlines, runs in flight).
     """
-    deadline = failure_policy.stage_deadline_seconds(expiry_seconds)
+    deadline = limits.deadline_seconds
     scope = asyncio.timeout(deadline)
     counts.in_flight.inc()
     try:
@@ -61,7 +61,7 @@ async def run_claimed(
                             stage_pool,
                             stage,
                             context_id,
-                            expiry_seconds=expiry_seconds,
+                            expiry_seconds=limits.expiry_seconds,
                             counts=counts,
                         )
                     if attempt is None:

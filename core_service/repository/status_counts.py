@@ -2,11 +2,11 @@
 
 A live context is not deleted, on an active record of an active member (its note can still be
 read and searched). Its state row says how far the AI got: the stage counts, the backlog (the
-stage that would run next is ``PENDING``, or ``PROCESSING`` past the processing expiry: work
-no worker holds), the lag (the oldest ``updated_at`` among rows with a stage ``PENDING`` or
+stage that would run next is ``PENDING``, or ``PROCESSING`` past the processing expiry: work no
+worker holds), the lag (the oldest ``updated_at`` among rows with a stage ``PENDING`` or
 ``PROCESSING``: how long that stage has waited, not the note's age), the stages ``FAILED`` in
-the last 24 hours by reason, and ``retry_count``. Stage columns come from ``STAGE_ORDER`` and
-``Status``: the statement is built once, at import.
+the last 24 hours by reason (``pinlog_platform.states.failure_reasons``), and ``retry_count``.
+Stage columns come from ``STAGE_ORDER`` and ``Status``: the statement is built once, at import.
 """
 
 from __future__ import annotations
@@ -20,10 +20,10 @@ from core_service.repository.context_ai_state import NEXT_STAGE_SQL
 from core_service.repository.dispatch_control import PAUSED_SQL
 from core_service.settings import RETRY_COUNT_CEILING
 from pinlog_platform.states import STAGE_ORDER, Stage, Status
+from pinlog_platform.states.failure_reasons import FAILURE_COLUMNS, FailureReason
 
-# Until the worker stores why a stage failed (issue 15's failure reasons), every reason reads
-# as this code.
-UNKNOWN_REASON = "unknown"
+# The reason of a FAILED stage without one (a row failed before the reasons existed).
+UNKNOWN_REASON = FailureReason.UNKNOWN.value
 FAILED_WINDOW_HOURS = 24
 
 _UNFINISHED = "('PENDING', 'PROCESSING')"
@@ -40,7 +40,9 @@ _ANY_UNFINISHED = " OR ".join(f"{stage.status_column} IN {_UNFINISHED}" for stag
 _ALL_COMPLETED = " AND ".join(f"{stage.status_column} = 'COMPLETED'" for stage in STAGE_ORDER)
 # (status, reason) of every stage of a live row, for the failures by reason.
 _STAGE_FAILURES = ", ".join(
-    f"({stage.status_column}, CAST(:unknown_reason AS text))" for stage in STAGE_ORDER
+    f"({stage.status_column}, coalesce({FAILURE_COLUMNS[stage.status_column]}, "
+    "CAST(:unknown_reason AS text)))"
+    for stage in STAGE_ORDER
 )
 
 # Every figure of the status over live contexts (module docstring), one scan of them.
@@ -48,6 +50,7 @@ STATUS_COUNTS = text(
     f"""
     WITH live AS MATERIALIZED (
         SELECT {", ".join(f"s.{stage.status_column}" for stage in STAGE_ORDER)},
+               {", ".join(f"s.{FAILURE_COLUMNS[stage.status_column]}" for stage in STAGE_ORDER)},
                s.retry_count, s.updated_at
         FROM core.context AS c
         JOIN core.record AS r ON r.id = c.record_id

@@ -36,6 +36,7 @@ from core_service.repository.context_ai_state import Expiries
 from core_service.repository.db import autocommit, transaction
 from core_service.service.dispatch import DispatchOutcome, DispatchRequest, WorkerDispatcher
 from pinlog_platform.states import Stage, Status
+from pinlog_platform.states.failure_reasons import FailureReason
 
 logger = logging.getLogger(__name__)
 
@@ -64,6 +65,15 @@ class RescanReport:
     waited_for_workers: bool = False
     # Dispatching is paused (pinlog-core pause): nothing was finalized or claimed.
     paused: bool = False
+
+    @property
+    def finalized_by_reason(self) -> dict[str, int]:
+        """Contexts this run failed, by the reason code written: ``retries_exhausted`` (the
+        finalizer) and ``embedding_failed`` (keyword stages that can never run)."""
+        return {
+            FailureReason.RETRIES_EXHAUSTED.value: self.finalized,
+            FailureReason.EMBEDDING_FAILED.value: self.blocked_closed,
+        }
 
     @property
     def anything_happened(self) -> bool:

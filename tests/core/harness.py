@@ -12,7 +12,8 @@ import httpx
 from fastapi import FastAPI
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from core_service.main import build_scheduler, create_app
+from core_service.composition import build_scheduler
+from core_service.main import create_app
 from core_service.repository import member
 from core_service.repository.db import transaction
 from core_service.service.member_tokens import issue_token

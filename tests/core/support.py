@@ -133,9 +133,9 @@ STATUS_MIX = (
     (1, False, False, "PROCESSING", "PENDING", 0, 10),  # in flight: not backlog
     (1, False, False, "PROCESSING", "PENDING", 0, 700),  # past the expiry: backlog, the lag
     (1, False, False, "COMPLETED", "PENDING", 0, 5),  # backlog (keyword next)
-    (1, False, False, "COMPLETED", "FAILED", 3, 3600),  # failed within 24 h
+    (1, False, False, "COMPLETED", "FAILED", 3, 3600),  # failed within 24 h (retries_exhausted)
     (1, False, False, "FAILED", "FAILED", 0, 2 * 86400),  # failed before
-    (1, False, False, "FAILED", "FAILED", 0, 60),  # two stages failed within 24 h
+    (1, False, False, "FAILED", "FAILED", 0, 60),  # two within 24 h: input_too_long + unknown
     (1, False, True, "CANCELLED", "CANCELLED", 0, 60),  # deleted context: not live
     (1, True, False, "PENDING", "PENDING", 0, 5000),  # deleted record: not live
     (2, False, False, "PENDING", "PENDING", 0, 9000),  # withdrawn member: not live
@@ -149,7 +149,7 @@ STATUS_OF_MIX = {
     "backlog": 3,
     "lag_seconds": 700,  # about: the database clock moves meanwhile
     "coverage": round(2 / 9, 6),
-    "failed_24h": {"unknown": 3},
+    "failed_24h": {"input_too_long": 1, "retries_exhausted": 1, "unknown": 1},
     "retry_count": {"0": 7, "1": 1, "2": 0, "3": 1},
 }
 
@@ -200,6 +200,19 @@ async def build_status_mix(engine: AsyncEngine) -> None:
             )  # fmt: skip
         await conn.execute(
             text("INSERT INTO core.dispatch_control (singleton, paused) VALUES (true, true)")
+        )
+        # Reasons (0010_stage_failure_reasons.sql): one each on rows 7 and 9; the rest unknown.
+        await conn.execute(
+            text(
+                "UPDATE ai.context_ai_state SET keyword_failure = 'retries_exhausted' "
+                "WHERE keyword_status = 'FAILED' AND retry_count = 3"
+            )
+        )
+        await conn.execute(
+            text(
+                "UPDATE ai.context_ai_state SET embedding_failure = 'input_too_long' "
+                "WHERE embedding_status = 'FAILED' AND updated_at > now() - interval '1 hour'"
+            )
         )
 
 

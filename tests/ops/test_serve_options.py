@@ -20,7 +20,7 @@ from app.cli import DEFAULT_KEEP_ALIVE_SECONDS
 from app.cli import app as ai_cli
 from tests.worker.harness import SECRET
 
-CORE_CLIENT_IDLE_SECONDS = 2.0  # keepalive_expiry of core_service.main.build_worker_client
+CORE_CLIENT_IDLE_SECONDS = 2.0  # KEEPALIVE_EXPIRY_SECONDS of core_service.service.worker_endpoints
 
 
 def test_keep_alive_default_outlives_the_core_clients_idle_expiry() -> None:

@@ -54,7 +54,8 @@ async def test_the_gauges_come_from_one_refresh_with_its_duration(engine):
     assert sample_value(text, "pinlog_core_backlog_contexts") == 3
     assert sample_value(text, "pinlog_core_coverage_ratio") == pytest.approx(2 / 9)
     assert sample_value(text, "pinlog_core_lag_seconds") == pytest.approx(700, abs=30)
-    assert sample_value(text, "pinlog_core_failed_stages_24h", reason="unknown") == 3
+    assert sample_value(text, "pinlog_core_failed_stages_24h", reason="unknown") == 1
+    assert sample_value(text, "pinlog_core_failed_stages_24h", reason="input_too_long") == 1
     assert sample_value(text, "pinlog_core_live_retry_count", retry_count="3") == 1
     assert sample_value(text, "pinlog_core_live_stages", stage="keyword", status="FAILED") == 3
     assert sample_value(text, "pinlog_core_status_query_seconds_count") == 1

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 
-from core_service.main import build_dispatcher, build_scheduler, build_worker_endpoints
+from core_service.composition import build_dispatcher, build_scheduler, build_worker_endpoints
 from core_service.metrics import CoreMetrics
 from tests.core import support as facts
 from tests.core.harness import bearer

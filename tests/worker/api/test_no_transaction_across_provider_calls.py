@@ -87,5 +87,5 @@ async def test_fc03_rows_are_unlocked_and_no_session_idles_in_transaction_during
     warnings = [
         r for r in caplog.records if r.name.startswith("app") and r.levelno >= logging.WARNING
     ]
-    assert [r.name for r in warnings] == ["app.main"]
+    assert [r.name for r in warnings] == ["app.composition"]
     assert "PINLOG_DATABASE_POOL_SIZE=2 is below the 6 connections" in warnings[0].getMessage()

@@ -1,0 +1,275 @@
+"""The worker's object graph: ``build_worker`` opens every pool, provider and service, starts
+the worker pool, and closes everything in reverse when it exits (STYLE practice 10).
+
+``app/main.py`` enters it in the FastAPI lifespan; nothing here knows about HTTP. No work
+happens at import time.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from contextlib import AsyncExitStack, asynccontextmanager
+from dataclasses import dataclass
+
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from app.metrics import WorkerMetrics
+from app.providers.base import EmbeddingProvider, KeywordJudge
+from app.providers.embedding_batcher import BatchingEmbedder
+from app.providers.factory import build_embedding_provider, build_judge
+from app.providers.metered import MeteredEmbedder, MeteredJudge
+from app.repository.db import create_engine
+from app.repository.stage_pool import StagePool
+from app.service.embedding_stage import EmbeddingStage
+from app.service.health import Readiness
+from app.service.keyword_stage import KeywordStage
+from app.service.presets import PresetCache
+from app.service.processing import ContextProcessor
+from app.service.provider_gate import ProviderGate, ProviderRefusalPolicy
+from app.service.provider_probes import embedding_probe, judge_probe
+from app.service.search import SearchService
+from app.service.stage_limits import StageLimits
+from app.service.vector_columns import check_vector_columns
+from app.service.worker_pool import WorkerPool
+from app.settings import (
+    SEARCH_CONNECTIONS,
+    STAGE_CONNECTIONS_CAP,
+    SUPPORT_CONNECTIONS,
+    Settings,
+)
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class Worker:
+    """What one worker process serves with, from startup to shutdown.
+
+    ``stage_pool``: the plain asyncpg pool of the stage statements (§3); ``engine``: the preset
+    cache's and startup checks' engine; ``pool``: the worker tasks behind
+    ``POST /internal/v1/context/process``; ``processor``: §3 for one request; ``readiness`` and
+    ``search`` answer ``/readyz`` and ``POST /internal/v1/search`` on engines of their own;
+    ``gates``: each provider's gate by name (``embedding``, ``judge``), the one place deciding
+    "provider unavailable" (H2); ``provider_refusals``: whether process requests are refused
+    meanwhile.
+    """
+
+    stage_pool: StagePool
+    engine: AsyncEngine
+    pool: WorkerPool
+    processor: ContextProcessor
+    presets: PresetCache
+    readiness: Readiness
+    search: SearchService
+    gates: Mapping[str, ProviderGate]
+    provider_refusals: ProviderRefusalPolicy
+
+
+@dataclass(frozen=True, slots=True)
+class _Databases:
+    stage_pool: StagePool
+    engine: AsyncEngine
+    probe_engine: AsyncEngine
+    search_engine: AsyncEngine
+
+
+@asynccontextmanager
+async def build_worker(settings: Settings, metrics: WorkerMetrics) -> AsyncIterator[Worker]:
+    """The running worker, its parts counting in ``metrics``; on exit the worker pool stops
+    (running work gets ``SHUTDOWN_GRACE_SECONDS``), then providers, engines and pools close.
+
+    Raises ``ConfigurationError`` when no usable presets exist for the profile (§4) or the
+    ai.* vector columns are not of ``Settings.vector_dimension`` (§5).
+    """
+    async with AsyncExitStack() as stack:
+        _warn_about_a_small_pool(settings)
+        databases = await _open_databases(stack, settings)
+        embedder = MeteredEmbedder(
+            build_embedding_provider(settings),
+            metrics.providers["embedding"],
+            batch_inputs=metrics.embedding_batch_inputs,
+        )
+        stack.push_async_callback(embedder.aclose)
+        # Concurrent embedding stages share provider requests; search is never delayed.
+        stage_embedder = BatchingEmbedder(
+            embedder,
+            max_batch=settings.embedding_batch_size,
+            max_wait_seconds=settings.embedding_batch_wait_ms / 1000,
+        )
+        stack.push_async_callback(stage_embedder.aclose)
+        judge = MeteredJudge(build_judge(settings, metrics), metrics.providers["judge"])
+        stack.push_async_callback(judge.aclose)
+        # A column of another width would fail every save; refuse before serving (§5).
+        await check_vector_columns(databases.engine, settings.vector_dimension)
+        presets = PresetCache(databases.engine, settings.embedding_profile)
+        await presets.reload()
+        # One gate per provider, probing with the unbatched providers (H2 item 3).
+        gates = {
+            "embedding": _gate("embedding", embedding_probe(embedder), settings, metrics),
+            "judge": _gate("judge", judge_probe(judge), settings, metrics),
+        }
+        for gate in gates.values():
+            stack.push_async_callback(gate.aclose)
+        limits = StageLimits(
+            expiry_seconds=settings.processing_expiry_seconds,
+            max_input_chars=settings.embedding_max_input_chars,
+        )
+        processor = _processor(
+            settings,
+            metrics,
+            limits,
+            databases.stage_pool,
+            embedder=stage_embedder,
+            gates=gates,
+            judge=judge,
+            presets=presets,
+        )
+        pool = WorkerPool(
+            processor.process,
+            concurrency=settings.worker_concurrency,
+            capacity=settings.queue_capacity,
+            metrics=metrics,
+        )
+        pool.start()
+        stack.push_async_callback(pool.stop, settings.shutdown_grace_seconds)
+        readiness = Readiness(
+            databases.probe_engine,
+            presets,
+            gates,
+            profile=settings.embedding_profile,
+            offline=settings.offline,
+        )
+        stack.push_async_callback(readiness.aclose)
+        search = SearchService(
+            databases.search_engine,
+            embedder,
+            gates["embedding"],
+            metrics=metrics,
+            profile=settings.embedding_profile,
+            max_input_chars=limits.max_input_chars,
+        )
+        logger.info(
+            "worker ready: mode=%s profile=%s judge=%s concurrency=%d",
+            "offline" if settings.offline else "online",
+            settings.embedding_profile,
+            settings.judge_profile,
+            settings.worker_concurrency,
+        )
+        yield Worker(
+            stage_pool=databases.stage_pool,
+            engine=databases.engine,
+            pool=pool,
+            processor=processor,
+            presets=presets,
+            readiness=readiness,
+            search=search,
+            gates=gates,
+            provider_refusals=ProviderRefusalPolicy(
+                settings.refuse_while_provider_unavailable,
+                metrics.rejected["provider_unavailable"],
+            ),
+        )
+
+
+async def _open_databases(stack: AsyncExitStack, settings: Settings) -> _Databases:
+    """The stage pool and three engines, each closed by ``stack``."""
+    # The stage statements (§3) run on a plain asyncpg pool; this engine serves the preset
+    # cache and startup checks.
+    stage_pool = await StagePool.open(
+        settings.database_url,
+        size=settings.pool_size,
+        transaction_pooling=settings.database_transaction_pooling,
+    )
+    stack.push_async_callback(stage_pool.close)
+    engine = create_engine(
+        settings.database_url,
+        pool_size=SUPPORT_CONNECTIONS,
+        transaction_pooling=settings.database_transaction_pooling,
+    )
+    stack.push_async_callback(engine.dispose)
+    # Readiness has its own connection: a busy or exhausted worker pool must not make /readyz
+    # wait.
+    probe_engine = create_engine(
+        settings.database_url,
+        pool_size=1,
+        with_vector_codec=False,
+        transaction_pooling=settings.database_transaction_pooling,
+        pre_ping=True,
+    )
+    stack.push_async_callback(probe_engine.dispose)
+    # Search has its own small pool, so a burst of stage work never queues it (§7).
+    search_engine = create_engine(
+        settings.database_url,
+        pool_size=SEARCH_CONNECTIONS,
+        transaction_pooling=settings.database_transaction_pooling,
+    )
+    stack.push_async_callback(search_engine.dispose)
+    return _Databases(stage_pool, engine, probe_engine, search_engine)
+
+
+def _processor(
+    settings: Settings,
+    metrics: WorkerMetrics,
+    limits: StageLimits,
+    stage_pool: StagePool,
+    *,
+    embedder: EmbeddingProvider,
+    gates: Mapping[str, ProviderGate],
+    judge: KeywordJudge,
+    presets: PresetCache,
+) -> ContextProcessor:
+    """§3 for one request: the start, then the embedding and keyword stages."""
+    return ContextProcessor(
+        stage_pool,
+        EmbeddingStage(
+            stage_pool,
+            embedder,
+            gates["embedding"],
+            metrics=metrics,
+            limits=limits,
+            profile=settings.embedding_profile,
+            dimension=settings.vector_dimension,  # stored, zero-padded (§5)
+        ),
+        KeywordStage(
+            stage_pool,
+            judge,
+            gates["judge"],
+            presets,
+            metrics=metrics,
+            limits=limits,
+            top_k=settings.keyword_top_k,
+            similarity_floor=settings.keyword_similarity_floor,
+        ),
+        limits=limits,
+        metrics=metrics,
+    )
+
+
+def _warn_about_a_small_pool(settings: Settings) -> None:
+    """A pool smaller than the worker tasks (up to the cap) plus spare makes tasks queue for
+    connections (each wait counts against the stage deadline): allowed, but said once."""
+    explicit = settings.database_pool_size
+    if explicit is not None and explicit < settings.pool_size_needed:
+        logger.warning(
+            "PINLOG_DATABASE_POOL_SIZE=%d is below the %d connections that "
+            "PINLOG_WORKER_CONCURRENCY=%d needs (one per worker task up to %d, plus %d spare); "
+            "unset it to size the pool from the concurrency",
+            explicit,
+            settings.pool_size_needed,
+            settings.worker_concurrency,
+            STAGE_CONNECTIONS_CAP,
+            SEARCH_CONNECTIONS,
+        )
+
+
+def _gate(
+    name: str, probe: Callable[[], Awaitable[object]], settings: Settings, metrics: WorkerMetrics
+) -> ProviderGate:
+    return ProviderGate(
+        name,
+        metrics=metrics,
+        threshold=settings.breaker_threshold,
+        cooldown_seconds=settings.breaker_cooldown_seconds,
+        probe=probe,
+    )

@@ -1,0 +1,188 @@
+"""The core service's object graph: ``build_core`` opens the engines and the worker clients,
+builds the services and runs the rescan loop, and closes everything in reverse when it exits.
+
+``core_service/main.py`` enters it in the FastAPI lifespan; ``pinlog-core rescan --once``
+builds its one pass from the same parts. Nothing here knows about HTTP routes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack, asynccontextmanager
+from dataclasses import dataclass
+
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from core_service.metrics import CoreMetrics
+from core_service.repository.context_ai_state import Expiries
+from core_service.repository.db import create_engine
+from core_service.service.dispatch import WorkerDispatcher
+from core_service.service.lifecycle import ContextLifecycle
+from core_service.service.member_tokens import TokenAuthenticator
+from core_service.service.pause import PauseSwitch
+from core_service.service.personal_search import PersonalSearch
+from core_service.service.process_requests import ProcessRequestSender
+from core_service.service.record_reads import RecordReader
+from core_service.service.rescan import RescanScheduler
+from core_service.service.status import StatusGauges
+from core_service.service.worker_endpoints import WorkerEndpoints
+from core_service.settings import CoreSettings
+
+logger = logging.getLogger(__name__)
+
+# Seconds that in-flight after-commit dispatches get at shutdown; the rest are left to the rescan.
+DISPATCH_DRAIN_SECONDS = 2.0
+# Seconds a background loop (rescan, status gauges) gets to finish at shutdown before it is
+# cancelled.
+RESCAN_STOP_SECONDS = 2.0
+
+
+@dataclass(frozen=True, slots=True)
+class Core:
+    """What one core process serves with, from startup to shutdown.
+
+    ``engine``: the request pool; ``probe_engine``: ``/readyz``'s own connection;
+    ``dispatcher``: calls to the worker (after commits, held retries); ``pause``: whether
+    dispatching is paused; the rest answer the client API.
+    """
+
+    engine: AsyncEngine
+    probe_engine: AsyncEngine
+    dispatcher: WorkerDispatcher
+    pause: PauseSwitch
+    lifecycle: ContextLifecycle
+    reader: RecordReader
+    search: PersonalSearch
+    authenticator: TokenAuthenticator
+
+
+def build_worker_endpoints(settings: CoreSettings) -> WorkerEndpoints:
+    """One pooled HTTP client per worker instance named in ``WORKER_BASE_URL``."""
+    return WorkerEndpoints.connect(
+        settings.worker_base_urls,
+        internal_secret=settings.internal_secret.get_secret_value(),
+        connect_timeout_seconds=settings.dispatch_connect_timeout_seconds,
+        read_timeout_seconds=settings.dispatch_read_timeout_seconds,
+    )
+
+
+def attempt_deadline(settings: CoreSettings) -> float:
+    """Seconds one dispatch attempt may take in all: connect, send, and read the answer."""
+    return settings.dispatch_connect_timeout_seconds + settings.dispatch_read_timeout_seconds + 1
+
+
+def build_dispatcher(
+    settings: CoreSettings,
+    engine: AsyncEngine,
+    endpoints: WorkerEndpoints,
+    metrics: CoreMetrics,
+    pause: PauseSwitch | None = None,
+) -> WorkerDispatcher:
+    """Dispatches to ``endpoints``, each attempt bounded by ``attempt_deadline``, counting the
+    ones a worker took against ``MAX_RETRY`` and holding refused ones (docs/rescan.md); its
+    retry loop runs once ``start`` is called."""
+    return WorkerDispatcher(
+        ProcessRequestSender(endpoints, attempt_deadline_seconds=attempt_deadline(settings)),
+        metrics,
+        engine,
+        max_retry=settings.max_retry,
+        pending_expiry_seconds=settings.pending_expiry_seconds,
+        retry_capacity=settings.dispatch_retry_capacity,
+        backoff_max_seconds=settings.dispatch_backoff_max_seconds,
+        pause=pause or PauseSwitch(engine, metrics),
+    )
+
+
+def build_scheduler(
+    settings: CoreSettings,
+    engine: AsyncEngine,
+    dispatcher: WorkerDispatcher,
+    metrics: CoreMetrics,
+) -> RescanScheduler:
+    """The finalize + rescan pass (§2) with the settings' expiries, budget and period."""
+    return RescanScheduler(
+        engine,
+        dispatcher,
+        metrics,
+        expiries=Expiries(settings.pending_expiry_seconds, settings.processing_expiry_seconds),
+        max_retry=settings.max_retry,
+        batch_size=settings.batch_size,
+        period_seconds=settings.rescan_period_seconds,
+    )
+
+
+@asynccontextmanager
+async def build_core(
+    settings: CoreSettings, metrics: CoreMetrics, *, run_rescan_loop: bool = True
+) -> AsyncIterator[Core]:
+    """The running core, its parts counting in ``metrics``. ``run_rescan_loop=False`` leaves
+    rescans to the caller. On exit the loop stops, in-flight dispatches get
+    ``DISPATCH_DRAIN_SECONDS``, then clients and engines close."""
+    async with AsyncExitStack() as stack:
+        engine = create_engine(
+            settings.database_url,
+            pool_size=settings.database_pool_size,
+            transaction_pooling=settings.database_transaction_pooling,
+        )
+        stack.push_async_callback(engine.dispose)
+        endpoints = build_worker_endpoints(settings)
+        stack.push_async_callback(endpoints.aclose)
+        pause = PauseSwitch(engine, metrics)
+        dispatcher = build_dispatcher(settings, engine, endpoints, metrics, pause)
+        dispatcher.start()
+        stack.push_async_callback(dispatcher.close, DISPATCH_DRAIN_SECONDS)
+        # Readiness on a connection of its own: a busy request pool must not fail /readyz.
+        probe_engine = create_engine(
+            settings.database_url,
+            pool_size=1,
+            transaction_pooling=settings.database_transaction_pooling,
+        )
+        stack.push_async_callback(probe_engine.dispose)
+        core = Core(
+            engine=engine,
+            probe_engine=probe_engine,
+            dispatcher=dispatcher,
+            pause=pause,
+            lifecycle=ContextLifecycle(engine, dispatcher, metrics),
+            reader=RecordReader(engine),
+            search=PersonalSearch(engine, endpoints, embedding_profile=settings.embedding_profile),
+            authenticator=TokenAuthenticator(engine, secret=settings.jwt_secret.get_secret_value()),
+        )
+        gauges = StatusGauges(
+            engine,
+            metrics,
+            processing_expiry_seconds=settings.processing_expiry_seconds,
+            period_seconds=settings.status_refresh_seconds,
+        )
+        _run_until_exit(stack, gauges.run_forever)
+        if run_rescan_loop:
+            # A pass waiting on a slow worker must not hold shutdown: its claimed rows stay
+            # stale and the next pass (any replica) takes them again.
+            scheduler = build_scheduler(settings, engine, dispatcher, metrics)
+            _run_until_exit(stack, scheduler.run_forever)
+        logger.info(
+            "core service ready: worker=%s rescan every %gs",
+            settings.worker_base_url,
+            settings.rescan_period_seconds,
+        )
+        yield core
+
+
+def _run_until_exit(stack: AsyncExitStack, run_forever) -> None:
+    """Run ``run_forever(stop)`` as a task until ``stack`` closes; it gets
+    ``RESCAN_STOP_SECONDS`` to stop, then it is cancelled."""
+    stop = asyncio.Event()
+    task = asyncio.create_task(run_forever(stop))
+
+    async def stop_task() -> None:
+        stop.set()
+        done, _ = await asyncio.wait({task}, timeout=RESCAN_STOP_SECONDS)
+        if not done:
+            task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+    stack.push_async_callback(stop_task)
