@@ -28,7 +28,7 @@ from tests.e2e.processes import (
     run_command,
     worker_environment,
 )
-from tests.fake_openai import Scripted
+from tests.fake_openai import Scripted, error_body
 
 OUTAGE_NOTES = 60
 BURST_NOTES, BURST_QUEUE = 200, 10
@@ -153,6 +153,68 @@ async def test_a_worker_outage_of_four_retry_windows_fails_no_note(stack_factory
         f"{claims:.0f}; drained {drained:.1f} s after the worker came back; "
         f"{sent:.0f} dispatches sent; FAILED {after['failed']}, retries {after['retries']}"
     )
+
+
+async def test_a_provider_unavailable_for_four_retry_windows_fails_no_note(
+    stack_factory, engine, fake_openai
+):
+    """The worker up, its embedding provider out of quota (H2: after 3 faults the worker
+    refuses process requests with 503 + Retry-After, probing every second) for four retry
+    windows of the PROCESSING expiry (3 s): every note completes once the quota is back; the
+    notes the worker took before it began to refuse spent at most one retry, the rest none."""
+    quota = Scripted(
+        status=429,
+        json=error_body(
+            "You exceeded your current quota",
+            type="insufficient_quota",
+            code="insufficient_quota",
+        ),
+    )
+    fake_openai.set_fault("embeddings", quota)
+    notes = 30
+    async with stack_factory(
+        worker={"breaker_threshold": 3, "breaker_cooldown_seconds": 1},
+        core={"rescan_period_seconds": 1, "pending_expiry_seconds": 1},
+    ) as stack:
+        context_ids = await _create_many(stack.core.base_url, notes, tag="q")
+        await asyncio.sleep(4 * (1 + 3))  # the fault lasts four retry windows
+        ran_before = await _taken(engine)
+        down = await _summary(engine)
+        fake_openai.set_fault("embeddings", None)
+        await wait_until(lambda: _all_completed(engine, notes), within=60, what="every note")
+        retries = await _retries_by_context(engine, context_ids)
+
+    assert down["failed"] == 0
+    assert await _summary(engine) == {
+        "completed": notes,
+        "failed": 0,
+        "retries": sum(retries.values()),
+    }
+    assert all(retries[cid] <= 1 for cid in ran_before)
+    assert all(retries[cid] == 0 for cid in context_ids if cid not in ran_before)
+    assert len(ran_before) < notes  # the refusals did start
+    print(
+        f"\nprovider out: {notes} notes, {len(ran_before)} taken by the worker before it "
+        f"refused; retries spent {sum(retries.values())}; FAILED 0"
+    )
+
+
+async def _taken(engine) -> set[int]:
+    """Contexts a worker has taken a dispatch of (docs/rescan.md "Budget")."""
+    async with engine.connect() as conn:
+        rows = await conn.exec_driver_sql(
+            "SELECT context_id FROM ai.context_ai_state WHERE dispatch_accepted_at IS NOT NULL"
+        )
+        return {row.context_id for row in rows}
+
+
+async def _retries_by_context(engine, context_ids: list[int]) -> dict[int, int]:
+    return {
+        cid: await count(
+            engine, "SELECT retry_count FROM ai.context_ai_state WHERE context_id = :id", id=cid
+        )
+        for cid in context_ids
+    }
 
 
 async def test_a_burst_over_the_worker_queue_completes_without_spending_a_retry(
