@@ -87,20 +87,71 @@ _NEXT_STAGE_IS_DUE = (
     + " IN ('PENDING', 'PROCESSING')))"
 )
 
-# Rescan claim (§9 steps 2-3): due rows with retries left, skipping rows locked elsewhere,
-# stamp rescanned_at and clear next_dispatch_at; updated_at is deliberately untouched. The
+# A row with an unfinished stage: the predicate of the partial indexes on unfinished rows
+# (0006, 0014), written out so that the planner can use them.
+_UNFINISHED_ROW = """
+    (embedding_status IN ('PENDING', 'PROCESSING') OR keyword_status IN ('PENDING', 'PROCESSING'))
+"""
+
+# One owner's due rows with retries left, oldest first, numbered (turn); "s" is the state row.
+_DUE_OF_OWNER = (
+    """
+        SELECT s.context_id, s.updated_at AS age,
+               row_number() OVER (ORDER BY s.updated_at, s.context_id) AS turn
+        FROM ai.context_ai_state AS s
+        WHERE {owner} AND """
+    + _UNFINISHED_ROW
+    + " AND s.retry_count < :max_retry AND "
+    + _NEXT_STAGE_IS_DUE
+    + """
+        ORDER BY s.updated_at, s.context_id
+        LIMIT :batch_size
+"""
+)
+
+# Rescan claim (§9 steps 2-3): due rows with retries left, round robin over owners (user_id;
+# rows without one are one owner) and oldest first within an owner (docs/scaling.md
+# "Fairness"), skipping rows locked elsewhere; stamp rescanned_at and clear next_dispatch_at;
+# updated_at is deliberately untouched. The owners are found by skipping through the owner
+# index (0014), and each gives at most :batch_size candidates, so a pass costs owners x batch,
+# not the whole backlog. The locking query checks each row again, as it is once locked. The
 # claim spends nothing: a retry is spent only when a worker takes the re-request
 # (RECORD_ACCEPTED_DISPATCH).
 CLAIM_STALE = text(
     """
-    WITH stale AS (
+    WITH RECURSIVE owners (user_id) AS (
+        (SELECT user_id FROM ai.context_ai_state
+         WHERE user_id IS NOT NULL AND """
+    + _UNFINISHED_ROW
+    + """
+         ORDER BY user_id LIMIT 1)
+        UNION ALL
+        SELECT (SELECT s.user_id FROM ai.context_ai_state AS s
+                WHERE s.user_id > owners.user_id AND """
+    + _UNFINISHED_ROW
+    + """
+                ORDER BY s.user_id LIMIT 1)
+        FROM owners WHERE owners.user_id IS NOT NULL
+    ),
+    candidates AS (
+        SELECT due.* FROM owners CROSS JOIN LATERAL ("""
+    + _DUE_OF_OWNER.format(owner="s.user_id = owners.user_id")
+    + """) AS due
+        WHERE owners.user_id IS NOT NULL
+        UNION ALL
+        ("""
+    + _DUE_OF_OWNER.format(owner="s.user_id IS NULL")
+    + """)
+    ),
+    stale AS (
         SELECT context_id FROM ai.context_ai_state
+        JOIN candidates USING (context_id)
         WHERE retry_count < :max_retry AND """
     + _NEXT_STAGE_IS_DUE
     + """
-        ORDER BY updated_at, context_id
+        ORDER BY candidates.turn, candidates.age, context_id
         LIMIT :batch_size
-        FOR UPDATE SKIP LOCKED
+        FOR UPDATE OF context_ai_state SKIP LOCKED
     )
     UPDATE ai.context_ai_state AS s
     SET rescanned_at = now(), next_dispatch_at = NULL

@@ -291,3 +291,67 @@ async def test_a_pause_during_a_burst_sends_spends_and_fails_nothing_on_two_core
     assert readiness.status_code == 200 and readiness.json()["dispatch"] == "paused"
     assert await _summary(engine) == {"completed": 120, "failed": 0, "retries": 0}
     print(f"\npause: 120 notes, 2 cores; drained {drained:.1f} s after `resume` started")
+
+
+IMPORT_NOTES, WRITER_NOTES = 200, 5
+# The bound for a note of another member (docs/scaling.md "Fairness"): the worker's queue ahead
+# of it (20 places at about 20 contexts/s here) plus one Retry-After with jitter and the
+# held requests' turn, with room for a loaded machine; it does not depend on IMPORT_NOTES.
+WRITER_BOUND_SECONDS = 10
+
+
+async def test_one_members_import_does_not_delay_another_members_notes_by_its_length(
+    stack_factory, engine, fake_openai
+):
+    """Member 1 imports 200 notes into a worker slower than the import (queue 20, judge calls
+    of 100 ms, 2 at once); member 2 writes 5 notes meanwhile: each of those completes within
+    a bound set by the worker's queue, not by the import."""
+    fake_openai.script_judge(
+        *(Scripted(delay_seconds=0.1) for _ in range(IMPORT_NOTES + WRITER_NOTES))
+    )
+    async with stack_factory(
+        worker={"queue_capacity": 20, "worker_concurrency": 2},
+        core={"pending_expiry_seconds": 300, "processing_expiry_seconds": 600},
+    ) as stack:
+        started = time.monotonic()
+        importing = asyncio.create_task(
+            _create_many(stack.core.base_url, IMPORT_NOTES, member=1, tag="import")
+        )
+        await wait_until(lambda: _completed_at_least(engine, 20), what="the import under way")
+        waits = []
+        for index in range(WRITER_NOTES):
+            (context_id,) = await _create_many(stack.core.base_url, 1, member=2, tag=f"w{index}")
+            written = time.monotonic()
+            await wait_until(lambda c=context_id: _completed(engine, c), within=60, what="a note")
+            waits.append(time.monotonic() - written)
+        await importing
+        await wait_until(
+            lambda: _all_completed(engine, IMPORT_NOTES + WRITER_NOTES), within=120, what="all"
+        )
+        imported = time.monotonic() - started
+
+    assert max(waits) < WRITER_BOUND_SECONDS < imported
+    assert await _summary(engine) == {
+        "completed": IMPORT_NOTES + WRITER_NOTES,
+        "failed": 0,
+        "retries": 0,
+    }
+    print(
+        f"\nfairness: member 1 imported {IMPORT_NOTES} notes in {imported:.1f} s; member 2's "
+        f"{WRITER_NOTES} notes completed after {', '.join(f'{w:.1f}' for w in waits)} s"
+    )
+
+
+async def _completed(engine, context_id: int) -> bool:
+    return bool(
+        await count(
+            engine,
+            "SELECT count(*) FROM ai.context_ai_state WHERE context_id = :id "
+            "AND embedding_status = 'COMPLETED' AND keyword_status = 'COMPLETED'",
+            id=context_id,
+        )
+    )
+
+
+async def _completed_at_least(engine, expected: int) -> bool:
+    return (await _summary(engine))["completed"] >= expected
