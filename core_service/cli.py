@@ -1,7 +1,9 @@
 """The ``pinlog-core`` command: ``db upgrade``, ``serve``, ``rescan --once``, ``token``,
-``status``, ``pause``, ``resume``."""
+``status``, ``pause``, ``resume``, ``retry-failed``."""
 
 from __future__ import annotations
+
+from collections import Counter
 
 import typer
 
@@ -249,6 +251,90 @@ def pause() -> None:
 def resume() -> None:
     """Send work to the workers again; the backlog drains."""
     _set_pause(False)
+
+
+_DURATION = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def _duration_seconds(value: str | None) -> float | None:
+    """``30m``, ``24h``, ``7d`` (or ``90s``) in seconds; ``None`` stays ``None``."""
+    if value is None:
+        return None
+    number, unit = value[:-1], value[-1:]
+    if not number.isdigit() or unit not in _DURATION or int(number) == 0:
+        raise typer.BadParameter("a positive whole number and s, m, h or d, e.g. 24h")
+    return float(int(number) * _DURATION[unit])
+
+
+@app.command("retry-failed")
+def retry_failed(
+    reason: str | None = typer.Option(None, "--reason", help="Only this failure reason"),
+    since: str | None = typer.Option(
+        None, "--since", help="Only failures this recent: 30m, 24h, 7d", callback=_duration_seconds
+    ),
+    member: int | None = typer.Option(None, "--member", min=1, help="Only this member's"),
+    limit: int | None = typer.Option(None, "--limit", min=1, help="At most N contexts"),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Only count; write nothing"),
+) -> None:
+    """Replace each live context with a FAILED stage by a new one with the same body (a
+    fresh budget), dispatched at once; input failures only when --reason names them."""
+    from core_service.composition import build_dispatcher, build_worker_endpoints
+    from core_service.metrics import CoreMetrics
+    from core_service.repository.db import create_engine
+    from core_service.service.failed_replacement import FailedReplacer, Selection
+    from core_service.settings import CoreSettings, StateClockSettings
+    from pinlog_platform.states.failure_reasons import FailureReason
+
+    if reason is not None and reason not in {code.value for code in FailureReason}:
+        raise typer.BadParameter(
+            "one of " + ", ".join(code.value for code in FailureReason), param_hint="--reason"
+        )
+    _configure_logging()
+    settings = _load(StateClockSettings if dry_run else CoreSettings)
+    selection = Selection(reason=reason, member_id=member, since_seconds=since, limit=limit)
+
+    async def run():
+        engine = create_engine(
+            settings.database_url,
+            pool_size=2,
+            transaction_pooling=settings.database_transaction_pooling,
+        )
+        metrics = CoreMetrics()
+        if dry_run:
+            try:
+                return await FailedReplacer(engine, None, metrics).select(selection)
+            finally:
+                await engine.dispose()
+        endpoints = build_worker_endpoints(settings)
+        dispatcher = build_dispatcher(settings, engine, endpoints, metrics)
+        dispatcher.start()
+        try:
+            return await FailedReplacer(engine, dispatcher, metrics).replace(selection)
+        finally:
+            await dispatcher.close(2.0)
+            await endpoints.aclose()
+            await engine.dispose()
+
+    result = _run_with_database(run)
+    if dry_run:
+        reasons = Counter(failed.reason for failed in result)
+        typer.echo(f"would replace {len(result)} context(s)")
+        typer.echo("by reason: " + _counts(reasons))
+        return
+    for replacement in result.replaced:
+        typer.echo(f"{replacement.old_id} -> {replacement.new_id} ({replacement.reason})")
+    typer.echo(
+        f"replaced {len(result.replaced)} context(s); skipped {result.skipped} changed meanwhile"
+    )
+    typer.echo("by reason: " + _counts(result.by_reason()))
+    typer.echo(
+        f"taken by a worker {result.taken}; "
+        f"left PENDING for the rescan {len(result.replaced) - result.taken}"
+    )
+
+
+def _counts(counts) -> str:
+    return " ".join(f"{key}={n}" for key, n in sorted(counts.items())) or "none"
 
 
 def main() -> None:

@@ -113,7 +113,10 @@ async def _core_error(_request: Request, exc: Exception) -> JSONResponse:
                 headers["WWW-Authenticate"] = "Bearer"
             elif status == 503:
                 headers["Retry-After"] = RETRY_AFTER_SECONDS
-            return JSONResponse({"detail": str(exc)}, status_code=status, headers=headers)
+            body: dict[str, object] = {"detail": str(exc)}
+            if isinstance(exc, ConflictError) and exc.replaced_by is not None:
+                body["replacedBy"] = exc.replaced_by
+            return JSONResponse(body, status_code=status, headers=headers)
     # DatabaseFault and anything unmapped: a bug of ours. The message names only a SQLSTATE.
     logger.error("internal error: %s: %s", type(exc).__name__, exc)
     return JSONResponse({"detail": "internal error"}, status_code=500)

@@ -33,6 +33,7 @@ from tests.worker.harness import embed_bundled_presets, running_worker, worker_s
 PROCESS_MODULES = frozenset(
     {
         "tests/core/cli/test_cli.py",
+        "tests/core/cli/test_retry_failed.py",
         "tests/ops/test_doctor.py",
         "tests/ops/test_embedded_postgres_unclean_exit.py",
         "tests/ops/test_pgbouncer.py",

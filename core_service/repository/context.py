@@ -26,7 +26,7 @@ INSERT_CONTEXT = text(
 # Who owns a context and where it lives, without a lock (the lock order needs the record first).
 FIND_CONTEXT = text(
     """
-    SELECT record_id, member_id, deleted_at IS NOT NULL AS deleted
+    SELECT record_id, member_id, deleted_at IS NOT NULL AS deleted, replaced_by
     FROM core.context WHERE id = :context_id
     """
 )
@@ -34,11 +34,14 @@ FIND_CONTEXT = text(
 # Lock a context for a modify or a delete, after its record (docs/lock-order.md).
 LOCK_CONTEXT = text(
     """
-    SELECT body, origin_created_at, deleted_at IS NOT NULL AS deleted
+    SELECT body, origin_created_at, deleted_at IS NOT NULL AS deleted, replaced_by
     FROM core.context WHERE id = :context_id
     FOR UPDATE
     """
 )
+
+# The context (locked and deleted by this transaction) that replaces a failed one.
+MARK_REPLACED = text("UPDATE core.context SET replaced_by = :new_id WHERE id = :context_id")
 
 # Active contexts of a record (the last-context guard runs under the record's lock).
 COUNT_ACTIVE_IN_RECORD = text(
@@ -96,6 +99,7 @@ class ContextOwner:
     record_id: int
     member_id: int
     deleted: bool
+    replaced_by: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,6 +107,7 @@ class LockedContext:
     body: str
     origin_created_at: datetime
     deleted: bool
+    replaced_by: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,13 +146,20 @@ async def insert(
 async def find(conn: AsyncConnection, context_id: int) -> ContextOwner | None:
     """Owner, record and deletion of a context, unlocked; ``None`` if it never existed."""
     row = (await conn.execute(FIND_CONTEXT, {"context_id": context_id})).one_or_none()
-    return None if row is None else ContextOwner(row.record_id, row.member_id, row.deleted)
+    if row is None:
+        return None
+    return ContextOwner(row.record_id, row.member_id, row.deleted, row.replaced_by)
 
 
 async def lock(conn: AsyncConnection, context_id: int) -> LockedContext:
     """``FOR UPDATE`` an existing context and read its body (contexts are never removed)."""
     row = (await conn.execute(LOCK_CONTEXT, {"context_id": context_id})).one()
-    return LockedContext(row.body, row.origin_created_at, row.deleted)
+    return LockedContext(row.body, row.origin_created_at, row.deleted, row.replaced_by)
+
+
+async def mark_replaced(conn: AsyncConnection, *, context_id: int, new_id: int) -> None:
+    """Name the context that replaced ``context_id`` (a 409 for the old id says it)."""
+    await conn.execute(MARK_REPLACED, {"context_id": context_id, "new_id": new_id})
 
 
 async def count_active_in_record(conn: AsyncConnection, record_id: int) -> int:

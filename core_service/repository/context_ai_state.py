@@ -194,6 +194,14 @@ RECORD_ACCEPTED_DISPATCH = text(
     """
 )
 
+# How many of these rows a worker has taken a dispatch of.
+COUNT_TAKEN = text(
+    """
+    SELECT count(*) FROM ai.context_ai_state
+    WHERE context_id = ANY(CAST(:context_ids AS bigint[])) AND dispatch_accepted_at IS NOT NULL
+    """
+)
+
 # Finalizer (§9 step 1): exhausted stale rows get their unfinished stages FAILED with the
 # reason :reason (retries_exhausted, H2 item 4), by whitelist, so COMPLETED, FAILED and
 # CANCELLED are never overwritten.
@@ -292,6 +300,12 @@ async def defer_dispatch(
     rows changed."""
     params = {"context_ids": list(context_ids), "delay_seconds": float(delay_seconds)}
     return (await conn.execute(DEFER_DISPATCH, params)).rowcount
+
+
+async def count_taken(conn: AsyncConnection, context_ids: Sequence[int]) -> int:
+    """How many rows among ``context_ids`` a worker has taken a dispatch of."""
+    result = await conn.execute(COUNT_TAKEN, {"context_ids": list(context_ids)})
+    return int(result.scalar_one())
 
 
 async def record_accepted_dispatch(

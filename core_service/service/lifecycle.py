@@ -99,7 +99,7 @@ class ContextLifecycle:
             record_id, record_created = await self._active_record(
                 conn, member_id, stored_place.place_id
             )
-            context_id = await self._insert_context(conn, member_id, record_id, stored_body)
+            context_id = await insert_context(conn, member_id, record_id, stored_body)
         self._count("create", "record_created" if record_created else "context_added")
         # The stored name (the first given for this place), as every later dispatch sends it.
         self._dispatcher.dispatch_soon(
@@ -120,7 +120,7 @@ class ContextLifecycle:
             record_place = await record.touch_active(conn, record_id=record_id, member_id=member_id)
             if record_place is None:
                 raise NotFoundError("record")
-            context_id = await self._insert_context(conn, member_id, record_id, stored_body)
+            context_id = await insert_context(conn, member_id, record_id, stored_body)
         self._count("add", "added")
         self._dispatcher.dispatch_soon(
             DispatchRequest(
@@ -155,13 +155,13 @@ class ContextLifecycle:
                     raise ConflictError("context is already deleted")
                 old = await context.lock(conn, context_id)
                 if old.deleted:
-                    raise ConflictError("context is already deleted")
+                    raise ConflictError("context is already deleted", replaced_by=old.replaced_by)
                 if is_same_body(old.body, stored_body):
                     raise _Unchanged
-                new_id = await self._insert_context(
+                new_id = await insert_context(
                     conn, member_id, owner.record_id, stored_body, old.origin_created_at
                 )
-                await _cancel(conn, [context_id])
+                await cancel_contexts(conn, [context_id])
         except _Unchanged:
             self._count("modify", "unchanged")
             return ModifiedContext(context_id, replaced=False)
@@ -191,13 +191,14 @@ class ContextLifecycle:
                 is None
             ):
                 raise ConflictError("context is already deleted")
-            if (await context.lock(conn, context_id)).deleted:
-                raise ConflictError("context is already deleted")
+            locked = await context.lock(conn, context_id)
+            if locked.deleted:
+                raise ConflictError("context is already deleted", replaced_by=locked.replaced_by)
             if await context.count_active_in_record(conn, owner.record_id) <= 1:
                 raise ConflictError(
                     "context is the last active one of its record; delete the record instead"
                 )
-            await _cancel(conn, [context_id])
+            await cancel_contexts(conn, [context_id])
         self._count("delete", "deleted")
 
     async def delete_record(self, *, member_id: int, record_id: int) -> int:
@@ -210,7 +211,7 @@ class ContextLifecycle:
             if not await record.delete(conn, record_id=record_id, member_id=member_id):
                 raise NotFoundError("record")
             context_ids = await context.lock_active_in_records(conn, [record_id])
-            await _cancel(conn, context_ids)
+            await cancel_contexts(conn, context_ids)
         self._count("delete_record", "deleted")
         return len(context_ids)
 
@@ -225,7 +226,7 @@ class ContextLifecycle:
                 raise UnauthenticatedError("member is not active")
             record_ids = await record.delete_all_of_member(conn, member_id)
             context_ids = await context.lock_active_in_records(conn, record_ids)
-            await _cancel(conn, context_ids)
+            await cancel_contexts(conn, context_ids)
         self._count("withdraw", "withdrawn")
         return len(context_ids)
 
@@ -244,22 +245,6 @@ class ContextLifecycle:
         raise UnavailableError("record is changing concurrently; try again")
 
     @staticmethod
-    async def _insert_context(
-        conn: AsyncConnection, member_id: int, record_id: int, body: str, origin_created_at=None
-    ) -> int:
-        context_id = await context.insert(
-            conn,
-            record_id=record_id,
-            member_id=member_id,
-            body=body,
-            origin_created_at=origin_created_at,
-        )
-        await context_ai_state.insert_pending(
-            conn, context_id=context_id, user_id=member_id, record_id=record_id
-        )
-        return context_id
-
-    @staticmethod
     async def _own_live_context(
         conn: AsyncConnection, member_id: int, context_id: int
     ) -> context.ContextOwner:
@@ -267,14 +252,31 @@ class ContextLifecycle:
         if owner is None or owner.member_id != member_id:
             raise NotFoundError("context")
         if owner.deleted:
-            raise ConflictError("context is already deleted")
+            raise ConflictError("context is already deleted", replaced_by=owner.replaced_by)
         return owner
 
     def _count(self, operation: str, outcome: str) -> None:
         self._metrics.lifecycle_operations.labels(operation, outcome).inc()
 
 
-async def _cancel(conn: AsyncConnection, context_ids: Sequence[int]) -> None:
+async def insert_context(
+    conn: AsyncConnection, member_id: int, record_id: int, body: str, origin_created_at=None
+) -> int:
+    """A new context with its ``PENDING``/``PENDING``/0 state row (§9 Create); its id."""
+    context_id = await context.insert(
+        conn,
+        record_id=record_id,
+        member_id=member_id,
+        body=body,
+        origin_created_at=origin_created_at,
+    )
+    await context_ai_state.insert_pending(
+        conn, context_id=context_id, user_id=member_id, record_id=record_id
+    )
+    return context_id
+
+
+async def cancel_contexts(conn: AsyncConnection, context_ids: Sequence[int]) -> None:
     """Soft-delete contexts, cancel both stages, hide their vectors: one statement per table,
     in lock order (context -> state -> embedding). Keyword rows stay; reads filter them."""
     if not context_ids:

@@ -155,6 +155,8 @@ ALL_STAGE_STATEMENTS: tuple[str, ...] = (
     "core_service.repository.context_ai_state:CLOSE_BLOCKED_KEYWORD_STAGES",
     "core_service.repository.context:LOAD_FOR_DISPATCH",
     "core_service.repository.status_counts:STATUS_COUNTS",
+    "core_service.repository.failed_contexts:SELECT_FAILED",
+    "core_service.repository.failed_contexts:LOCK_FAILED",
     "app.repository.context_start:START_CONTEXT",
     "app.repository.invariants:KEYWORD_COMPLETED_BEFORE_EMBEDDING",
     "app.repository.invariants:STALE_PROCESSING_EXHAUSTED",
