@@ -139,6 +139,8 @@ def rescan(once: bool = typer.Option(False, "--once", help="One finalize + resca
             await engine.dispose()
 
     report = _run_with_database(run)
+    if report.paused:
+        typer.echo("dispatch paused (pinlog-core resume): nothing finalized or claimed")
     typer.echo(
         f"closed {report.blocked_closed} blocked keyword stage(s), finalized {report.finalized}, "
         f"claimed {report.claimed}, dispatched {report.dispatched}, "
