@@ -26,7 +26,7 @@ from app.errors import (
 from pinlog_platform.states import Stage
 
 STAGE_OUTCOMES = ("completed", "failed", "transient", "discarded", "not_claimed", "reused")
-CONTRACT_VIOLATION_KINDS = ("owner_mismatch", "owner_changed", "text_changed")
+CONTRACT_VIOLATION_KINDS = ("owner_mismatch", "owner_changed", "text_mismatch", "text_changed")
 REJECTION_REASONS = ("queue_full", "shutting_down")
 PROVIDER_KINDS = ("embedding", "judge")
 # Most specific class first: the first match names the error.

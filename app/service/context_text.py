@@ -6,11 +6,13 @@ variation selectors are kept: emoji sequences need them (FC-10).
 
 from __future__ import annotations
 
-import hashlib
 import re
 import unicodedata
 
 from app.errors import InvalidInputError
+from pinlog_platform.text_fingerprint import fingerprint
+
+__all__ = ["fingerprint", "has_content", "normalize", "prepare_for_embedding"]
 
 # Characters that render as nothing and carry no meaning in a note.
 _INVISIBLE = dict.fromkeys(
@@ -56,9 +58,3 @@ def prepare_for_embedding(text: str, *, max_chars: int) -> str:
     if not has_content(normalized):
         raise InvalidInputError("text is blank after normalisation")
     return normalized
-
-
-def fingerprint(text: str) -> bytes:
-    """SHA-256 (32 bytes) of the NFC text, so NFC and NFD forms of one note agree (§3)."""
-    nfc = unicodedata.normalize("NFC", text)
-    return hashlib.sha256(nfc.encode("utf-8", "surrogatepass")).digest()

@@ -255,7 +255,7 @@ class ContextLifecycle:
             origin_created_at=origin_created_at,
         )
         await context_ai_state.insert_pending(
-            conn, context_id=context_id, user_id=member_id, record_id=record_id
+            conn, context_id=context_id, user_id=member_id, record_id=record_id, body=body
         )
         return context_id
 
