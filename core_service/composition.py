@@ -125,7 +125,12 @@ async def build_core(
             lifecycle=ContextLifecycle(engine, dispatcher, metrics),
             reader=RecordReader(engine),
             search=PersonalSearch(engine, endpoints, embedding_profile=settings.embedding_profile),
-            authenticator=TokenAuthenticator(engine, secret=settings.jwt_secret.get_secret_value()),
+            authenticator=TokenAuthenticator(
+                engine,
+                secret=settings.jwt_secret.get_secret_value(),
+                previous_secrets=settings.previous_jwt_secrets,
+                max_lifetime_seconds=settings.token_max_lifetime_seconds,
+            ),
         )
         if run_rescan_loop:
             _start_rescan_loop(stack, build_scheduler(settings, engine, dispatcher, metrics))

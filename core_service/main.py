@@ -73,7 +73,7 @@ def create_app(settings: CoreSettings | None = None, *, run_rescan_loop: bool = 
 
     # Outermost: requests refused before routing (a declared 413) are timed too.
     app.add_middleware(RequestTimingMiddleware, histogram=metrics.http_requests)
-    app.add_exception_handler(RequestValidationError, validation_error)
+    app.add_exception_handler(RequestValidationError, _validation_error)
     app.add_exception_handler(CoreError, _core_error)
 
     @app.get("/readyz")
@@ -115,6 +115,23 @@ async def _core_error(_request: Request, exc: Exception) -> JSONResponse:
     # DatabaseFault and anything unmapped: a bug of ours. The message names only a SQLSTATE.
     logger.error("internal error: %s: %s", type(exc).__name__, exc)
     return JSONResponse({"detail": "internal error"}, status_code=500)
+
+
+# A path id that is not canonical names nothing: the not-found answer of that resource.
+_PATH_RESOURCES = {"record_id": "record", "context_id": "context"}
+
+
+async def _validation_error(request: Request, exc: Exception) -> JSONResponse:
+    """422 for a body or query that fails validation; 404 for a path id that is not
+    canonical ASCII decimal within BIGINT, with the body a missing resource gets, so that
+    ``1_0`` or ``01`` reveals nothing the id ``10`` or ``1`` would not (issue 18 item 6)."""
+    assert isinstance(exc, RequestValidationError)
+    for error in exc.errors():
+        location = tuple(error.get("loc", ()))
+        if location[:1] == ("path",):
+            what = _PATH_RESOURCES.get(str(location[1]) if len(location) > 1 else "", "resource")
+            return await _core_error(request, NotFoundError(what))
+    return await validation_error(request, exc)
 
 
 def _publish(app: FastAPI, core: Core) -> None:

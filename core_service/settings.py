@@ -6,21 +6,24 @@ default. Errors name the variable and never print a value.
 
 from __future__ import annotations
 
-from pydantic import Field, SecretStr, field_validator
+from pydantic import Field, SecretStr, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from pinlog_platform.settings_rules import (
+    GENERATED_SECRET_MIN_LENGTH,
     check_database_url,
-    check_secret_length,
+    check_generated_secret,
     logging_settings,
     refuse_empty_or_padded,
+    refuse_placeholder_password,
 )
 
 # Every core setting is read from PINLOG_CORE_<FIELD>.
 ENV_PREFIX = "PINLOG_CORE_"
 
-INTERNAL_SECRET_MIN_LENGTH = 16
-JWT_SECRET_MIN_LENGTH = 32
+INTERNAL_SECRET_MIN_LENGTH = GENERATED_SECRET_MIN_LENGTH
+JWT_SECRET_MIN_LENGTH = GENERATED_SECRET_MIN_LENGTH
+DEFAULT_TOKEN_TTL_SECONDS = 7 * 24 * 3600
 # The smallest body cap that still admits every request valid after normalisation, even with
 # each character sent as an escaped surrogate pair (12 bytes): 500 + 100 + 200 characters.
 MAX_REQUEST_BYTES_FLOOR = 16 * 1024
@@ -54,21 +57,66 @@ class CoreDatabaseSettings(BaseSettings):
     @field_validator("database_url")
     @classmethod
     def _database_url(cls, value: str) -> str:
-        return check_database_url(value)
+        return refuse_placeholder_password(check_database_url(value))
 
 
 class TokenSettings(CoreDatabaseSettings):
-    """What ``pinlog-core token`` needs: the database and the signing key."""
+    """What ``pinlog-core token`` needs: the database and the signing keys (rotation:
+    docs/operations.md "Signing keys")."""
 
-    jwt_secret: SecretStr = Field(description="HS256 key of member tokens, >= 32 characters")
+    jwt_secret: SecretStr = Field(
+        description="HS256 key that signs member tokens (the current key); generated, "
+        ">= 32 characters"
+    )
+    jwt_previous_secrets: SecretStr | None = Field(
+        default=None,
+        description="Earlier signing keys, comma-separated: tokens they signed still verify "
+        "(each validated like the current key)",
+    )
     token_ttl_seconds: int = Field(
-        default=7 * 24 * 3600, ge=60, description="Lifetime of tokens made by `token`"
+        default=DEFAULT_TOKEN_TTL_SECONDS, ge=60, description="Lifetime of tokens made by `token`"
+    )
+    token_max_lifetime_seconds: int = Field(
+        default=DEFAULT_TOKEN_TTL_SECONDS,
+        ge=60,
+        description="A token claiming to live longer than this from now is refused; at least "
+        "PINLOG_CORE_TOKEN_TTL_SECONDS",
     )
 
     @field_validator("jwt_secret")
     @classmethod
-    def _jwt_secret_length(cls, value: SecretStr) -> SecretStr:
-        return check_secret_length(value, JWT_SECRET_MIN_LENGTH)
+    def _jwt_secret(cls, value: SecretStr) -> SecretStr:
+        return check_generated_secret(value)
+
+    @field_validator("jwt_previous_secrets", mode="before")
+    @classmethod
+    def _empty_means_none(cls, value: object) -> object:
+        # Compose passes ${PINLOG_CORE_JWT_PREVIOUS_SECRETS:-}: empty outside a rotation.
+        return None if value == "" else value
+
+    @field_validator("jwt_previous_secrets")
+    @classmethod
+    def _previous_secrets(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is not None:
+            for secret in value.get_secret_value().split(","):
+                check_generated_secret(SecretStr(secret.strip()))
+        return value
+
+    @field_validator("token_max_lifetime_seconds")
+    @classmethod
+    def _cap_covers_ttl(cls, value: int, info: ValidationInfo) -> int:
+        ttl = info.data.get("token_ttl_seconds")
+        if ttl is not None and value < ttl:
+            raise ValueError("must be at least PINLOG_CORE_TOKEN_TTL_SECONDS")
+        return value
+
+    @property
+    def previous_jwt_secrets(self) -> tuple[str, ...]:
+        """The previous keys, in the order given; empty when none."""
+        if self.jwt_previous_secrets is None:
+            return ()
+        raw = self.jwt_previous_secrets.get_secret_value()
+        return tuple(secret.strip() for secret in raw.split(","))
 
 
 class CoreSettings(TokenSettings):
@@ -116,8 +164,8 @@ class CoreSettings(TokenSettings):
 
     @field_validator("internal_secret")
     @classmethod
-    def _internal_secret_length(cls, value: SecretStr) -> SecretStr:
-        return check_secret_length(value, INTERNAL_SECRET_MIN_LENGTH)
+    def _internal_secret(cls, value: SecretStr) -> SecretStr:
+        return check_generated_secret(value)
 
     @property
     def worker_base_urls(self) -> tuple[str, ...]:

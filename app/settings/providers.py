@@ -21,6 +21,7 @@ from app.settings.profiles import (
     judge_profile,
     openai_judge_profile,
 )
+from pinlog_platform.settings_rules import refuse_placeholder
 
 
 def _http_url(value: str) -> str:
@@ -34,7 +35,8 @@ def _key_for_openai(value: SecretStr | None, info: ValidationInfo) -> SecretStr 
     provider_field = info.field_name.replace("_api_key", "_provider")
     if info.data.get(provider_field) == "openai" and value is None:
         raise ValueError(f"is required when PINLOG_{provider_field.upper()} is openai")
-    return value
+    # Only the shipped placeholder: local servers (vLLM, Ollama) take dummy keys ("EMPTY").
+    return value if value is None else refuse_placeholder(value)
 
 
 class EmbeddingProviderSettings(BaseModel):

@@ -26,17 +26,19 @@ from app.settings.limits import LimitSettings
 from app.settings.profiles import OFFLINE_DEFAULTS, ProfileSettings
 from app.settings.providers import EmbeddingProviderSettings, JudgeProviderSettings
 from pinlog_platform.settings_rules import (
+    GENERATED_SECRET_MIN_LENGTH,
     check_database_url,
-    check_secret_length,
+    check_generated_secret,
     is_empty,
     logging_settings,
     refuse_empty_or_padded,
+    refuse_placeholder_password,
 )
 
 # Every worker setting is read from PINLOG_<FIELD>.
 ENV_PREFIX = "PINLOG_"
 
-INTERNAL_SECRET_MIN_LENGTH = 16
+INTERNAL_SECRET_MIN_LENGTH = GENERATED_SECRET_MIN_LENGTH
 
 # Empty values (``PINLOG_X=``, as templates and ``${X:-}`` produce them), decided per setting:
 # numeric settings (``_EMPTY_MEANS_DEFAULT``, below ``Settings``) mean "the default"; API keys
@@ -93,7 +95,7 @@ class DeploymentSettings(BaseModel):
     @field_validator("database_url")
     @classmethod
     def _database_url(cls, value: str) -> str:
-        return check_database_url(value)
+        return refuse_placeholder_password(check_database_url(value))
 
     @field_validator("internal_secret")
     @classmethod
@@ -101,7 +103,7 @@ class DeploymentSettings(BaseModel):
         # None only in ToolSettings, where the secret is optional.
         if value is None:
             return value
-        return check_secret_length(value, INTERNAL_SECRET_MIN_LENGTH)
+        return check_generated_secret(value)
 
 
 class Settings(

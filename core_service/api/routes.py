@@ -7,6 +7,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Path, Response, status
 from fastapi.responses import JSONResponse
+from pydantic import BeforeValidator
 
 from core_service.api.authentication import AuthenticatedRoute
 from core_service.api.dependencies import Lifecycle, MemberId, Reader, Search
@@ -24,8 +25,19 @@ from core_service.api.schemas import (
     SearchResultItem,
     SearchResults,
 )
+from pinlog_platform.canonical_ids import parse_canonical_id
 
-Id = Annotated[int, Path(ge=1, le=BIGINT_MAX)]
+
+def _canonical_id(value: object) -> object:
+    """A path id spelled canonically (``[1-9][0-9]*`` within BIGINT); anything else fails
+    validation, which ``main.py`` answers 404 for a path (issue 18 item 6)."""
+    if parse_canonical_id(value) is None:
+        raise ValueError("not a canonical id")
+    return value
+
+
+# Ids in paths: ``1_0``, ``01``, ``+1``, `` 1``, ``1.0`` and other scripts' digits name nothing.
+Id = Annotated[int, BeforeValidator(_canonical_id), Path(ge=1, le=BIGINT_MAX)]
 
 # Every route authenticates the caller before its body is read (401 before 422 or any work).
 router = APIRouter(prefix="/api/v1", route_class=AuthenticatedRoute)

@@ -38,8 +38,8 @@ SETTINGS = {
 }
 # Variables of the database image (its entrypoint reads them) and of our init script.
 DATABASE_IMAGE_VARIABLES = {"POSTGRES_DB", "POSTGRES_USER", "POSTGRES_PASSWORD"}
-INIT_SCRIPT_VARIABLES = {"PINLOG_AI_DB_PASSWORD"}
-SECRET = "x" * 40
+INIT_SCRIPT_VARIABLES = {"PINLOG_AI_DB_PASSWORD", "PINLOG_CORE_DB_PASSWORD"}
+SECRET = "deployment-test-secret-0123456789abcdef"
 
 
 def _instruction(name: str) -> list[str]:

@@ -30,7 +30,7 @@ from app.service.requests import ProcessRequest
 from app.settings import Settings
 from tests.fake_openai import FakeOpenAI
 
-SECRET = "test-internal-secret-0123456789"
+SECRET = "test-internal-secret-0123456789abcdef"
 PROFILE = "openai-text-embedding-3-small-1536-cosine-v1"
 PROCESS_PATH = "/internal/v1/context/process"
 

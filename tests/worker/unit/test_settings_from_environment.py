@@ -13,11 +13,11 @@ import pytest
 from pydantic import ValidationError
 
 from app.settings import ENV_PREFIX, Settings
-from pinlog_platform.settings_rules import describe_errors
+from pinlog_platform.settings_rules import WEAK_SECRET, describe_errors
 
 VALID = {
     "PINLOG_DATABASE_URL": "postgresql+asyncpg://pinlog:pw-do-not-print@localhost/pinlog",
-    "PINLOG_INTERNAL_SECRET": "unit-test-internal-secret-0123",
+    "PINLOG_INTERNAL_SECRET": "unit-test-internal-secret-0123456789",
     "PINLOG_EMBEDDING_API_KEY": "sk-embedding-do-not-print",
     "PINLOG_JUDGE_API_KEY": "sk-judge-do-not-print",
 }
@@ -110,7 +110,7 @@ def test_an_empty_api_key_is_not_set_and_therefore_required_for_openai(env, fiel
 @pytest.mark.parametrize(
     ("variable", "value"),
     [
-        ("PINLOG_INTERNAL_SECRET", "unit-test-internal-secret-0123\n"),  # from a file
+        ("PINLOG_INTERNAL_SECRET", "unit-test-internal-secret-0123456789\n"),  # from a file
         ("PINLOG_EMBEDDING_API_KEY", " sk-embedding-do-not-print"),
         ("PINLOG_JUDGE_API_KEY", "sk-judge-do-not-print\r\n"),
         ("PINLOG_DATABASE_URL", VALID["PINLOG_DATABASE_URL"] + "\n"),
@@ -157,7 +157,7 @@ def test_every_problem_is_reported_at_once_one_line_each(env):
 def test_a_short_secret_names_characters_not_items(env):
     env({**VALID, "PINLOG_INTERNAL_SECRET": "short-secret"})
 
-    assert problems() == ["PINLOG_INTERNAL_SECRET: must be at least 16 characters long"]
+    assert problems() == [f"PINLOG_INTERNAL_SECRET: {WEAK_SECRET}"]
 
 
 def test_a_base_url_that_is_not_http_is_refused(env):
