@@ -6,9 +6,9 @@ STAMP := $(VENV)/.installed
 
 .PHONY: venv run test test-fast lint format bench eval docs clean lock
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml requirements/build-tools.txt
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet --upgrade -r requirements/build-tools.txt
 	$(BIN)/python -m pip install --quiet -e '.[dev,local]'
 	touch $(STAMP)
 
@@ -46,8 +46,11 @@ docs: venv
 clean:
 	rm -rf $(VENV) .pgdata .pytest_cache .ruff_cache
 
-# Regenerate requirements/runtime.txt (what the image installs) after changing dependencies.
+# Regenerate requirements/runtime.txt (what the image installs) and requirements/build-tools.txt
+# (pip and setuptools of the image and the venv) after changing dependencies.
 lock: venv
 	$(BIN)/python -m pip install --quiet pip-tools
 	$(BIN)/pip-compile --quiet --strip-extras --no-emit-index-url --no-emit-find-links \
 		--output-file=requirements/runtime.txt pyproject.toml
+	$(BIN)/pip-compile --quiet --allow-unsafe --no-emit-index-url --no-emit-find-links \
+		--output-file=requirements/build-tools.txt requirements/build-tools.in
