@@ -83,21 +83,58 @@ def serve(
     host: str = typer.Option("127.0.0.1", help="Interface to bind"),
     port: int = typer.Option(8080, help="TCP port"),
     no_rescan: bool = typer.Option(False, "--no-rescan", help="Do not run the rescan loop"),
+    ops_port: int | None = typer.Option(
+        None,
+        min=0,
+        max=65535,
+        help="Port of the operations listener (/metrics, detailed /readyz); overrides "
+        "PINLOG_CORE_OPS_PORT; none when neither is set",
+    ),
+    ops_host: str | None = typer.Option(
+        None, help="Interface of the operations listener (default PINLOG_CORE_OPS_HOST, loopback)"
+    ),
+    proxy_headers: bool = typer.Option(
+        False,
+        "--proxy-headers/--no-proxy-headers",
+        help="Trust X-Forwarded-For/-Proto from --forwarded-allow-ips (behind a proxy)",
+    ),
+    forwarded_allow_ips: str | None = typer.Option(
+        None, help="Comma-separated proxy addresses trusted for proxy headers ('*' for any)"
+    ),
 ) -> None:
     """Serve the client API and run the rescan loop (settings from PINLOG_CORE_*)."""
     import uvicorn
 
     from core_service.main import create_app
+    from core_service.ops import bind_ops_socket
     from core_service.settings import CoreSettings
 
     _configure_logging()
     settings = _load(CoreSettings)
+    overrides = {"ops_port": ops_port, "ops_host": ops_host}
+    settings = settings.model_copy(update={k: v for k, v in overrides.items() if v is not None})
+    ops_socket = None
+    if settings.ops_port is not None:
+        # Bound before anything starts, so a port in use is one line and exit 2.
+        try:
+            ops_socket = bind_ops_socket(settings.ops_host, settings.ops_port)
+        except OSError as exc:
+            startup.fail(
+                PROGRAM,
+                exit_codes.CONFIGURATION,
+                [
+                    "configuration error: PINLOG_CORE_OPS_PORT (--ops-port): cannot listen on "
+                    f"{settings.ops_host}:{settings.ops_port} ({exc.strerror or exc})"
+                ],
+            )
     uvicorn.run(
-        create_app(settings, run_rescan_loop=not no_rescan),
+        create_app(settings, run_rescan_loop=not no_rescan, ops_socket=ops_socket),
         host=host,
         port=port,
         log_config=None,
         timeout_keep_alive=30,
+        proxy_headers=proxy_headers,
+        forwarded_allow_ips=forwarded_allow_ips,
     )
 
 

@@ -8,16 +8,15 @@ The rescan loop runs inside the service; ``pinlog-core rescan --once`` runs one 
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import logging
+import socket
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from sqlalchemy import text
 
 from core_service.api.routes import router
 from core_service.composition import Core, build_core
@@ -31,29 +30,46 @@ from core_service.errors import (
     UpstreamError,
 )
 from core_service.metrics import CoreMetrics
+from core_service.ops import bind_ops_socket, readiness_problems, serving_ops
 from core_service.settings import CoreSettings
 from pinlog_platform.http.body_limit import BodySizeLimitMiddleware
-from pinlog_platform.http.probes import probes
+from pinlog_platform.http.probes import liveness
 from pinlog_platform.http.request_timing import RequestTimingMiddleware
+from pinlog_platform.http.security_headers import SecurityHeadersMiddleware
 from pinlog_platform.http.validation import validation_error
 
 logger = logging.getLogger(__name__)
 
 RETRY_AFTER_SECONDS = "5"
-READINESS_TIMEOUT_SECONDS = 1.0
 
 
-def create_app(settings: CoreSettings | None = None, *, run_rescan_loop: bool = True) -> FastAPI:
+def create_app(
+    settings: CoreSettings | None = None,
+    *,
+    run_rescan_loop: bool = True,
+    ops_socket: socket.socket | None = None,
+) -> FastAPI:
     """Build the core service. ``run_rescan_loop=False`` leaves rescans to the caller (tests,
-    deployments that run ``pinlog-core rescan --once`` from a scheduler instead)."""
+    deployments that run ``pinlog-core rescan --once`` from a scheduler instead).
+
+    ``ops_socket``: the operations listener's socket, bound by the caller (``pinlog-core serve``
+    binds it before anything else, so a port in use exits 2); when ``None`` and
+    ``settings.ops_port`` is set, the lifespan binds it. ``app.state.ops_base_url`` is its URL
+    once started, else ``None`` (``core_service/ops.py``).
+    """
     settings = settings or CoreSettings()
     metrics = CoreMetrics()
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        sock = ops_socket
+        if sock is None and settings.ops_port is not None:
+            sock = bind_ops_socket(settings.ops_host, settings.ops_port)
         async with build_core(settings, metrics, run_rescan_loop=run_rescan_loop) as core:
             _publish(app, core)
-            yield
+            async with serving_ops(app, sock) as ops_base_url:
+                app.state.ops_base_url = ops_base_url
+                yield
 
     # No /docs, /redoc or /openapi.json: the schema is in docs/core-service.md, and the docs
     # pages load their assets from a CDN (blank offline).
@@ -63,30 +79,30 @@ def create_app(settings: CoreSettings | None = None, *, run_rescan_loop: bool = 
         docs_url=None,
         redoc_url=None,
         openapi_url=None,
+        # No trailing-slash redirects: their Location would be built from the Host header.
+        redirect_slashes=False,
     )
     app.state.metrics = metrics
     app.state.metrics_registry = metrics.registry
-    app.include_router(probes)
+    app.state.ops_base_url = None
+    # Public: liveness only; /metrics and the detailed /readyz are on the ops listener.
+    app.include_router(liveness)
     app.include_router(router)
     # Added before the timing middleware, so inside it: a 413 is counted like any answer.
     app.add_middleware(BodySizeLimitMiddleware, max_bytes=settings.max_request_bytes)
 
     # Outermost: requests refused before routing (a declared 413) are timed too.
     app.add_middleware(RequestTimingMiddleware, histogram=metrics.http_requests)
-    app.add_exception_handler(RequestValidationError, _validation_error)
+    # Around everything, so a 413 or a 500 carries them too (issue 18 item 8).
+    app.add_middleware(SecurityHeadersMiddleware, private_prefixes=(router.prefix,))
+    app.add_exception_handler(RequestValidationError, _path_or_body_error)
     app.add_exception_handler(CoreError, _core_error)
 
     @app.get("/readyz")
     async def readyz(request: Request) -> JSONResponse:
-        """Readiness: the database answers within 1 s."""
-        try:
-            async with asyncio.timeout(READINESS_TIMEOUT_SECONDS):
-                async with request.app.state.probe_engine.connect() as conn:
-                    await conn.execute(text("SELECT 1"))
-        except Exception:
-            return JSONResponse(
-                {"status": "unavailable", "problems": ["database"]}, status_code=503
-            )
+        """Readiness, public: ready or not, without reasons (those are on the ops listener)."""
+        if await readiness_problems(request.app.state.probe_engine):
+            return JSONResponse({"status": "unavailable"}, status_code=503)
         return JSONResponse({"status": "ready"})
 
     return app
@@ -121,7 +137,7 @@ async def _core_error(_request: Request, exc: Exception) -> JSONResponse:
 _PATH_RESOURCES = {"record_id": "record", "context_id": "context"}
 
 
-async def _validation_error(request: Request, exc: Exception) -> JSONResponse:
+async def _path_or_body_error(request: Request, exc: Exception) -> JSONResponse:
     """422 for a body or query that fails validation; 404 for a path id that is not
     canonical ASCII decimal within BIGINT, with the body a missing resource gets, so that
     ``1_0`` or ``01`` reveals nothing the id ``10`` or ``1`` would not (issue 18 item 6)."""

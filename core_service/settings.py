@@ -154,6 +154,16 @@ class CoreSettings(TokenSettings):
         description="Larger request bodies answer 413, before or while they arrive",
     )
 
+    ops_port: int | None = Field(
+        default=None,
+        ge=0,
+        le=65535,
+        description="Port of the operations listener (/metrics, detailed /readyz); none when unset",
+    )
+    ops_host: str = Field(
+        default="127.0.0.1", description="Interface of the operations listener (loopback)"
+    )
+
     @field_validator("worker_base_url")
     @classmethod
     def _http_urls(cls, value: str) -> str:

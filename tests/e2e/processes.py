@@ -99,12 +99,21 @@ class ServiceProcess:
     env: dict[str, str]
     log_path: Path
     port: int = field(default_factory=free_port)
+    # The core's operations listener (/metrics, detailed /readyz; issue 18 item 7).
+    ops_port: int = field(default_factory=free_port)
     extra_args: tuple[str, ...] = ()
     process: asyncio.subprocess.Process | None = None
 
     @property
     def base_url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def ops_base_url(self) -> str:
+        """Where ``/metrics`` is: the core's operations listener, the worker's own port."""
+        if self.package == "core_service":
+            return f"http://127.0.0.1:{self.ops_port}"
+        return self.base_url
 
     @property
     def running(self) -> bool:
@@ -116,7 +125,8 @@ class ServiceProcess:
         with self.log_path.open("ab") as log:
             self.process = await asyncio.create_subprocess_exec(
                 sys.executable, "-m", f"{self.package}.cli", "serve",
-                "--host", "127.0.0.1", "--port", str(self.port), *self.extra_args,
+                "--host", "127.0.0.1", "--port", str(self.port), *self._ops_args(),
+                *self.extra_args,
                 env=self.env, stdout=log, stderr=log,
             )  # fmt: skip
         async with httpx.AsyncClient(base_url=self.base_url, timeout=2) as client:
@@ -128,6 +138,9 @@ class ServiceProcess:
                         if (await client.get("/readyz")).status_code == 200:
                             return
                     await asyncio.sleep(0.1)
+
+    def _ops_args(self) -> tuple[str, ...]:
+        return ("--ops-port", str(self.ops_port)) if self.package == "core_service" else ()
 
     async def stop(self) -> None:
         """SIGTERM (graceful shutdown) and wait; SIGKILL if it outlives 15 s."""

@@ -48,7 +48,7 @@ async def worker_down(services: Services, engine, presets, fake_openai) -> Servi
 async def test_16_retry_count_stops_at_three_then_the_finalizer_fails_only_the_open_stage(
     live: Services, api: CoreApi, engine, fake_openai
 ):
-    dispatched = await metric(live.core.base_url, DISPATCHES, origin="commit")
+    dispatched = await metric(live.core.ops_base_url, DISPATCHES, origin="commit")
     fake_openai.script_judge(Scripted(status=503))  # transient: the keyword stage stays open
     _, context_id = await api.created(NOTES[0])
     await wait_until(
@@ -70,7 +70,7 @@ async def test_16_retry_count_stops_at_three_then_the_finalizer_fails_only_the_o
     assert await state(engine, context_id) == StateRow("COMPLETED", "FAILED", 3)
     assert await embedding_deleted(engine, context_id) is False  # the finished stage kept
     # Four dispatches in all: the create's (answered) and three rescans' (refused connection).
-    assert await metric(live.core.base_url, DISPATCHES, origin="commit") == dispatched + 1
+    assert await metric(live.core.ops_base_url, DISPATCHES, origin="commit") == dispatched + 1
     assert fake_openai.judge_calls == 1
 
 
@@ -141,7 +141,8 @@ async def test_failed_dispatches_stay_pending_and_two_schedulers_recover_each_ex
 
 
 async def _unreachable(services: Services) -> float:
-    return await metric(services.core.base_url, DISPATCHES, origin="commit", result="unreachable")
+    url = services.core.ops_base_url
+    return await metric(url, DISPATCHES, origin="commit", result="unreachable")
 
 
 async def _reached(value, expected: float) -> bool:

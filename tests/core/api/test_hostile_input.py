@@ -48,7 +48,7 @@ async def test_a_client_chosen_method_or_path_creates_no_metric_series(core_with
         # not serve, on paths of the client's choosing.
         method = ("PATCH", "PROPFIND", f"M{index:04X}")[index % 3]
         await client.request(method, f"/nope/{index}")
-    body = (await client.get("/metrics")).text
+    body = (await core_with_fake_worker.ops.get("/metrics")).text
 
     assert 'method="other"' in body and 'route="unmatched"' in body
     assert "M0001" not in body and "/nope/1" not in body

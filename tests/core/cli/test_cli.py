@@ -11,6 +11,7 @@ import jwt
 from sqlalchemy import text
 
 from app.repository.db import create_engine
+from core_service.service.member_tokens import AUDIENCE
 from pinlog_platform import schema as migrations
 from tests.core.harness import JWT_SECRET
 from tests.worker.harness import PROFILE, SECRET
@@ -100,7 +101,7 @@ async def test_token_creates_the_member_and_prints_only_the_token(engine, migrat
 
     assert code == 0, err
     assert out.count("\n") == 1
-    claims = jwt.decode(out.strip(), JWT_SECRET, algorithms=["HS256"])
+    claims = jwt.decode(out.strip(), JWT_SECRET, algorithms=["HS256"], audience=AUDIENCE)
     assert claims["sub"] == "42" and claims["exp"] > claims["iat"]
     async with engine.connect() as conn:
         exists = (

@@ -86,7 +86,7 @@ async def test_worker_answering_503_leaves_pending_for_the_rescan(
         elapsed, new_id = await _create_and_edit(core)
         await fake_worker.wait_for_requests(2)
         await core.app.state.dispatcher.drain(5)
-        metrics = (await core.client.get("/metrics")).text
+        metrics = (await core.ops.get("/metrics")).text
 
     assert elapsed < 1.0
     await _assert_pending_untouched(engine, new_id)
