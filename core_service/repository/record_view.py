@@ -18,7 +18,8 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 LOAD_RECORD_VIEWS = text(
     """
-    SELECT r.id AS record_id, r.member_id, p.external_place_id, p.name AS place_name,
+    SELECT r.id AS record_id, r.member_id, p.external_place_id,
+           coalesce(r.place_name, p.name) AS place_name,
            coalesce((
                SELECT json_agg(json_build_object(
                           'contextId', c.id,
