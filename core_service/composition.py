@@ -21,6 +21,7 @@ from core_service.repository.context_ai_state import Expiries
 from core_service.repository.db import create_engine
 from core_service.service.dispatch import WorkerDispatcher
 from core_service.service.lifecycle import ContextLifecycle
+from core_service.service.member_quotas import MemberQuotas, QuotaSettings
 from core_service.service.member_tokens import TokenAuthenticator
 from core_service.service.personal_search import PersonalSearch
 from core_service.service.record_reads import RecordReader
@@ -51,6 +52,7 @@ class Core:
     reader: RecordReader
     search: PersonalSearch
     authenticator: TokenAuthenticator
+    quotas: MemberQuotas
 
 
 def build_worker_endpoints(settings: CoreSettings) -> WorkerEndpoints:
@@ -130,6 +132,16 @@ async def build_core(
                 secret=settings.jwt_secret.get_secret_value(),
                 previous_secrets=settings.previous_jwt_secrets,
                 max_lifetime_seconds=settings.token_max_lifetime_seconds,
+            ),
+            quotas=MemberQuotas(
+                engine,
+                QuotaSettings(
+                    writes_per_minute=settings.member_writes_per_minute,
+                    searches_per_minute=settings.member_searches_per_minute,
+                    burst=settings.member_burst,
+                    daily_notes=settings.member_daily_notes,
+                ),
+                metrics,
             ),
         )
         if run_rescan_loop:

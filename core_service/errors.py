@@ -33,6 +33,14 @@ class UnauthenticatedError(CoreError):
     """A missing, malformed, expired or revoked bearer token: HTTP 401."""
 
 
+class RateLimitedError(CoreError):
+    """The member is over a quota (issue 18 item 2): HTTP 429 with ``Retry-After``."""
+
+    def __init__(self, retry_after_seconds: int) -> None:
+        super().__init__("too many requests; retry later")
+        self.retry_after_seconds = retry_after_seconds
+
+
 class UnavailableError(CoreError):
     """A dependency (database, worker) cannot answer now; retrying later may help: HTTP 503."""
 

@@ -25,6 +25,7 @@ from core_service.errors import (
     CoreError,
     InvalidBodyError,
     NotFoundError,
+    RateLimitedError,
     UnauthenticatedError,
     UnavailableError,
     UpstreamError,
@@ -112,6 +113,7 @@ def create_app(
 _ERROR_STATUSES: tuple[tuple[type[CoreError], int], ...] = (
     (InvalidBodyError, 422),
     (UnauthenticatedError, 401),
+    (RateLimitedError, 429),
     (NotFoundError, 404),
     (ConflictError, 409),
     (UpstreamError, 502),
@@ -127,6 +129,8 @@ async def _core_error(_request: Request, exc: Exception) -> JSONResponse:
                 headers["WWW-Authenticate"] = "Bearer"
             elif status == 503:
                 headers["Retry-After"] = RETRY_AFTER_SECONDS
+            elif isinstance(exc, RateLimitedError):
+                headers["Retry-After"] = str(exc.retry_after_seconds)
             return JSONResponse({"detail": str(exc)}, status_code=status, headers=headers)
     # DatabaseFault and anything unmapped: a bug of ours. The message names only a SQLSTATE.
     logger.error("internal error: %s: %s", type(exc).__name__, exc)

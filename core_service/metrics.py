@@ -43,3 +43,10 @@ class CoreMetrics:
             ["reason"],
             registry=self.registry,
         )
+        self.member_quota = Counter(
+            "pinlog_core_member_quota_total",
+            "Member quota checks by kind (write, search, daily_notes) and outcome (admitted, "
+            "limited, failed_open)",
+            ["kind", "outcome"],
+            registry=self.registry,
+        )

@@ -154,6 +154,18 @@ class CoreSettings(TokenSettings):
         description="Larger request bodies answer 413, before or while they arrive",
     )
 
+    member_writes_per_minute: int = Field(
+        default=600, ge=0, description="Client API writes per member and minute; 0 = off"
+    )
+    member_searches_per_minute: int = Field(
+        default=600, ge=0, description="Searches per member and minute; 0 = off"
+    )
+    member_burst: int = Field(
+        default=200, ge=0, description="Writes or searches a member may make at once; 0 = off"
+    )
+    member_daily_notes: int = Field(
+        default=0, ge=0, description="Notes a member may create in 24 hours; 0 = off"
+    )
     ops_port: int | None = Field(
         default=None,
         ge=0,

@@ -33,6 +33,9 @@ def core_settings(database_url: str, worker_base_url: str, **overrides: Any) -> 
         "embedding_profile": PROFILE,
         # An operations listener on a free loopback port (RunningCore.ops).
         "ops_port": 0,
+        # Quotas off: tests of other issues send bursts on purpose.
+        "member_writes_per_minute": 0,
+        "member_searches_per_minute": 0,
     }
     values.update(overrides)
     return CoreSettings(**values)

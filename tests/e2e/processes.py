@@ -85,6 +85,8 @@ def core_environment(
         "pending_expiry_seconds": PENDING_EXPIRY_SECONDS,
         "processing_expiry_seconds": PROCESSING_EXPIRY_SECONDS,
         "database_pool_size": 4,
+        "member_writes_per_minute": 0,
+        "member_searches_per_minute": 0,
     }
     values.update(overrides)
     return _base_environment() | {f"PINLOG_CORE_{k.upper()}": str(v) for k, v in values.items()}
