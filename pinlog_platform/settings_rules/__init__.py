@@ -11,7 +11,8 @@ variable and never print a value).
   secret, the signing keys) is not a placeholder, has at least ``GENERATED_SECRET_MIN_LENGTH``
   characters and ``GENERATED_SECRET_MIN_DISTINCT`` distinct ones (``openssl rand -hex 32`` and
   ``openssl rand -base64 48`` pass);
-- ``refuse_placeholder_password``: a database URL whose password is a shipped placeholder;
+- ``refuse_placeholder_password``: a database URL whose password is a shipped placeholder, or
+  weak for a database that is not on loopback;
 - ``describe_errors``: one line per problem, naming the ``{prefix}*`` variable;
 - ``logging_settings``: the log format and level settings class for a prefix.
 """
@@ -105,14 +106,31 @@ def check_generated_secret(value: SecretStr) -> SecretStr:
     return value
 
 
+# Hosts where a database password guards nothing another local user could not reach anyway
+# (a development server, a test): only the placeholder rule applies there.
+LOOPBACK_HOSTS = frozenset({"", "localhost", "127.0.0.1", "::1"})
+
+
 def refuse_placeholder_password(url: str) -> str:
-    """``url`` unless its password is one of ``SHIPPED_PLACEHOLDERS`` (``ValueError``)."""
+    """``url`` unless its password is one of ``SHIPPED_PLACEHOLDERS``, or is weak
+    (``WEAK_SECRET``'s rule: compose's database passwords are generated) for a database that
+    is not on loopback (``ValueError``)."""
     try:
-        password = urlsplit(url).password
+        parts = urlsplit(url)
+        password, host = parts.password, parts.hostname or ""
     except ValueError:
         return url
-    if password is not None and unquote(password) in SHIPPED_PLACEHOLDERS:
+    if password is None:
+        return url
+    password = unquote(password)
+    if password in SHIPPED_PLACEHOLDERS:
         raise ValueError(PLACEHOLDER_PASSWORD)
+    weak = (
+        len(password) < GENERATED_SECRET_MIN_LENGTH
+        or len(set(password)) < GENERATED_SECRET_MIN_DISTINCT
+    )
+    if weak and host not in LOOPBACK_HOSTS:
+        raise ValueError(f"has a weak password: {WEAK_SECRET.removeprefix('is too weak: ')}")
     return url
 
 

@@ -21,6 +21,7 @@ from pinlog_platform.settings_rules import (
     SHIPPED_PLACEHOLDERS,
     check_generated_secret,
     refuse_placeholder,
+    refuse_placeholder_password,
 )
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -160,3 +161,22 @@ async def test_a_weak_jwt_secret_and_previous_secret_exit_2_naming_them():
         "PINLOG_CORE_INTERNAL_SECRET",
         "PINLOG_CORE_JWT_PREVIOUS_SECRETS",
     ], outcome.stderr
+
+
+@pytest.mark.parametrize(
+    ("url", "refused"),
+    [
+        ("postgresql+asyncpg://pinlog:change-me@db/pinlog", "placeholder"),
+        ("postgresql+asyncpg://pinlog:change-me@localhost/pinlog", "placeholder"),
+        ("postgresql+asyncpg://pinlog:pinlog@db:5432/pinlog", "weak password"),
+        ("postgresql+asyncpg://pinlog:pinlog@localhost:5432/pinlog", None),
+        ("postgresql+asyncpg://pinlog@db/pinlog", None),
+        (f"postgresql+asyncpg://pinlog:{secrets.token_hex(32)}@db/pinlog", None),
+    ],
+)
+def test_database_passwords_refuse_placeholders_and_weak_values_off_loopback(url, refused):
+    if refused is None:
+        assert refuse_placeholder_password(url) == url
+    else:
+        with pytest.raises(ValueError, match=refused):
+            refuse_placeholder_password(url)
