@@ -71,6 +71,8 @@ async def test_lifetime_issuer_audience_and_kid_are_checked(core_with_fake_worke
     core = core_with_fake_worker
     now = int(time.time())
     assert await status(core, signed(claims(), kid=kid)) == 404
+    # Issued by a replica whose clock runs 30 s ahead: accepted.
+    assert await status(core, signed(claims(iat=now + 30, exp=now + 630), kid=kid)) == 404
     refused = [
         signed(claims(exp=now + 8 * 24 * 3600), kid=kid),  # over the 7-day cap
         signed(claims(exp=str(now + 600)), kid=kid),  # non-numeric exp
