@@ -10,6 +10,7 @@ import re
 import unicodedata
 
 from app.errors import InvalidInputError
+from pinlog_platform.states.failure_reasons import FailureReason
 from pinlog_platform.text_fingerprint import fingerprint
 
 __all__ = ["fingerprint", "has_content", "normalize", "prepare_for_embedding"]
@@ -54,7 +55,11 @@ def prepare_for_embedding(text: str, *, max_chars: int) -> str:
     """
     normalized = normalize(text)
     if len(normalized) > max_chars:  # first: it bounds the per-character scan below
-        raise InvalidInputError("text is longer than the model accepts")
+        raise InvalidInputError(
+            "text is longer than the model accepts", reason=FailureReason.INPUT_TOO_LONG
+        )
     if not has_content(normalized):
-        raise InvalidInputError("text is blank after normalisation")
+        raise InvalidInputError(
+            "text is blank after normalisation", reason=FailureReason.INPUT_BLANK
+        )
     return normalized

@@ -23,7 +23,8 @@ TABLE_PRIVILEGES: dict[str, frozenset[str]] = {
 }
 
 COLUMN_UPDATES: dict[str, frozenset[str]] = {
-    # §2 transitions, the attempt counters (0008) and the first request's facts (0009).
+    # §2 transitions, the attempt counters (0008), the first request's facts (0009) and the
+    # reason of a FAILED stage (0010).
     "context_ai_state": frozenset(
         {
             "embedding_status",
@@ -34,6 +35,8 @@ COLUMN_UPDATES: dict[str, frozenset[str]] = {
             "text_sha256",
             "seen_user_id",
             "seen_record_id",
+            "embedding_failure",
+            "keyword_failure",
         }
     ),
     # The UPSERT of a vector (never is_deleted, §0).
