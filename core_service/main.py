@@ -25,6 +25,7 @@ from core_service.errors import (
     ConflictError,
     CoreError,
     InvalidBodyError,
+    InvalidCursorError,
     NotFoundError,
     UnauthenticatedError,
     UnavailableError,
@@ -95,6 +96,7 @@ def create_app(settings: CoreSettings | None = None, *, run_rescan_loop: bool = 
 # The one place mapping the core's errors to HTTP statuses; anything else is a bug: 500.
 _ERROR_STATUSES: tuple[tuple[type[CoreError], int], ...] = (
     (InvalidBodyError, 422),
+    (InvalidCursorError, 422),
     (UnauthenticatedError, 401),
     (NotFoundError, 404),
     (ConflictError, 409),

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Path, Response, status
+from fastapi import APIRouter, Path, Query, Response, status
 from fastapi.responses import JSONResponse
 
 from core_service.api.authentication import AuthenticatedRoute
-from core_service.api.dependencies import Lifecycle, MemberId, Reader, Search
+from core_service.api.dependencies import Lifecycle, MemberId, Pages, Reader, Search
 from core_service.api.schemas import (
     BIGINT_MAX,
     ContextBody,
@@ -19,13 +19,18 @@ from core_service.api.schemas import (
     CreateRecordBody,
     KeywordItem,
     PlaceItem,
+    RecordAi,
     RecordItem,
+    RecordList,
+    RecordListItem,
     SearchBody,
     SearchResultItem,
     SearchResults,
 )
 
 Id = Annotated[int, Path(ge=1, le=BIGINT_MAX)]
+PageSize = Annotated[int, Query(ge=1, le=100)]
+Cursor = Annotated[str | None, Query(min_length=1, max_length=200)]
 
 # Every route authenticates the caller before its body is read (401 before 422 or any work).
 router = APIRouter(prefix="/api/v1", route_class=AuthenticatedRoute)
@@ -91,6 +96,33 @@ async def delete_record(record_id: Id, member_id: MemberId, lifecycle: Lifecycle
 async def withdraw(member_id: MemberId, lifecycle: Lifecycle) -> Response:
     await lifecycle.withdraw_member(member_id)
     return Response(status_code=status.HTTP_204_NO_CONTENT)
+
+
+@router.get("/records", response_model=RecordList, response_model_by_alias=True)
+async def list_records(
+    member_id: MemberId, pages: Pages, limit: PageSize = 20, cursor: Cursor = None
+) -> RecordList:
+    """The member's own active records, newest first; ``nextCursor`` asks for the next page."""
+    page = await pages.page(member_id=member_id, limit=limit, cursor=cursor)
+    return RecordList(
+        records=[
+            RecordListItem(
+                record_id=r.summary.record_id,
+                place=PlaceItem(
+                    external_place_id=r.summary.external_place_id, name=r.summary.place_name
+                ),
+                context_count=r.summary.context_count,
+                keywords=[
+                    KeywordItem(code=k.code, display_name=k.display_name, category=k.category)
+                    for k in r.summary.keywords
+                ],
+                created_at=r.summary.created_at,
+                ai=RecordAi(state=r.ai_state, **r.summary.ai_counts),
+            )
+            for r in page.records
+        ],
+        next_cursor=page.next_cursor,
+    )
 
 
 @router.get(
