@@ -67,8 +67,9 @@ class TokenSettings(CoreDatabaseSettings):
 
     @field_validator("jwt_secret")
     @classmethod
-    def _jwt_secret_length(cls, value: SecretStr) -> SecretStr:
-        return check_secret_length(value, JWT_SECRET_MIN_LENGTH)
+    def _jwt_secret_length(cls, value: SecretStr | None) -> SecretStr | None:
+        # None only in RescanSettings, where the key is optional.
+        return None if value is None else check_secret_length(value, JWT_SECRET_MIN_LENGTH)
 
 
 class CoreSettings(TokenSettings):
@@ -123,6 +124,15 @@ class CoreSettings(TokenSettings):
     def worker_base_urls(self) -> tuple[str, ...]:
         """The worker instances, in round-robin order."""
         return tuple(self.worker_base_url.split(","))
+
+
+class RescanSettings(CoreSettings):
+    """What ``rescan --once`` reads: ``CoreSettings`` but the signing key of member tokens,
+    which only ``serve`` and ``token`` use (validated when given)."""
+
+    jwt_secret: SecretStr | None = Field(
+        default=None, description="HS256 key of member tokens; unused by rescan"
+    )
 
 
 # How every ``pinlog-core`` command logs (``PINLOG_CORE_LOG_FORMAT``, ``PINLOG_CORE_LOG_LEVEL``).

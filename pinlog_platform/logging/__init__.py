@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import logging
 import sys
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
 from types import MappingProxyType
-from typing import Any, Literal
+from typing import Literal
 
 from pythonjsonlogger.core import RESERVED_ATTRS
 from pythonjsonlogger.json import JsonFormatter
@@ -90,18 +90,3 @@ def configure(log_format: LogFormat = "json", level: str = "INFO") -> None:
     root.setLevel(level)
     for name in QUIET_LOGGERS:
         logging.getLogger(name).setLevel(logging.WARNING)
-
-
-def configure_from(read_settings: Callable[[], Any], variables: str) -> None:
-    """``configure`` with the ``log_format`` and ``log_level`` of ``read_settings()`` (a
-    service's logging settings class); when they do not validate, readable text and one
-    WARNING naming ``variables`` (never their values)."""
-    from pydantic import ValidationError
-
-    try:
-        chosen = read_settings()
-    except ValidationError:
-        configure("text")
-        logging.getLogger(__name__).warning("%s is invalid; logging text", variables)
-        return
-    configure(chosen.log_format, chosen.log_level)

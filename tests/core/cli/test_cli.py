@@ -110,11 +110,11 @@ async def test_token_creates_the_member_and_prints_only_the_token(engine, migrat
 
 
 async def test_rescan_once_prints_its_counts(engine, migrated_database):
+    """Started with only the settings it uses: no signing key of member tokens."""
     env = _environment(
         PINLOG_CORE_DATABASE_URL=migrated_database,
         PINLOG_CORE_WORKER_BASE_URL="http://127.0.0.1:9",
         PINLOG_CORE_INTERNAL_SECRET=SECRET,
-        PINLOG_CORE_JWT_SECRET=JWT_SECRET,
         PINLOG_CORE_EMBEDDING_PROFILE=PROFILE,
     )
 
@@ -137,7 +137,7 @@ async def test_configuration_and_database_problems_are_one_line_with_distinct_ex
         line.startswith("pinlog-core: configuration error: PINLOG_CORE_")
         for line in missing[2].splitlines()
     )
-    assert len(missing[2].splitlines()) == 5  # every required setting named at once
+    assert len(missing[2].splitlines()) == 4  # every required setting named at once
     assert unreachable[0] == 3
     assert unreachable[2].strip().startswith("pinlog-core: database error:")
     assert "Traceback" not in unreachable[2]
