@@ -36,8 +36,11 @@ format: venv
 bench: venv
 	$(BIN)/python -m bench.pipeline_throughput
 
+# Keyword quality of the offline pairs, then search precision and recall at 5 with and
+# without the cuts (docs/offline-encoder.md).
 eval: venv
 	$(BIN)/python -m bench.keyword_quality
+	$(BIN)/python -m bench.search_quality
 
 # Regenerate docs/configuration.md from the settings classes.
 docs: venv
