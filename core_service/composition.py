@@ -127,7 +127,12 @@ async def build_core(
             lifecycle=ContextLifecycle(engine, dispatcher, metrics),
             reader=RecordReader(engine),
             pages=RecordPages(engine),
-            search=PersonalSearch(engine, endpoints, embedding_profile=settings.embedding_profile),
+            search=PersonalSearch(
+                engine,
+                endpoints,
+                embedding_profile=settings.embedding_profile,
+                cuts=settings.search_cuts,
+            ),
             authenticator=TokenAuthenticator(engine, secret=settings.jwt_secret.get_secret_value()),
         )
         if run_rescan_loop:

@@ -78,7 +78,12 @@ async def search(body: SearchBody, service: Search) -> SearchResponse:
     )
     return SearchResponse(
         results=[
-            SearchResult(record_id=h.record_id, context_id=h.context_id, similarity=h.similarity)
+            SearchResult(
+                record_id=h.record_id,
+                context_id=h.context_id,
+                similarity=h.similarity,
+                keyword_matched=h.keyword_matched,
+            )
             for h in hits
         ]
     )

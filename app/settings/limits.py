@@ -58,6 +58,33 @@ class LimitSettings(BaseModel):
         default=0.2, ge=-1.0, le=1.0, description="Minimum cosine of a candidate (§4)"
     )
 
+    search_similarity_floor: float = Field(
+        default=0.0,
+        ge=0.0,
+        le=1.0,
+        description="Internal search: hits below this cosine are dropped; 0 = off (§7's set)",
+    )
+    search_similarity_floor_word: float = Field(
+        default=0.0,
+        ge=0.0,
+        le=1.0,
+        description="Internal search: the floor for a one-word query of <= 5 characters; 0 = off",
+    )
+    search_top_ratio: float = Field(
+        default=0.0,
+        ge=0.0,
+        le=1.0,
+        description="Internal search: hits below this share of the best hit's cosine are "
+        "dropped; 0 = off",
+    )
+    search_keyword_match_threshold: float = Field(
+        default=0.30,
+        ge=-1.0,
+        le=1.0,
+        description="keywordMatched: a visible keyword's preset cosine to the query above this "
+        "(§7; measured on the offline encoder, docs/offline-encoder.md)",
+    )
+
     worker_concurrency: int = Field(
         default=4, ge=1, le=256, description="Contexts processed at once by one process"
     )

@@ -155,7 +155,10 @@ async def search(body: SearchBody, member_id: MemberId, service: Search) -> Sear
     return SearchResults(
         results=[
             SearchResultItem(
-                record_id=h.record_id, context_id=h.context_id, similarity=h.similarity
+                record_id=h.record_id,
+                context_id=h.context_id,
+                similarity=h.similarity,
+                keyword_matched=h.keyword_matched,
             )
             for h in hits
         ]

@@ -110,6 +110,7 @@ class SearchResultItem(BaseModel):
     record_id: int = Field(serialization_alias="recordId")
     context_id: int = Field(serialization_alias="contextId")
     similarity: float
+    keyword_matched: bool = Field(serialization_alias="keywordMatched")
 
 
 class SearchResults(BaseModel):
