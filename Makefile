@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: venv run test test-fast lint format bench eval docs clean lock
+.PHONY: venv run test test-fast lint format bench eval docs openapi clean lock
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -45,6 +45,10 @@ eval: venv
 # Regenerate docs/configuration.md from the settings classes.
 docs: venv
 	$(BIN)/python docs/render_configuration.py
+
+# Regenerate docs/openapi/*.json (the client API and the worker's internal API) from the apps.
+openapi: venv
+	$(BIN)/python docs/render_openapi.py
 
 clean:
 	rm -rf $(VENV) .pgdata .pytest_cache .ruff_cache

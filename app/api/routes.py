@@ -8,6 +8,7 @@ from fastapi import APIRouter, Depends, Request, status
 from fastapi.responses import JSONResponse
 from prometheus_client import CollectorRegistry
 
+from app.api import responses
 from app.api.schemas import ProcessContextBody, SearchBody, SearchResponse, SearchResult
 from app.service.health import Readiness
 from app.service.requests import ProcessRequest
@@ -45,7 +46,11 @@ Search = Annotated[SearchService, Depends(_search)]
 router = APIRouter()
 
 
-@router.post("/internal/v1/context/process", status_code=status.HTTP_202_ACCEPTED)
+@router.post(
+    "/internal/v1/context/process",
+    status_code=status.HTTP_202_ACCEPTED,
+    responses=responses.PROCESS,
+)
 async def process_context(body: ProcessContextBody, pool: Pool) -> JSONResponse:
     """Queue a context for processing: 202, or 503 with ``Retry-After`` (whole seconds, from
     the queue's drain rate: ``WorkerPool.retry_after_seconds``) when full or shutting down
@@ -67,7 +72,12 @@ async def process_context(body: ProcessContextBody, pool: Pool) -> JSONResponse:
     return JSONResponse({"contextId": body.context_id}, status_code=status.HTTP_202_ACCEPTED)
 
 
-@router.post("/internal/v1/search", response_model=SearchResponse, response_model_by_alias=True)
+@router.post(
+    "/internal/v1/search",
+    response_model=SearchResponse,
+    response_model_by_alias=True,
+    responses=responses.SEARCH,
+)
 async def search(body: SearchBody, service: Search) -> SearchResponse:
     """Personal search (§7): 200, or 422 / 502 / 503 mapped in ``main.py`` (§6)."""
     hits = await service.search(
