@@ -7,6 +7,8 @@ STAMP := $(VENV)/.installed
 .PHONY: venv run test test-fast lint format bench eval docs openapi clean lock
 
 $(STAMP): pyproject.toml
+	@echo "make: creating $(VENV) and installing pinlog with its dev and local extras"
+	@echo "make: first run only; usually 2 to 4 minutes (the offline encoder's packages), quiet until done"
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[dev,local]'
