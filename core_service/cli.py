@@ -82,6 +82,12 @@ def serve(
     host: str = typer.Option("127.0.0.1", metavar="HOST", help="Interface to bind"),
     port: int = typer.Option(8080, metavar="PORT", help="TCP port"),
     no_rescan: bool = typer.Option(False, "--no-rescan", help="Do not run the rescan loop"),
+    access_log: bool = typer.Option(
+        False,
+        "--access-log/--no-access-log",
+        help="One INFO line per HTTP request (uvicorn.access); off by default, as for the "
+        "worker: GET /metrics counts requests by route and status",
+    ),
 ) -> None:
     """Serve the client API and run the rescan loop (settings from PINLOG_CORE_*)."""
     import uvicorn
@@ -96,6 +102,7 @@ def serve(
         port=port,
         log_config=None,
         timeout_keep_alive=30,
+        access_log=access_log,
     )
 
 
