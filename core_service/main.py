@@ -41,6 +41,7 @@ from pinlog_platform.http.validation import validation_error
 logger = logging.getLogger(__name__)
 
 RETRY_AFTER_SECONDS = "5"
+OPENAPI_PATH = "/api/v1/openapi.json"
 READINESS_TIMEOUT_SECONDS = 1.0
 
 
@@ -56,14 +57,14 @@ def create_app(settings: CoreSettings | None = None, *, run_rescan_loop: bool = 
             _publish(app, core)
             yield
 
-    # No /docs, /redoc or /openapi.json: the schema is in docs/core-service.md, and the docs
-    # pages load their assets from a CDN (blank offline).
+    # No /docs or /redoc: the pages load their assets from a CDN (blank offline). The OpenAPI
+    # document is docs/openapi/core-client.json, served only with PINLOG_CORE_SERVE_OPENAPI.
     app = FastAPI(
         title="PinLog core service",
         lifespan=lifespan,
         docs_url=None,
         redoc_url=None,
-        openapi_url=None,
+        openapi_url=OPENAPI_PATH if settings.serve_openapi else None,
     )
     app.state.metrics = metrics
     app.state.metrics_registry = metrics.registry

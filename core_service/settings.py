@@ -134,6 +134,12 @@ class CoreSettings(TokenSettings):
         "shown; 0 = off (default: 0.60, or as measured for the embedding profile)",
     )
 
+    serve_openapi: bool = Field(
+        default=False,
+        description="Serve the client API's OpenAPI document at GET /api/v1/openapi.json "
+        "(no token needed; the same document as docs/openapi/core-client.json)",
+    )
+
     @field_validator("worker_base_url")
     @classmethod
     def _http_urls(cls, value: str) -> str:
