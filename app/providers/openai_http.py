@@ -6,13 +6,16 @@ models were pure per-call cost (issue 9: most of the worker's CPU after the data
 
 Retries within one call follow the policy the SDK applied before (``failure_policy``):
 connection errors, timeouts and 408/409/429/5xx are retried up to ``max_retries`` times
-(``x-should-retry: true|false`` from the server wins); a ``Retry-After`` of at most
+(``x-should-retry: true|false`` from the server wins), except answers ``failure_policy``
+classes as input or provider-wide (a ``429 insufficient_quota`` is not a rate limit: the same
+request would get it again); a ``Retry-After`` of at most
 ``RETRY_AFTER_CAP_SECONDS`` is honoured, a longer one ends the call at once; otherwise the
 wait is an exponential backoff with jitter. ``timeout_seconds`` bounds each attempt.
 
 Errors: ``TransientError`` ("<layer> upstream timeout" / "unreachable", or a transient status),
-the ``failure_policy.status_error`` class of an HTTP error answer, ``ProviderProtocolError``
-for a 2xx body that is not JSON. Messages never quote the upstream body, the URL or the key.
+the ``failure_policy.status_error`` class of an HTTP error answer (read from its ``error.code``,
+``error.type`` and ``error.param``), ``ProviderProtocolError`` for a 2xx body that is not JSON.
+Messages never quote the upstream body, the URL or the key.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import asyncio
 import json
 import math
 import random
+import re
 from typing import Any
 
 import aiohttp
@@ -70,10 +74,17 @@ class JsonEndpointClient:
             if status < 400:
                 return _json(layer, raw)
             retry_after = _retry_after(headers)
-            if last or not _should_retry(status, headers, retry_after):
-                raise failure_policy.status_error(
-                    layer, status, code=_error_code(raw), retry_after=retry_after
-                )
+            code, error_type, param = error_fields(raw)
+            error = failure_policy.status_error(
+                layer,
+                status,
+                code=code,
+                error_type=error_type,
+                param=param,
+                retry_after=retry_after,
+            )
+            if last or not _should_retry(error, headers, retry_after):
+                raise error
             await asyncio.sleep(_wait(attempt, retry_after))
         raise AssertionError("unreachable: the last attempt returns or raises")
 
@@ -102,13 +113,12 @@ def _json(layer: str, raw: bytes) -> Any:
         raise openai_wire.malformed(layer, "not JSON") from None
 
 
-def _should_retry(status: int, headers: Any, retry_after: float | None) -> bool:
+def _should_retry(error: Exception, headers: Any, retry_after: float | None) -> bool:
+    if not failure_policy.retried_within_call(error):
+        return False
     if retry_after is not None and retry_after > failure_policy.RETRY_AFTER_CAP_SECONDS:
         return False
-    told = headers.get("x-should-retry")
-    if told in ("true", "false"):
-        return told == "true"
-    return status in failure_policy.TRANSIENT_STATUSES or status >= 500
+    return headers.get("x-should-retry") != "false"
 
 
 def _wait(attempt: int, retry_after: float | None) -> float:
@@ -135,11 +145,26 @@ def _retry_after(headers: Any) -> float | None:
     return value if math.isfinite(value) and 0 <= value < 1e9 else None
 
 
-def _error_code(raw: bytes) -> str | None:
-    """The machine-readable ``error.code`` of an error body, compared, never quoted (§6)."""
+# What an error field may look like to be compared and logged: an identifier, never prose.
+_IDENTIFIER = re.compile(r"[A-Za-z0-9_.\-\[\]]{1,64}")
+
+
+def error_fields(raw: bytes) -> tuple[str | None, str | None, str | None]:
+    """``(error.code, error.type, error.param)`` of an error body (OpenAI's shape), each
+    ``None`` unless an identifier (``_IDENTIFIER``): compared and logged, never quoted prose,
+    and never the ``message`` (§6)."""
     try:
         error = orjson.loads(raw).get("error")
     except (orjson.JSONDecodeError, AttributeError):
-        return None
-    code = error.get("code") if isinstance(error, dict) else None
-    return code if isinstance(code, str) else None
+        return None, None, None
+    if not isinstance(error, dict):
+        return None, None, None
+    return tuple(_identifier(error.get(key)) for key in ("code", "type", "param"))  # type: ignore[return-value]
+
+
+def _identifier(value: Any) -> str | None:
+    if isinstance(value, int) and not isinstance(value, bool):
+        value = str(value)  # some servers put the HTTP status in ``code``
+    if isinstance(value, str) and _IDENTIFIER.fullmatch(value):
+        return value
+    return None
