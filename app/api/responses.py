@@ -25,7 +25,9 @@ COMMON: dict[int | str, dict[str, Any]] = {
 PROCESS: dict[int | str, dict[str, Any]] = {
     202: _answer("Queued", {"contextId": 67}),
     503: _answer(
-        "Queue full or shutting down", {"detail": "worker queue full"}, headers=_RETRY_AFTER
+        "Queue full, shutting down, or a provider unavailable",
+        {"detail": "worker queue full"},
+        headers=_RETRY_AFTER,
     ),
     **COMMON,
 }
