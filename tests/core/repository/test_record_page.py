@@ -1,6 +1,6 @@
 """The owner's list of records reads a page from its key through the index on
 ``(member_id, created_at DESC, id DESC)`` of active records: no sort, no scan of the member's
-older records (0030_core_record_list_order.sql)."""
+older records (0040_core_record_list_order.sql)."""
 
 from __future__ import annotations
 
