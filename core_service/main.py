@@ -24,6 +24,7 @@ from core_service.errors import (
     ConflictError,
     CoreError,
     InvalidBodyError,
+    InvalidCursorError,
     NotFoundError,
     RateLimitedError,
     UnauthenticatedError,
@@ -42,6 +43,7 @@ from pinlog_platform.http.validation import validation_error
 logger = logging.getLogger(__name__)
 
 RETRY_AFTER_SECONDS = "5"
+OPENAPI_PATH = "/api/v1/openapi.json"
 
 
 def create_app(
@@ -72,14 +74,14 @@ def create_app(
                 app.state.ops_base_url = ops_base_url
                 yield
 
-    # No /docs, /redoc or /openapi.json: the schema is in docs/core-service.md, and the docs
-    # pages load their assets from a CDN (blank offline).
+    # No /docs or /redoc: the pages load their assets from a CDN (blank offline). The OpenAPI
+    # document is docs/openapi/core-client.json, served only with PINLOG_CORE_SERVE_OPENAPI.
     app = FastAPI(
         title="PinLog core service",
         lifespan=lifespan,
         docs_url=None,
         redoc_url=None,
-        openapi_url=None,
+        openapi_url=OPENAPI_PATH if settings.serve_openapi else None,
         # No trailing-slash redirects: their Location would be built from the Host header.
         redirect_slashes=False,
     )
@@ -112,6 +114,7 @@ def create_app(
 # The one place mapping the core's errors to HTTP statuses; anything else is a bug: 500.
 _ERROR_STATUSES: tuple[tuple[type[CoreError], int], ...] = (
     (InvalidBodyError, 422),
+    (InvalidCursorError, 422),
     (UnauthenticatedError, 401),
     (RateLimitedError, 429),
     (NotFoundError, 404),

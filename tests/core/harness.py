@@ -36,6 +36,10 @@ def core_settings(database_url: str, worker_base_url: str, **overrides: Any) -> 
         # Quotas off: tests of other issues send bursts on purpose.
         "member_writes_per_minute": 0,
         "member_searches_per_minute": 0,
+        # §7's exact result set unless a test asks for the cuts (None: the defaults).
+        "search_similarity_floor": 0,
+        "search_similarity_floor_word": 0,
+        "search_top_ratio": 0,
     }
     values.update(overrides)
     return CoreSettings(**values)
