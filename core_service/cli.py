@@ -86,11 +86,14 @@ def serve(
         None,
         min=0,
         max=65535,
+        metavar="PORT",
         help="Port of the operations listener (/metrics, detailed /readyz); overrides "
         "PINLOG_CORE_OPS_PORT; none when neither is set",
     ),
     ops_host: str | None = typer.Option(
-        None, help="Interface of the operations listener (default PINLOG_CORE_OPS_HOST, loopback)"
+        None,
+        metavar="HOST",
+        help="Interface of the operations listener (default PINLOG_CORE_OPS_HOST, loopback)",
     ),
     proxy_headers: bool = typer.Option(
         False,
@@ -98,7 +101,9 @@ def serve(
         help="Trust X-Forwarded-For/-Proto from --forwarded-allow-ips (behind a proxy)",
     ),
     forwarded_allow_ips: str | None = typer.Option(
-        None, help="Comma-separated proxy addresses trusted for proxy headers ('*' for any)"
+        None,
+        metavar="ADDRESSES",
+        help="Comma-separated proxy addresses trusted for proxy headers ('*' for any)",
     ),
     access_log: bool = typer.Option(
         False,
