@@ -28,7 +28,7 @@ AI_STATES = ("pending", "processing", "completed", "failed")
 LIST_MEMBER_RECORDS = text(
     """
     WITH page AS (
-        SELECT r.id, r.member_id, r.place_id, r.created_at
+        SELECT r.id, r.member_id, r.place_id, r.place_name, r.created_at
         FROM core.record AS r
         WHERE r.member_id = :viewer_id AND r.deleted_at IS NULL
           AND (CAST(:after_created_at AS timestamptz) IS NULL

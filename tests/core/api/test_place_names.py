@@ -31,6 +31,8 @@ async def test_a_record_shows_its_owners_place_name_not_the_first_registered(
     assert await _place_name(core, 1, owner.json()["recordId"]) == "북카페 온다"
     assert await _place_name(core, 3, squatter.json()["recordId"]) == "Free drinks, call now"
     assert fake_worker.requests[1]["placeMeta"]["name"] == "북카페 온다"
+    listed = await core.client.get("/api/v1/records", headers=bearer(1))
+    assert [r["place"]["name"] for r in listed.json()["records"]] == ["북카페 온다"]
 
     # A further note on the owner's record keeps the owner's first name.
     again = await core.create(1, "두 번째", place="place-9", name="other")
