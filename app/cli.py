@@ -86,7 +86,7 @@ def db_upgrade(
     _configure_logging()
     database = _settings(MigrationSettings)
 
-    from app.repository.db import create_engine
+    from app.repository.db import MIGRATION_COMMAND_TIMEOUT_SECONDS, create_engine
     from pinlog_platform import schema as migrations
 
     async def run() -> list[str]:
@@ -94,6 +94,7 @@ def db_upgrade(
             database.database_url,
             with_vector_codec=False,
             transaction_pooling=database.database_transaction_pooling,
+            command_timeout_seconds=MIGRATION_COMMAND_TIMEOUT_SECONDS,
         )
         try:
             return await migrations.upgrade(

@@ -151,6 +151,11 @@ class WorkerMetrics:
             ["stage"],
             registry=self.registry,
         )
+        self.request_deadlines = Counter(
+            "pinlog_request_deadlines_exceeded_total",
+            "HTTP requests answered 503 at their overall deadline",
+            registry=self.registry,
+        )
         self.stages_in_flight = Gauge(
             "pinlog_stages_in_flight",
             "Stage runs in progress in this process, from the claim to the save or failure",

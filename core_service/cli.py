@@ -62,7 +62,9 @@ def db_upgrade() -> None:
 
     async def run() -> list[str]:
         engine = create_engine(
-            database.database_url, transaction_pooling=database.database_transaction_pooling
+            database.database_url,
+            transaction_pooling=database.database_transaction_pooling,
+            command_timeout_seconds=None,
         )
         try:
             return await migrations.upgrade(engine, scope=migrations.Scope.ALL)

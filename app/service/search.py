@@ -25,6 +25,7 @@ from app.repository.context_embedding import SearchHit
 from app.repository.db import autocommit
 from app.service import context_text
 from app.service.circuit_breaker import CircuitBreaker
+from pinlog_platform.db.sqlstates import worth_one_retry
 
 logger = logging.getLogger(__name__)
 
@@ -65,6 +66,12 @@ class SearchService:
         self._latency["ok"].observe(time.perf_counter() - started)
         return hits
 
+    async def _nearest(self, user_id: int, vector, limit: int) -> list[SearchHit]:
+        async with autocommit(self._engine) as conn:
+            return await context_embedding.search_similar(
+                conn, user_id=user_id, query=vector, profile=self._profile, limit=limit
+            )
+
     async def _search(
         self, user_id: int, query: str, limit: int, embedding_profile: str
     ) -> list[SearchHit]:
@@ -92,10 +99,14 @@ class SearchService:
             logger.error("search embedding permanent failure: cause=%s", exc)
             raise PermanentError("embedding upstream failed") from None
         try:
-            async with autocommit(self._engine) as conn:
-                return await context_embedding.search_similar(
-                    conn, user_id=user_id, query=vector, profile=self._profile, limit=limit
-                )
+            try:
+                return await self._nearest(user_id, vector, limit)
+            except TransientError as exc:
+                if not worth_one_retry(exc):
+                    raise
+            # A read on a connection that could not serve (it died while pooled, or sits on
+            # a read-only server): once more on a fresh one (§6).
+            return await self._nearest(user_id, vector, limit)
         except TransientError as exc:
             # The log names the cause (lock timeout or unavailable); the body stays fixed (§6).
             logger.warning("search database transient failure: cause=%s", type(exc).__name__)
