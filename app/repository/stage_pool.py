@@ -139,6 +139,12 @@ class StagePool:
                 # the server and the connection comes back usable, tests/worker/repository/
                 # test_stage_pool_cancel.py.)
                 closed = _is_closed(conn)
+                if isinstance(exc, asyncpg.InternalClientError):
+                    # The driver's protocol state is off ("another operation is in
+                    # progress"), e.g. the server ended the session while it sat in the
+                    # pool: the statement was not sent, and this connection cannot serve.
+                    await self._discard(conn, closed=closed)
+                    raise ConnectionError("database connection unusable") from exc
                 if discards_connection(exc) or closed:
                     await self._discard(conn, closed=closed)
                 if isinstance(exc, asyncpg.InterfaceError):
@@ -202,8 +208,6 @@ def _translate(exc: Exception) -> Exception:
     """A driver error as the worker's error (module docstring); anything else as is."""
     if isinstance(exc, asyncpg.PostgresError):
         return _translate_driver_error(exc)
-    if isinstance(exc, asyncpg.InternalClientError):
-        return _statement_error(exc)
     if isinstance(exc, asyncpg.InterfaceError | OSError | TimeoutError):
         # The pool closed or closing (a statement's own InterfaceError became a
         # DatabaseStatementError in ``_attempt``), connection lost or refused, a command

@@ -41,6 +41,14 @@ ENGINE_PARAMETERS = engines.EngineParameters(
     command_timeout_seconds=COMMAND_TIMEOUT_SECONDS,
 )
 
+
+def command_timeout_for(request_timeout_seconds: float) -> float:
+    """The service's command deadline: ``COMMAND_TIMEOUT_SECONDS``, or half the request
+    deadline when that is smaller, so that a statement that hits it still answers (503) within
+    the request's budget. Derived, never a reason to refuse startup."""
+    return max(0.1, min(COMMAND_TIMEOUT_SECONDS, request_timeout_seconds / 2))
+
+
 # The CHECK that guards stored note bodies
 # (pinlog_platform/schema/sql/0007_core_context_body_check.sql).
 BODY_CONSTRAINT = "context_body_normalised"
