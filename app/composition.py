@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from app import failure_policy
 from app.metrics import WorkerMetrics
 from app.providers.base import EmbeddingProvider, KeywordJudge
 from app.providers.embedding_batcher import BatchingEmbedder
@@ -153,7 +154,9 @@ async def _open_databases(stack: AsyncExitStack, settings: Settings) -> _Databas
     """The stage pool and three engines, each closed by ``stack``."""
     # The stage statements (§3) run on a plain asyncpg pool; this engine serves the preset
     # cache and startup checks.
-    command_timeout = command_timeout_for(settings.processing_expiry_seconds)
+    command_timeout = command_timeout_for(
+        failure_policy.stage_deadline_seconds(settings.processing_expiry_seconds)
+    )
     stage_pool = await StagePool.open(
         settings.database_url,
         size=settings.pool_size,

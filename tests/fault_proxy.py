@@ -102,3 +102,22 @@ async def fault_proxy(database_url: str) -> AsyncIterator[FaultProxy]:
         yield proxy
     finally:
         await proxy.close()
+
+
+async def set_read_only(engine, *, read_only: bool) -> None:
+    """Make the test database refuse writes in every new session (``default_transaction_
+    read_only``, as a standby after a failover does), or accept them again. The change itself
+    runs in a session made writable first: it may have been opened while read-only."""
+    from sqlalchemy import text
+
+    database = engine.url.database
+    change = (
+        f'ALTER DATABASE "{database}" SET default_transaction_read_only = on'
+        if read_only
+        else f'ALTER DATABASE "{database}" RESET default_transaction_read_only'
+    )
+    async with engine.connect() as conn:
+        conn = await conn.execution_options(isolation_level="AUTOCOMMIT")
+        await conn.execute(text("SET default_transaction_read_only = off"))
+        await conn.execute(text(change))
+        await conn.execute(text("RESET default_transaction_read_only"))

@@ -36,8 +36,10 @@ SESSION_SETTINGS = MappingProxyType(
 CONNECT_TIMEOUT_SECONDS = 5
 
 # The deadline of every command (statement, COMMIT) by default; the worker's pools use the
-# smaller of this and a quarter of the PROCESSING expiry (``command_timeout_for``). On it the
-# connection is terminated and the statement fails as a transient error (§6).
+# smaller of this and a quarter of the stage deadline (``command_timeout_for``). On it the
+# statement fails as a transient error (§6): cancelled by the server (statement_timeout), or,
+# when the server does not answer, its connection terminated
+# (pinlog_platform.db.connection.with_command_deadline).
 COMMAND_TIMEOUT_SECONDS = 5.0
 
 # Migrations run DDL that may legitimately take longer than a request's budget.
@@ -53,11 +55,11 @@ ENGINE_PARAMETERS = engines.EngineParameters(
 )
 
 
-def command_timeout_for(processing_expiry_seconds: float) -> float:
-    """The worker's command deadline: ``COMMAND_TIMEOUT_SECONDS``, or a quarter of the
-    PROCESSING expiry when that is smaller (a stage must end well before it expires). Derived,
-    never a reason to refuse startup."""
-    return max(0.1, min(COMMAND_TIMEOUT_SECONDS, processing_expiry_seconds / 4))
+def command_timeout_for(stage_deadline_seconds: float) -> float:
+    """The worker's command deadline: ``COMMAND_TIMEOUT_SECONDS``, or a quarter of the stage
+    deadline (``app.failure_policy.stage_deadline_seconds``) when that is smaller: a stage's
+    statements end well before the stage must. Derived, never a reason to refuse startup."""
+    return max(0.1, min(COMMAND_TIMEOUT_SECONDS, stage_deadline_seconds / 4))
 
 
 def create_engine(

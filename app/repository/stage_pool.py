@@ -15,8 +15,10 @@ statements never leave anything to reset (no session ``SET``, advisory lock, ``L
 open cursor). A connection the server closed is replaced by the pool at the next checkout.
 
 Connections that cannot serve are discarded (``pinlog_platform.db.sqlstates.
-discards_connection``): every command has a deadline (``command_timeout_seconds``, asyncpg's
-``command_timeout``), and on it, on a connection-level error, 57P0x or 25006 the connection is
+discards_connection``): every command has a deadline (``command_timeout_seconds``: the
+server's ``statement_timeout``, then asyncpg's ``command_timeout`` a little later for a server
+that does not answer), and on the latter, on a connection-level error, 57P0x or 25006 the
+connection is
 terminated (no cancel request through a peer that may be frozen) and every other pooled one is
 expired, so a pool left on a read-only server after a failover reconnects by itself. A
 statement refused with a connection-level error, 57P0x or 25006 changed nothing (each runs in
@@ -62,10 +64,16 @@ POOL_TIMEOUT_SECONDS = 30.0
 class StagePool:
     """asyncpg pool for the stage statements; build with ``await StagePool.open(...)``."""
 
-    def __init__(self, pool: asyncpg.Pool, *, transaction_pooling: bool) -> None:
+    def __init__(
+        self,
+        pool: asyncpg.Pool,
+        *,
+        transaction_pooling: bool,
+        session_settings: dict[str, str],
+    ) -> None:
         self._pool = pool
         self._transaction_pooling = transaction_pooling
-        self._set_local = connection.set_local_statement(SESSION_SETTINGS)
+        self._set_local = connection.set_local_statement(session_settings)
         # Statements run since open, one per ``fetch_row`` (the per-context statement budget
         # is checked against it: tests/worker/service/test_hot_path_budget.py).
         self.statements_run = 0
@@ -87,8 +95,13 @@ class StagePool:
         first connection when the ``vector`` type is not on the search path.
         """
 
+        session_settings = connection.with_command_deadline(
+            dict(SESSION_SETTINGS), command_timeout_seconds
+        )
+        user_timeout = connection.client_deadline(command_timeout_seconds)
+
         async def init(conn: asyncpg.Connection) -> None:
-            connection.configure_socket(conn, user_timeout_seconds=command_timeout_seconds)
+            connection.configure_socket(conn, user_timeout_seconds=user_timeout)
             await register_vector_codec(conn)
 
         pool = await asyncpg.create_pool(
@@ -99,12 +112,12 @@ class StagePool:
             reset=_keep_session,
             timeout=CONNECT_TIMEOUT_SECONDS,
             **connection.driver_connect_args(
-                SESSION_SETTINGS,
+                session_settings,
                 transaction_pooling=transaction_pooling,
                 command_timeout_seconds=command_timeout_seconds,
             ),
         )
-        return cls(pool, transaction_pooling=transaction_pooling)
+        return cls(pool, transaction_pooling=transaction_pooling, session_settings=session_settings)
 
     async def fetch_row(self, statement: NamedStatement, /, **params: Any) -> asyncpg.Record | None:
         """Run one statement in its own (implicit) transaction; its first row or ``None``.

@@ -47,8 +47,8 @@ def driver_connect_args(
     """Keyword arguments of ``asyncpg.connect`` / ``asyncpg.create_pool``.
 
     ``session_settings`` maps PostgreSQL parameters to values (``{"lock_timeout": "3s"}``).
-    ``command_timeout_seconds``: asyncpg's deadline for every command of the connection
-    (statements, ``COMMIT`` included); ``None`` for none (migrations).
+    ``command_timeout_seconds``: the deadline of every command of the connection (statements,
+    ``COMMIT`` included); ``None`` for none (migrations). See ``with_command_deadline``.
     """
     args: dict[str, Any]
     if not transaction_pooling:
@@ -63,8 +63,32 @@ def driver_connect_args(
             "statement_cache_size": 0,
         }
     if command_timeout_seconds is not None:
-        args["command_timeout"] = command_timeout_seconds
+        args["command_timeout"] = client_deadline(command_timeout_seconds)
     return args
+
+
+def with_command_deadline(
+    session_settings: dict[str, str], command_timeout_seconds: float | None
+) -> dict[str, str]:
+    """``session_settings`` plus the server's side of the command deadline.
+
+    The deadline has two sides. The server's ``statement_timeout`` (this) cancels a statement
+    that runs or waits on a lock too long: it fails cleanly (57014, transient), nothing it did
+    stays, and the connection goes on serving. The driver's ``command_timeout``
+    (``client_deadline``, a little later) ends the wait when the server does not answer at
+    all (a silent peer): the connection is then terminated, never cancelled through the path
+    that stopped answering (``pinlog_platform.db.engines``).
+    """
+    settings = dict(session_settings)
+    if command_timeout_seconds is not None:
+        settings["statement_timeout"] = f"{max(1, int(command_timeout_seconds * 1000))}ms"
+    return settings
+
+
+def client_deadline(command_timeout_seconds: float) -> float:
+    """The driver's deadline for a command: the server's ``statement_timeout`` plus a margin
+    for its answer to arrive (a quarter of it, between 0.2 s and 1 s)."""
+    return command_timeout_seconds + min(1.0, max(0.2, command_timeout_seconds / 4))
 
 
 # TCP keepalive of every database socket: the first probe after this many idle seconds, then

@@ -6,8 +6,10 @@ because the services do different work; how an engine is put together does not.
 
 Every engine of both services (§6):
 
-- bounds every command with asyncpg's ``command_timeout`` (``COMMIT`` included), and on that
-  deadline terminates the connection instead of cancelling through a peer that may be frozen;
+- bounds every command (``COMMIT`` included): the server's ``statement_timeout`` cancels a
+  slow statement cleanly, and asyncpg's ``command_timeout`` a little later ends the wait for a
+  server that does not answer at all, terminating the connection instead of cancelling
+  through a peer that may be frozen (``connection.with_command_deadline``);
 - sets TCP keepalive and ``TCP_USER_TIMEOUT`` on each new socket
   (``pinlog_platform.db.connection.configure_socket``);
 - throws away a connection that cannot serve (``sqlstates.discards_connection``: connection
@@ -84,11 +86,14 @@ def create_engine(
     one engine (``False``: keep the parameters'). SQL parameters (note bodies, vectors) never
     appear in exception text (§6).
     """
-    settings = dict(parameters.session_settings)
     command_timeout = (
         parameters.command_timeout_seconds
         if command_timeout_seconds is False
         else command_timeout_seconds
+    )
+    settings = connection.with_command_deadline(
+        dict(parameters.session_settings),
+        command_timeout,  # type: ignore[arg-type]
     )
     connect_args: dict[str, Any] = {
         **connection.connect_args(
@@ -107,7 +112,11 @@ def create_engine(
         hide_parameters=True,
         connect_args=connect_args,
     )
-    user_timeout = float(command_timeout or parameters.connect_timeout_seconds)
+    user_timeout = (
+        connection.client_deadline(float(command_timeout))
+        if command_timeout
+        else parameters.connect_timeout_seconds
+    )
     install_connection_checks(
         engine,
         pre_ping=parameters.pre_ping if pre_ping is None else pre_ping,

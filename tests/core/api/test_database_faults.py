@@ -17,7 +17,7 @@ from core_service.errors import UnavailableError
 from core_service.repository.db import ENGINE_PARAMETERS
 from tests.core import support as facts
 from tests.core.harness import core_settings, running_core
-from tests.fault_proxy import fault_proxy
+from tests.fault_proxy import fault_proxy, set_read_only
 
 REQUEST_TIMEOUT = 2.0  # command deadline: half of it (core_service.repository.db)
 CONNECT_TIMEOUT = ENGINE_PARAMETERS.connect_timeout_seconds
@@ -75,7 +75,6 @@ async def _silent_database(core, proxy) -> None:
     assert await _recovers(core, 2, "after the thaw", within=10.0) < 10.0
 
 
-SET_READ_ONLY = "ALTER DATABASE {db} SET default_transaction_read_only = {value}"
 TERMINATE_CORE = text(
     "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
     "WHERE application_name = 'pinlog-core' AND pid <> pg_backend_pid()"
@@ -92,10 +91,9 @@ async def test_a_read_only_database_answers_503_and_not_ready_then_recovers_with
     core_with_fake_worker, engine
 ):
     core = core_with_fake_worker
-    database = engine.url.database
     assert (await core.create(1, "before")).status_code == 201
     try:
-        await _admin(engine, SET_READ_ONLY.format(db=f'"{database}"', value="on"))
+        await set_read_only(engine, read_only=True)
         await _admin(engine, TERMINATE_CORE)  # a failover: every session is new, read-only
         for attempt in range(3):
             refused = await core.create(1, f"read-only {attempt}")
@@ -103,8 +101,7 @@ async def test_a_read_only_database_answers_503_and_not_ready_then_recovers_with
             assert refused.headers["Retry-After"]
             assert (await core.client.get("/readyz")).status_code == 503
     finally:
-        await _admin(engine, SET_READ_ONLY.format(db=f'"{database}"', value="off"))
-        await _admin(engine, f'ALTER DATABASE "{database}" RESET default_transaction_read_only')
+        await set_read_only(engine, read_only=False)
     # Sessions opened while read-only stay read-only: the pools must replace them by
     # themselves.
     assert await _recovers(core, 2, "writable again", within=5.0) < 5.0

@@ -16,7 +16,7 @@ from app.repository import context_ai_state
 from app.repository.stage_pool import StagePool
 from pinlog_platform.db.named_statements import compile_named
 from pinlog_platform.states import Stage
-from tests.fault_proxy import fault_proxy
+from tests.fault_proxy import fault_proxy, set_read_only
 from tests.worker.support import fetch_state, make_state
 
 SELECT_ONE = compile_named("SELECT 1")
@@ -64,18 +64,17 @@ async def test_a_read_only_server_is_transient_and_its_sessions_are_replaced(
     migrated_database, engine
 ):
     await make_state(engine, context_id=1)
-    database = engine.url.database
     pool = await StagePool.open(migrated_database, size=2)
     try:
         assert await pool.fetch_row(SELECT_ONE) == (1,)  # a pooled session, soon read-only
-        await _admin(engine, f'ALTER DATABASE "{database}" SET default_transaction_read_only = on')
+        await set_read_only(engine, read_only=True)
         # A failover: every session ends, the new ones land on a read-only server.
         await _admin(engine, TERMINATE_OTHERS)
         try:
             with pytest.raises(DatabaseUnavailable):
                 await _claim(pool, 1)
         finally:
-            await _admin(engine, f'ALTER DATABASE "{database}" RESET default_transaction_read_only')
+            await set_read_only(engine, read_only=False)
         # The read-only sessions were discarded: the next claim runs on a writable one.
         assert (await _claim(pool, 1)).claimed
     finally:
