@@ -79,7 +79,9 @@ def db_upgrade(
     """Apply pending ``ai`` migrations to PINLOG_DATABASE_URL; a second run applies nothing.
 
     The ``core`` files are the core service's (``pinlog-core db upgrade``); the worker's role
-    needs privileges on ``ai`` only (§8). An applied file that changed exits 2.
+    needs privileges on ``ai`` only (§8). An applied file that changed exits 2. Run as the
+    worker's restricted role it checks what exists first: exit 0 when nothing is pending,
+    otherwise exit 4 with one line naming the missing privilege.
     """
     from app.settings import MigrationSettings
 
@@ -102,6 +104,8 @@ def db_upgrade(
             )
         except migrations.MigrationError as exc:
             _exit(exit_codes.CONFIGURATION, [f"migration error: {exc}"])
+        except migrations.MigrationPrivilegeError as exc:
+            _exit(exit_codes.DATABASE_NOT_READY, [f"migration error: {exc}"])
         finally:
             await engine.dispose()
 

@@ -29,10 +29,26 @@ def _load(settings_class):
 
 
 def _classify(exc: BaseException) -> startup.StartupProblem | None:
-    """A database that cannot be reached is exit 3 with one line; anything else is a bug."""
-    from core_service.errors import UnavailableError
-    from pinlog_platform.db.sqlstates import is_transient
+    """A database that cannot be reached is exit 3 with one line; one reached but not usable
+    by this role (no schema, a missing privilege, a refused login) is exit 4 (3 for the
+    login); anything else is a bug."""
+    from core_service.errors import DatabaseFault, UnavailableError
+    from pinlog_platform.db.sqlstates import is_transient, sqlstate
+    from pinlog_platform.schema import MigrationPrivilegeError
 
+    if isinstance(exc, MigrationPrivilegeError):
+        return startup.StartupProblem(exit_codes.DATABASE_NOT_READY, f"migration error: {exc}")
+    cause = exc.__cause__ if isinstance(exc, UnavailableError) else exc
+    state = sqlstate(cause) if cause is not None else None
+    if state is None and isinstance(exc, DatabaseFault):
+        state = str(exc).removeprefix("database error ").split(" ")[0]
+    if state is not None and state.startswith("28"):
+        return startup.StartupProblem(
+            exit_codes.DATABASE_UNREACHABLE,
+            "database error: the database refused the login (PINLOG_CORE_DATABASE_URL)",
+        )
+    if state in _NOT_READY_STATES:
+        return startup.StartupProblem(exit_codes.DATABASE_NOT_READY, _NOT_READY_STATES[state])
     if isinstance(exc, UnavailableError):
         return startup.StartupProblem(
             exit_codes.DATABASE_UNREACHABLE, "database error: database unavailable"
@@ -42,7 +58,21 @@ def _classify(exc: BaseException) -> startup.StartupProblem | None:
             exit_codes.DATABASE_UNREACHABLE,
             f"database error: cannot reach the database ({type(exc).__name__})",
         )
+    if isinstance(exc, DatabaseFault):
+        return startup.StartupProblem(exit_codes.DATABASE_NOT_READY, f"database error: {exc}")
     return None
+
+
+_NO_SCHEMA = "database error: the schema is missing: run `pinlog-core db upgrade`"
+_NOT_READY_STATES = {
+    "42P01": _NO_SCHEMA,
+    "3F000": _NO_SCHEMA,
+    "3D000": "database error: the database named in PINLOG_CORE_DATABASE_URL does not exist",
+    "42501": (
+        "database error: the database role lacks privileges on schema core "
+        "(run the core as the schema owner or its own role, docs/deployment.md)"
+    ),
+}
 
 
 def _run_with_database(step):
