@@ -115,8 +115,41 @@ def serve(
     host: str = typer.Option("127.0.0.1", help="Interface to bind"),
     port: int = typer.Option(8080, help="TCP port"),
     no_rescan: bool = typer.Option(False, "--no-rescan", help="Do not run the rescan loop"),
+    limit_concurrency: int | None = typer.Option(
+        None,
+        "--limit-concurrency",
+        min=1,
+        help="Open connections and running requests at once; beyond, 503 at once "
+        "(default: PINLOG_CORE_LIMIT_CONCURRENCY, 900)",
+    ),
+    max_header_bytes: int | None = typer.Option(
+        None,
+        "--max-header-bytes",
+        min=1024,
+        help="Largest request head; larger answers 431 "
+        "(default: PINLOG_CORE_MAX_HEADER_BYTES, 16384)",
+    ),
+    head_timeout: float | None = typer.Option(
+        None,
+        "--head-timeout",
+        min=0.1,
+        help="Seconds a client has to send a request head; then 408 and closed "
+        "(default: PINLOG_CORE_HEAD_TIMEOUT, 10)",
+    ),
+    timeout_keep_alive: int | None = typer.Option(
+        None,
+        "--timeout-keep-alive",
+        min=1,
+        help="Seconds an idle keep-alive connection stays open; keep it above every client's "
+        "idle expiry (a load balancer's idle timeout included) (default: "
+        "PINLOG_CORE_TIMEOUT_KEEP_ALIVE, 30)",
+    ),
 ) -> None:
-    """Serve the client API and run the rescan loop (settings from PINLOG_CORE_*)."""
+    """Serve the client API and run the rescan loop (settings from PINLOG_CORE_*).
+
+    Checks the database first: unreachable exits 3, reachable without the schema exits 4, each
+    with one line (a database that goes away later is readiness, not an exit).
+    """
     import uvicorn
 
     from core_service.main import create_app
@@ -124,13 +157,52 @@ def serve(
 
     _configure_logging()
     settings = _load(CoreSettings)
+    if not _run_with_database(lambda: _schema_present(settings)):
+        startup.fail(
+            PROGRAM,
+            exit_codes.DATABASE_NOT_READY,
+            ["database error: the schema is missing: run `pinlog-core db upgrade`"],
+        )
+    from pinlog_platform.http.server import uvicorn_options
+
     uvicorn.run(
         create_app(settings, run_rescan_loop=not no_rescan),
         host=host,
         port=port,
         log_config=None,
-        timeout_keep_alive=30,
+        **uvicorn_options(
+            limit_concurrency=limit_concurrency or settings.limit_concurrency,
+            max_header_bytes=max_header_bytes or settings.max_header_bytes,
+            head_timeout=head_timeout or settings.head_timeout,
+            timeout_keep_alive=timeout_keep_alive or settings.timeout_keep_alive,
+        ),
     )
+
+
+async def _schema_present(settings) -> bool:
+    """Connect once: True when the core's tables exist. Driver errors propagate (exit 3 or 4
+    through ``_classify``)."""
+    from sqlalchemy import text
+
+    from core_service.repository.db import autocommit, create_engine
+
+    engine = create_engine(
+        settings.database_url,
+        pool_size=1,
+        transaction_pooling=settings.database_transaction_pooling,
+    )
+    try:
+        async with autocommit(engine) as conn:
+            return bool((await conn.execute(text(SCHEMA_PRESENT))).scalar())
+    finally:
+        await engine.dispose()
+
+
+# The tables ``serve`` needs (migrated by ``pinlog-core db upgrade``).
+SCHEMA_PRESENT = (
+    "SELECT to_regclass('core.context') IS NOT NULL AND to_regclass('ai.context_ai_state') "
+    "IS NOT NULL"
+)
 
 
 @app.command()

@@ -79,7 +79,7 @@ class LimitSettings(BaseModel):
         default=10.0, gt=0, description="Overall deadline of one HTTP request; then 503"
     )
     limit_concurrency: int = Field(
-        default=1000, ge=1, description="Open connections and requests at once; beyond, 503"
+        default=900, ge=1, description="Open connections and requests at once; beyond, 503"
     )
     max_header_bytes: int = Field(
         default=16384, ge=1024, le=1024 * 1024, description="Larger request heads answer 431"
