@@ -69,11 +69,13 @@ class StagePool:
         pool: asyncpg.Pool,
         *,
         transaction_pooling: bool,
-        session_settings: dict[str, str],
+        session_settings: dict[str, str] | None = None,
     ) -> None:
         self._pool = pool
         self._transaction_pooling = transaction_pooling
-        self._set_local = connection.set_local_statement(session_settings)
+        self._set_local = connection.set_local_statement(
+            dict(SESSION_SETTINGS) if session_settings is None else session_settings
+        )
         # Statements run since open, one per ``fetch_row`` (the per-context statement budget
         # is checked against it: tests/worker/service/test_hot_path_budget.py).
         self.statements_run = 0
