@@ -10,6 +10,7 @@ import time
 
 import pytest
 from sqlalchemy import text
+from sqlalchemy.engine import make_url
 
 from app.errors import DatabaseUnavailable
 from app.repository import context_ai_state
@@ -92,3 +93,31 @@ async def _admin(engine, sql: str) -> None:
     async with engine.connect() as conn:
         conn = await conn.execution_options(isolation_level="AUTOCOMMIT")
         await conn.execute(text(sql))
+
+
+async def test_a_multi_host_url_with_target_session_attrs_finds_the_writable_server(
+    migrated_database,
+):
+    # libpq semantics, which asyncpg follows: the first host is down, the second answers and
+    # accepts writes. The stage pool and the SQLAlchemy engines take the same URL.
+    from app.repository.db import create_engine
+
+    async with fault_proxy(migrated_database) as proxy:
+        url = make_url(proxy.url)
+        multi_host = url.set(
+            host=None,
+            port=None,
+            query={
+                "host": ("127.0.0.1:9", f"127.0.0.1:{proxy.port}"),
+                "target_session_attrs": "read-write",
+            },
+        ).render_as_string(False)
+        pool = await StagePool.open(multi_host, size=1)
+        engine = create_engine(multi_host, pool_size=1, with_vector_codec=False)
+        try:
+            assert await pool.fetch_row(SELECT_ONE) == (1,)
+            async with engine.connect() as conn:
+                assert (await conn.execute(text("SELECT 1"))).scalar() == 1
+        finally:
+            await pool.close()
+            await engine.dispose()
