@@ -45,6 +45,9 @@ _FRESH = "pinlog_fresh"
 # default_transaction_read_only after a failover).
 READ_ONLY_CHECK = "SELECT pg_catalog.current_setting('transaction_read_only')"
 
+# Deadline of the checkout check (seconds).
+CHECKOUT_CHECK_SECONDS = 2.0
+
 # Readiness of both services (§8): true when the database answers and accepts writes. A
 # session opened while the server was read-only stays so; the checkout check above replaces it
 # at the next probe, so readiness comes back by itself once the server accepts writes.
@@ -158,6 +161,9 @@ def install_connection_checks(
 
     if not pre_ping:
         return
+    # The check is one trivial round trip: a server that does not answer it quickly is
+    # treated as gone, and the connection replaced, instead of spending a command deadline.
+    check_timeout = min(CHECKOUT_CHECK_SECONDS, user_timeout_seconds)
 
     @event.listens_for(sync_engine, "checkout")
     def _check(dbapi_connection, connection_record, _proxy) -> None:
@@ -168,10 +174,12 @@ def install_connection_checks(
             if transaction_pooling:
                 # Through a pooler the server connection is anyone's: only check it answers
                 # (one simple-protocol round trip).
-                await_only(driver.execute("SELECT 1"))
+                await_only(driver.execute("SELECT 1", timeout=check_timeout))
                 read_only = False
             else:
-                read_only = await_only(driver.fetchval(READ_ONLY_CHECK)) == "on"
+                read_only = (
+                    await_only(driver.fetchval(READ_ONLY_CHECK, timeout=check_timeout)) == "on"
+                )
         except Exception as exc:  # any failure: this connection cannot serve
             terminate(dbapi_connection.driver_connection)
             raise sa_exc.DisconnectionError(
