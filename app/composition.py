@@ -8,7 +8,7 @@ happens at import time.
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 
@@ -22,12 +22,13 @@ from app.providers.factory import build_embedding_provider, build_judge
 from app.providers.metered import MeteredEmbedder, MeteredJudge
 from app.repository.db import command_timeout_for, create_engine
 from app.repository.stage_pool import StagePool
-from app.service.circuit_breaker import CircuitBreaker
 from app.service.embedding_stage import EmbeddingStage
 from app.service.health import Readiness
 from app.service.keyword_stage import KeywordStage
 from app.service.presets import PresetCache
 from app.service.processing import ContextProcessor
+from app.service.provider_gate import ProviderGate, ProviderRefusalPolicy
+from app.service.provider_probes import embedding_probe, judge_probe
 from app.service.search import SearchService
 from app.service.stage_limits import StageLimits
 from app.service.vector_columns import check_vector_columns
@@ -49,7 +50,10 @@ class Worker:
     ``stage_pool``: the plain asyncpg pool of the stage statements (§3); ``engine``: the preset
     cache's and startup checks' engine; ``pool``: the worker tasks behind
     ``POST /internal/v1/context/process``; ``processor``: §3 for one request; ``readiness`` and
-    ``search`` answer ``/readyz`` and ``POST /internal/v1/search`` on engines of their own.
+    ``search`` answer ``/readyz`` and ``POST /internal/v1/search`` on engines of their own;
+    ``gates``: each provider's gate by name (``embedding``, ``judge``), the one place deciding
+    "provider unavailable" (H2); ``provider_refusals``: whether process requests are refused
+    meanwhile.
     """
 
     stage_pool: StagePool
@@ -59,6 +63,8 @@ class Worker:
     presets: PresetCache
     readiness: Readiness
     search: SearchService
+    gates: Mapping[str, ProviderGate]
+    provider_refusals: ProviderRefusalPolicy
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,7 +105,13 @@ async def build_worker(settings: Settings, metrics: WorkerMetrics) -> AsyncItera
         await check_vector_columns(databases.engine, settings.vector_dimension)
         presets = PresetCache(databases.engine, settings.embedding_profile)
         await presets.reload()
-        embedding_breaker = _breaker("embedding provider", settings, metrics)
+        # One gate per provider, probing with the unbatched providers (H2 item 3).
+        gates = {
+            "embedding": _gate("embedding", embedding_probe(embedder), settings, metrics),
+            "judge": _gate("judge", judge_probe(judge), settings, metrics),
+        }
+        for gate in gates.values():
+            stack.push_async_callback(gate.aclose)
         limits = StageLimits(
             expiry_seconds=settings.processing_expiry_seconds,
             max_input_chars=settings.embedding_max_input_chars,
@@ -110,7 +122,7 @@ async def build_worker(settings: Settings, metrics: WorkerMetrics) -> AsyncItera
             limits,
             databases.stage_pool,
             embedder=stage_embedder,
-            embedding_breaker=embedding_breaker,
+            gates=gates,
             judge=judge,
             presets=presets,
         )
@@ -122,12 +134,18 @@ async def build_worker(settings: Settings, metrics: WorkerMetrics) -> AsyncItera
         )
         pool.start()
         stack.push_async_callback(pool.stop, settings.shutdown_grace_seconds)
-        readiness = Readiness(databases.probe_engine, presets, offline=settings.offline)
+        readiness = Readiness(
+            databases.probe_engine,
+            presets,
+            gates,
+            profile=settings.embedding_profile,
+            offline=settings.offline,
+        )
         stack.push_async_callback(readiness.aclose)
         search = SearchService(
             databases.search_engine,
             embedder,
-            embedding_breaker,
+            gates["embedding"],
             metrics=metrics,
             profile=settings.embedding_profile,
             max_input_chars=limits.max_input_chars,
@@ -147,6 +165,11 @@ async def build_worker(settings: Settings, metrics: WorkerMetrics) -> AsyncItera
             presets=presets,
             readiness=readiness,
             search=search,
+            gates=gates,
+            provider_refusals=ProviderRefusalPolicy(
+                settings.refuse_while_provider_unavailable,
+                metrics.rejected["provider_unavailable"],
+            ),
         )
 
 
@@ -200,7 +223,7 @@ def _processor(
     stage_pool: StagePool,
     *,
     embedder: EmbeddingProvider,
-    embedding_breaker: CircuitBreaker,
+    gates: Mapping[str, ProviderGate],
     judge: KeywordJudge,
     presets: PresetCache,
 ) -> ContextProcessor:
@@ -210,7 +233,7 @@ def _processor(
         EmbeddingStage(
             stage_pool,
             embedder,
-            embedding_breaker,
+            gates["embedding"],
             metrics=metrics,
             limits=limits,
             profile=settings.embedding_profile,
@@ -219,7 +242,7 @@ def _processor(
         KeywordStage(
             stage_pool,
             judge,
-            _breaker("judge provider", settings, metrics),
+            gates["judge"],
             presets,
             metrics=metrics,
             limits=limits,
@@ -248,10 +271,13 @@ def _warn_about_a_small_pool(settings: Settings) -> None:
         )
 
 
-def _breaker(name: str, settings: Settings, metrics: WorkerMetrics) -> CircuitBreaker:
-    return CircuitBreaker(
+def _gate(
+    name: str, probe: Callable[[], Awaitable[object]], settings: Settings, metrics: WorkerMetrics
+) -> ProviderGate:
+    return ProviderGate(
         name,
         metrics=metrics,
         threshold=settings.breaker_threshold,
         cooldown_seconds=settings.breaker_cooldown_seconds,
+        probe=probe,
     )

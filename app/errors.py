@@ -1,10 +1,14 @@
-"""The worker's error classes (CONTRACT §6); ``service/stage_failure.py`` acts on them.
+"""The worker's error classes (CONTRACT §6 with the H2 deviation); ``service/stage_failure.py``
+acts on them and ``failure_policy`` decides which one a provider answer is.
 
-Leaf module: imports nothing from the app. Messages are fixed short strings that name the
-layer; they never carry upstream bodies, user text, keys or endpoints (§6).
+Leaf module: imports nothing from the app but the shared reason codes. Messages are fixed short
+strings that name the layer; they never carry upstream bodies, user text, keys or endpoints
+(§6).
 """
 
 from __future__ import annotations
+
+from pinlog_platform.states.failure_reasons import FailureReason
 
 
 class WorkerError(Exception):
@@ -34,29 +38,98 @@ class StageDeadlineExceeded(TransientError):
     left ``PROCESSING`` before the expiry could let another request reclaim it (§2)."""
 
 
-class ProviderProtocolError(TransientError):
-    """A provider answered 2xx with a body that breaks its wire protocol (FC-01, FC-05 b/c).
+class ProviderUnavailableError(TransientError):
+    """A provider-wide fault: the answer says something about the key, the account's quota,
+    the model, a request parameter, the endpoint or the protocol, not about the note (H2,
+    **Deviation** from §6: not permanent). Every note would get it, so it is no verdict on one:
+    the stage is left ``PROCESSING``, the provider's gate counts it, one ERROR line names the
+    fields below. HTTP request paths map it to 503.
 
-    Transient (the next call may be fine) but logged at ERROR: it is a fault worth a look.
+    ``layer``: ``"embedding"`` or ``"judge"``; ``reason``: a short fixed label
+    (``failure_policy.PROVIDER_WIDE_REASONS``); ``status``: the HTTP status (``None`` for a
+    2xx body that breaks the protocol); ``code`` / ``error_type`` / ``param``: the error
+    body's machine-readable fields, already reduced to identifiers (never message text).
     """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        layer: str,
+        reason: str,
+        status: int | None = None,
+        code: str | None = None,
+        error_type: str | None = None,
+        param: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.layer = layer
+        self.reason = reason
+        self.status = status
+        self.code = code
+        self.error_type = error_type
+        self.param = param
+
+
+class ProviderProtocolError(ProviderUnavailableError):
+    """A provider answered 2xx with a body that breaks its wire protocol (FC-01, FC-05 b/c):
+    provider-wide (reason ``protocol``), left ``PROCESSING``, logged at ERROR."""
+
+    def __init__(self, message: str, *, layer: str) -> None:
+        super().__init__(message, layer=layer, reason="protocol")
+
+
+class ProviderGateClosed(TransientError):
+    """The provider's gate is closed (its circuit is open): no call was made. Transient; the
+    gate probes on its own timer and ``retry_after_seconds`` says when it probes next."""
+
+    def __init__(self, message: str, *, retry_after_seconds: int) -> None:
+        super().__init__(message)
+        self.retry_after_seconds = retry_after_seconds
 
 
 class PermanentError(WorkerError):
-    """Retrying cannot change the outcome (4xx, wrong dimension, bad input, profile mismatch).
+    """Retrying cannot change the outcome for this note (its input, its judgment, a vector of
+    the wrong dimension, a profile mismatch).
 
-    The stage moves ``PROCESSING -> FAILED`` (guarded). HTTP request paths map it to 502.
+    The stage moves ``PROCESSING -> FAILED`` (guarded) with ``reason`` (a ``FailureReason``)
+    stored beside it. HTTP request paths map it to 502.
     """
 
+    reason: FailureReason = FailureReason.UNKNOWN
 
-class ProviderRefusedError(PermanentError):
-    """The provider refuses every call alike: bad key (401), no access (403), unknown model or
-    path (404), wrong vector dimension. Only these count towards the circuit breaker (§6);
-    every other permanent error is about one input and fails that stage alone."""
+    def __init__(self, message: str, *, reason: FailureReason | None = None) -> None:
+        super().__init__(message)
+        if reason is not None:
+            self.reason = reason
+
+
+class DimensionMismatchError(PermanentError):
+    """A provider vector whose length differs from the configured dimension (§5, FC-05 a):
+    ``FAILED`` with ``dimension_mismatch``, and it counts for the provider's gate (a model of
+    another size answers every note alike)."""
+
+    reason = FailureReason.DIMENSION_MISMATCH
 
 
 class InvalidOutputError(PermanentError):
     """The judge's answer has no usable structure (not JSON, not the §4 object) even after the
     bounded re-ask: permanent for that stage, says nothing about the provider as a whole."""
+
+    reason = FailureReason.JUDGE_OUTPUT_INVALID
+
+
+class JudgeRefusedError(PermanentError):
+    """The judge refused this note (``message.refusal`` or ``finish_reason: content_filter``,
+    FC-08 b)."""
+
+    reason = FailureReason.JUDGE_REFUSED
+
+
+class JudgeTruncatedError(PermanentError):
+    """The judge's answer was cut at the length limit, even if it parses (FC-08 a, c)."""
+
+    reason = FailureReason.JUDGE_TRUNCATED
 
 
 class ProfileMismatchError(PermanentError):
@@ -65,9 +138,15 @@ class ProfileMismatchError(PermanentError):
     HTTP request paths map it to 422.
     """
 
+    reason = FailureReason.PROFILE_MISMATCH
+
 
 class InvalidInputError(PermanentError):
-    """The context text cannot be embedded: blank, too long, or not encodable (FC-09)."""
+    """The context text cannot be used: blank (``input_blank``), too long (``input_too_long``),
+    not encodable or refused by the provider as invalid or against its content policy
+    (``input_rejected``, the default)."""
+
+    reason = FailureReason.INPUT_REJECTED
 
 
 class DatabaseStatementError(Exception):

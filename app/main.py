@@ -100,10 +100,14 @@ _ERROR_STATUSES: dict[type[WorkerError], int] = {
 
 
 def _worker_error(status: int):
-    # A transient failure tells the caller when to come back, like a full queue does.
-    headers = {"Retry-After": str(RETRY_AFTER_SECONDS)} if status == 503 else None
+    # A transient failure tells the caller when to come back, like a full queue does: an
+    # unavailable provider's gate knows when it probes next (``ProviderGateClosed``).
 
     async def handler(_request: Request, exc: Exception) -> JSONResponse:
+        headers = None
+        if status == 503:
+            retry_after = getattr(exc, "retry_after_seconds", None) or RETRY_AFTER_SECONDS
+            headers = {"Retry-After": str(retry_after)}
         # Messages of errors reaching a route are fixed strings naming the layer (§6).
         return JSONResponse({"detail": str(exc)}, status_code=status, headers=headers)
 

@@ -15,27 +15,30 @@ from __future__ import annotations
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from app.errors import (
+    DimensionMismatchError,
     InvalidInputError,
     InvalidOutputError,
     PermanentError,
     ProfileMismatchError,
     ProviderProtocolError,
-    ProviderRefusedError,
+    ProviderUnavailableError,
     TransientError,
 )
 from pinlog_platform.states import Stage
+from pinlog_platform.states.failure_reasons import FailureReason
 
 STAGE_OUTCOMES = ("completed", "failed", "transient", "discarded", "not_claimed", "reused")
 CONTRACT_VIOLATION_KINDS = ("owner_mismatch", "owner_changed", "text_changed")
-REJECTION_REASONS = ("queue_full", "shutting_down")
+REJECTION_REASONS = ("queue_full", "shutting_down", "provider_unavailable")
 PROVIDER_KINDS = ("embedding", "judge")
 # Most specific class first: the first match names the error.
 PROVIDER_ERROR_CLASSES: tuple[tuple[type[Exception], str], ...] = (
-    (ProviderRefusedError, "refused"),
+    (ProviderProtocolError, "protocol"),
+    (ProviderUnavailableError, "provider_wide"),
+    (DimensionMismatchError, "dimension_mismatch"),
     (InvalidOutputError, "invalid_output"),
     (InvalidInputError, "invalid_input"),
     (PermanentError, "permanent"),
-    (ProviderProtocolError, "protocol"),
     (TransientError, "transient"),
 )
 UNEXPECTED = "unexpected"
@@ -57,8 +60,9 @@ BATCH_INPUT_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 512, 2048)
 
 def provider_error_class(exc: BaseException) -> str:
     """The ``error`` label of a provider failure: the most specific class of ``app.errors``
-    (``refused``, ``invalid_output``, ``invalid_input``, ``permanent``, ``protocol``,
-    ``transient``), else ``unexpected`` (a bug of ours or of a local model)."""
+    (``protocol``, ``provider_wide``, ``dimension_mismatch``, ``invalid_output``,
+    ``invalid_input``, ``permanent``, ``transient``), else ``unexpected`` (a bug of ours or
+    of a local model)."""
     for error_class, label in PROVIDER_ERROR_CLASSES:
         if isinstance(exc, error_class):
             return label
@@ -80,7 +84,7 @@ class StageMetrics:
     ``deadlines`` (counters) and ``in_flight`` (a gauge: runs of this stage in progress).
     """
 
-    __slots__ = (*STAGE_OUTCOMES, "deadlines", "in_flight", "reclaims")
+    __slots__ = (*STAGE_OUTCOMES, "deadlines", "failure_reasons", "in_flight", "reclaims")
 
     def __init__(self, metrics: WorkerMetrics, stage: Stage) -> None:
         outcomes = metrics.stage_outcomes
@@ -93,6 +97,10 @@ class StageMetrics:
         self.reclaims = metrics.reclaims.labels(stage.label)
         self.deadlines = metrics.stage_deadlines.labels(stage.label)
         self.in_flight = metrics.stages_in_flight.labels(stage.label)
+        self.failure_reasons = {
+            reason: metrics.stage_failures.labels(stage.label, reason.value)
+            for reason in FailureReason
+        }
 
 
 class ProviderMetrics:
@@ -156,6 +164,12 @@ class WorkerMetrics:
             "HTTP requests answered 503 at their overall deadline",
             registry=self.registry,
         )
+        self.stage_failures = Counter(
+            "pinlog_stage_failures_total",
+            "Stages this worker marked FAILED, by stage and failure reason code (H2)",
+            ["stage", "reason"],
+            registry=self.registry,
+        )
         self.stages_in_flight = Gauge(
             "pinlog_stages_in_flight",
             "Stage runs in progress in this process, from the claim to the save or failure",
@@ -193,7 +207,7 @@ class WorkerMetrics:
         )
         self.circuit_open = Gauge(
             "pinlog_circuit_open",
-            "1 while a provider's circuit breaker is open or half-open, 0 when closed (§6)",
+            "1 while a provider's gate is open (provider unavailable, probing), else 0 (§6, H2)",
             ["provider"],
             registry=self.registry,
         )

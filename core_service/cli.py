@@ -246,6 +246,12 @@ def rescan(once: bool = typer.Option(False, "--once", help="One finalize + resca
         f"dispatch failed {report.dispatch_failed}, skipped deleted {report.skipped_deleted}, "
         f"skipped missing {report.skipped_missing}"
     )
+    # What this pass itself finalized, by the reason code it wrote (H2 item 4); totals of the
+    # whole table are `status`'s.
+    typer.echo(
+        "finalized by reason: "
+        + " ".join(f"{reason}={count}" for reason, count in report.finalized_by_reason.items())
+    )
 
 
 @app.command()

@@ -11,6 +11,12 @@ under test reaches it over TCP through the real ``openai`` SDK, so nothing is pa
 ``script_embeddings`` / ``script_judge`` queue one-shot ``Scripted`` answers consumed in order;
 ``Scripted.entered`` is set when its request arrives and ``Scripted.block`` holds the answer
 until the test sets it, so race tests drive interleavings with events, never with sleeps.
+``set_fault`` gives every later request of an endpoint one answer until cleared (a provider
+whose key, quota or model is wrong: ``error_body`` speaks OpenAI's error shape with ``type``,
+``code`` and ``param``); ``fail_inputs_containing`` answers only embedding requests whose input
+holds a marker (one bad note among good ones); ``set_judge_reasoning`` makes the default
+judgment speak like a reasoning model (a ``<think>`` block before the verdict, a
+``reasoning_content`` field, ``usage.completion_tokens_details.reasoning_tokens``).
 Every control is guarded by one lock: the server thread and the pytest thread both touch them.
 """
 
@@ -75,6 +81,17 @@ def embedding_body(
     }
 
 
+def error_body(
+    message: str = "scripted failure",
+    *,
+    type: str | None = "invalid_request_error",
+    code: str | None = None,
+    param: str | None = None,
+) -> dict:
+    """OpenAI's error shape: ``{"error": {"message", "type", "param", "code"}}``."""
+    return {"error": {"message": message, "type": type, "param": param, "code": code}}
+
+
 def judge_body(
     selected: Iterable[SelectionItem],
     unmatched: Iterable[str] = (),
@@ -82,10 +99,16 @@ def judge_body(
     refusal: str | None = None,
     raw_content: str | None = None,
     model: str = "fake-chat",
+    reasoning: str | None = None,
+    lone_reasoning: bool = False,
+    reasoning_content: str | None = None,
 ) -> dict:
     """An OpenAI ``/chat/completions`` body; ``selected`` items are dicts or ``(id, conf)``.
 
     ``raw_content`` replaces the JSON content verbatim; a ``refusal`` makes ``content`` null.
+    ``reasoning`` puts ``<think>reasoning</think>`` before the content, as DeepSeek-R1 and QwQ
+    behind vLLM or Ollama do (``lone_reasoning``: without the opening tag, which their chat
+    templates put in the prompt); ``reasoning_content`` is the separate field some servers use.
     """
     if raw_content is not None:
         content: str | None = raw_content
@@ -97,6 +120,15 @@ def judge_body(
             "unmatchedConcepts": list(unmatched),
         }
         content = json.dumps(answer, ensure_ascii=False)
+    if reasoning is not None and content is not None:
+        opening = "" if lone_reasoning else "<think>"
+        content = f"{opening}{reasoning}</think>\n\n{content}"
+    message: dict[str, Any] = {"role": "assistant", "content": content, "refusal": refusal}
+    usage: dict[str, Any] = {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}
+    if reasoning_content is not None:
+        message["reasoning_content"] = reasoning_content
+    if reasoning is not None or reasoning_content is not None:
+        usage["completion_tokens_details"] = {"reasoning_tokens": 1}
     return {
         "id": "chatcmpl-fake",
         "object": "chat.completion",
@@ -105,12 +137,12 @@ def judge_body(
         "choices": [
             {
                 "index": 0,
-                "message": {"role": "assistant", "content": content, "refusal": refusal},
+                "message": message,
                 "logprobs": None,
                 "finish_reason": finish_reason,
             }
         ],
-        "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
+        "usage": usage,
     }
 
 
@@ -175,6 +207,9 @@ class FakeOpenAI:
             self._scripts: dict[str, deque[Scripted]] = {"embeddings": deque(), "judge": deque()}
             self._dimension = self._default_dimension
             self._selection: JudgeSelectionFn | None = None
+            self._faults: dict[str, Scripted | None] = {"embeddings": None, "judge": None}
+            self._input_faults: list[tuple[str, Scripted]] = []
+            self._reasoning: dict[str, Any] | None = None
 
     def script_embeddings(self, *responses: Scripted) -> None:
         with self._lock:
@@ -183,6 +218,38 @@ class FakeOpenAI:
     def script_judge(self, *responses: Scripted) -> None:
         with self._lock:
             self._scripts["judge"].extend(responses)
+
+    def set_fault(self, endpoint: str, answer: Scripted | None) -> None:
+        """Answer every later request of ``endpoint`` (``"embeddings"`` / ``"judge"``) with
+        ``answer`` once the scripts are used up, until set back to ``None``; never consumed."""
+        with self._lock:
+            self._faults[endpoint] = answer
+
+    def fail_inputs_containing(self, marker: str, answer: Scripted) -> None:
+        """Answer ``answer`` to every embedding request one of whose inputs contains
+        ``marker`` (before scripts and faults)."""
+        with self._lock:
+            self._input_faults.append((marker, answer))
+
+    def set_judge_reasoning(
+        self,
+        reasoning: str | None,
+        *,
+        lone: bool = False,
+        reasoning_content: str | None = None,
+    ) -> None:
+        """Default judgments open with ``<think>reasoning</think>`` (``lone``: no opening
+        tag) and carry ``reasoning_content``; ``None`` restores plain answers."""
+        with self._lock:
+            self._reasoning = (
+                None
+                if reasoning is None and reasoning_content is None
+                else {
+                    "reasoning": reasoning,
+                    "lone_reasoning": lone,
+                    "reasoning_content": reasoning_content,
+                }
+            )
 
     def set_embedding_dimension(self, dimension: int) -> None:
         with self._lock:
@@ -228,8 +295,10 @@ class FakeOpenAI:
     async def _chat(self, request: Request) -> Response:
         payload, scripted = await self._arrive("judge", request)
         with self._lock:
-            selection = self._selection
-        return await self._answer(scripted, lambda: _default_judgment(payload, selection))
+            selection, reasoning = self._selection, self._reasoning
+        return await self._answer(
+            scripted, lambda: _default_judgment(payload, selection, reasoning)
+        )
 
     async def _arrive(self, endpoint: str, request: Request) -> tuple[Any, Scripted | None]:
         payload = json.loads(await request.body())
@@ -238,7 +307,11 @@ class FakeOpenAI:
             self._requests[endpoint].append(payload)
             self._arrivals[endpoint].append(time.monotonic())
             queue = self._scripts[endpoint]
-            scripted = queue.popleft() if queue else None
+            scripted = (
+                _input_fault(payload, self._input_faults) if endpoint == "embeddings" else None
+            )
+            if scripted is None:
+                scripted = queue.popleft() if queue else self._faults[endpoint]
         if scripted is not None:
             scripted.entered.set()
         return payload, scripted
@@ -258,7 +331,7 @@ class FakeOpenAI:
             try:
                 body = json.dumps(default(), ensure_ascii=False)
             except PermanentError:
-                status, body = 400, json.dumps(_error("input has no content"))
+                status, body = 400, json.dumps(error_body("input has no content", param="input"))
         else:
             body = json.dumps(_error("scripted failure"))
         return Response(body, status_code=status, headers=headers, media_type="application/json")
@@ -287,13 +360,26 @@ def _default_embeddings(payload: Mapping[str, Any], dimension: int) -> dict:
     return embedding_body(vectors, payload["model"], payload.get("encoding_format") or "float")
 
 
-def _default_judgment(payload: Mapping[str, Any], selection: JudgeSelectionFn | None) -> dict:
+def _default_judgment(
+    payload: Mapping[str, Any],
+    selection: JudgeSelectionFn | None,
+    reasoning: Mapping[str, Any] | None = None,
+) -> dict:
     ids = candidate_ids(payload)
     if selection is not None:
         selected = list(selection(ids))
     else:
         selected = [{"keywordId": ids[0], "confidence": 0.9}] if ids else []
-    return judge_body(selected, model=payload.get("model", "fake-chat"))
+    return judge_body(selected, model=payload.get("model", "fake-chat"), **(reasoning or {}))
+
+
+def _input_fault(payload: Any, faults: list[tuple[str, Scripted]]) -> Scripted | None:
+    inputs = payload.get("input") if isinstance(payload, dict) else None
+    texts = [inputs] if isinstance(inputs, str) else list(inputs or [])
+    for marker, answer in faults:
+        if any(isinstance(text, str) and marker in text for text in texts):
+            return answer
+    return None
 
 
 def candidate_ids(payload: Mapping[str, Any]) -> list[int]:
@@ -312,4 +398,4 @@ def _selection_item(item: SelectionItem) -> dict[str, Any]:
 
 
 def _error(message: str) -> dict[str, Any]:
-    return {"error": {"message": message, "type": "invalid_request_error", "code": None}}
+    return error_body(message)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Request, status
@@ -10,6 +11,7 @@ from prometheus_client import CollectorRegistry
 
 from app.api.schemas import ProcessContextBody, SearchBody, SearchResponse, SearchResult
 from app.service.health import Readiness
+from app.service.provider_gate import ProviderGate, ProviderRefusalPolicy
 from app.service.requests import ProcessRequest
 from app.service.search import SearchService
 from app.service.worker_pool import WorkerPool
@@ -37,19 +39,43 @@ async def _registry(request: Request) -> CollectorRegistry:
     return request.app.state.metrics.registry
 
 
+async def _gates(request: Request) -> Mapping[str, ProviderGate]:
+    return request.app.state.gates
+
+
+async def _refusals(request: Request) -> ProviderRefusalPolicy:
+    return request.app.state.provider_refusals
+
+
 Registry = Annotated[CollectorRegistry, Depends(_registry)]
 Pool = Annotated[WorkerPool, Depends(_pool)]
 ReadinessCheck = Annotated[Readiness, Depends(_readiness)]
 Search = Annotated[SearchService, Depends(_search)]
+Gates = Annotated[Mapping[str, ProviderGate], Depends(_gates)]
+ProviderRefusals = Annotated[ProviderRefusalPolicy, Depends(_refusals)]
 
 router = APIRouter()
 
 
 @router.post("/internal/v1/context/process", status_code=status.HTTP_202_ACCEPTED)
-async def process_context(body: ProcessContextBody, pool: Pool) -> JSONResponse:
-    """Queue a context for processing: 202, or 503 with ``Retry-After`` (whole seconds, from
-    the queue's drain rate: ``WorkerPool.retry_after_seconds``) when full or shutting down
-    (the pool counts the refusal)."""
+async def process_context(
+    body: ProcessContextBody, pool: Pool, gates: Gates, refusals: ProviderRefusals
+) -> JSONResponse:
+    """Queue a context for processing: 202, or 503 with ``Retry-After`` (whole seconds) when
+    a provider is unavailable (its gate is open: the time until its next probe; never 202 for
+    work that will not run, H2 item 3; unless ``PINLOG_REFUSE_WHILE_PROVIDER_UNAVAILABLE`` is
+    off), or when the queue is full or the pool is shutting down (from the queue's drain rate:
+    ``WorkerPool.retry_after_seconds``; the pool counts the refusal)."""
+    if refusals.enabled:
+        waits = [gate.retry_after_seconds() for gate in gates.values() if not gate.available]
+        if waits:
+            refusals.counter.inc()
+            names = " and ".join(name for name, gate in gates.items() if not gate.available)
+            return JSONResponse(
+                {"detail": f"{names} provider unavailable"},
+                status_code=status.HTTP_503_SERVICE_UNAVAILABLE,
+                headers={"Retry-After": str(max(w for w in waits if w is not None))},
+            )
     accepted = pool.submit(
         ProcessRequest(
             context_id=body.context_id,
@@ -86,14 +112,23 @@ async def search(body: SearchBody, service: Search) -> SearchResponse:
 
 @router.get("/readyz")
 async def readyz(readiness: ReadinessCheck) -> JSONResponse:
-    """Readiness: database reachable and presets loaded; 503 naming what is missing.
+    """Readiness: database reachable and presets loaded (200), else 503 with ``problems``
+    naming what is missing. The body is pinned (other components read it, H2 item 3):
+    ``{"status", "mode", "profile", "presetVersion", "providers": {"embedding": {"available",
+    "retryAfterSeconds", "reason"}, "judge": {...}}}``. A provider's unavailability is reported
+    in ``providers`` and never changes the status code: the process can still serve.
 
     ``mode`` is ``offline`` when the worker runs with ``PINLOG_OFFLINE`` (local models).
     """
     problems = await readiness.problems()
+    body: dict[str, object] = {
+        "status": "unavailable" if problems else "ready",
+        "mode": readiness.mode,
+        "profile": readiness.profile,
+        "presetVersion": readiness.preset_version(),
+        "providers": readiness.providers(),
+    }
     if problems:
-        return JSONResponse(
-            {"status": "unavailable", "problems": problems, "mode": readiness.mode},
-            status_code=503,
-        )
-    return JSONResponse({"status": "ready", "mode": readiness.mode})
+        body["problems"] = problems
+        return JSONResponse(body, status_code=503)
+    return JSONResponse(body)

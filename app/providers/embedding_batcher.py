@@ -9,8 +9,10 @@ them in input order). Failure of the batched request:
   e.g. a 400 ``context_length_exceeded`` or a zero vector) of a batch of several inputs is
   resolved by re-sending the inputs one by one, concurrently, so one bad note never fails
   another context; each stage then gets its own input's outcome;
-- anything else (timeout, 429, 5xx, 401/403/404, a malformed body, a wrong dimension) is the
-  same for every input: each waiting stage gets it and classifies it as before (§6).
+- anything else (timeout, 429, 5xx, a provider-wide answer such as 401, 404, a 400 naming a
+  request parameter or an unrecognised 4xx, a malformed body, a wrong dimension) is the same
+  for every input and is never re-sent once per input: each waiting stage gets it and
+  classifies it as before (§6, H2).
 
 A stage that stops waiting (its deadline fired) leaves the batch; the others are unaffected.
 Search queries and preset loading call the wrapped provider directly and are never delayed.

@@ -17,6 +17,7 @@ from functools import lru_cache
 import numpy as np
 
 from app.errors import PermanentError
+from pinlog_platform.states.failure_reasons import FailureReason
 
 # Unigrams alone say little about meaning (a shared syllable is weak evidence of a shared topic).
 _NGRAM_WEIGHTS = {1: 0.5, 2: 1.0, 3: 1.0}
@@ -40,7 +41,10 @@ def hash_embed(text: str, dimension: int) -> np.ndarray:
         vector[bucket] += sign * weight
     norm = float(np.linalg.norm(vector))
     if norm == 0.0:
-        raise PermanentError("hashing embedder produced a zero vector: the text has no features")
+        raise PermanentError(
+            "hashing embedder produced a zero vector: the text has no features",
+            reason=FailureReason.INPUT_REJECTED,
+        )
     return (vector / norm).astype(np.float32)
 
 

@@ -33,7 +33,7 @@ from pathlib import Path
 
 import numpy as np
 
-from app.errors import ConfigurationError, PermanentError
+from app.errors import ConfigurationError, PermanentError, ProviderUnavailableError
 from app.providers.base import JudgeCandidate, JudgeSelection, JudgeVerdict
 from app.providers.hashing import hash_embed
 from app.providers.sentence_encoder import DIMENSION, SentenceEncoder
@@ -158,11 +158,17 @@ class LearnedJudge:
         self.profile = profile
 
     async def judge(self, text: str, candidates: Sequence[JudgeCandidate]) -> JudgeVerdict:
-        """Select among ``candidates`` for ``text``; encoder errors propagate (§6)."""
+        """Select among ``candidates`` for ``text``; encoder errors propagate (§6), a failing
+        encoder as the judge's provider-wide fault (H2: its gate counts it, no note fails)."""
         if not candidates:
             return JudgeVerdict(selected=(), unmatched_concepts=())
         model = self._model
-        (note,) = await self._encoder.encode([text])  # usually a cache hit: just embedded
+        try:
+            (note,) = await self._encoder.encode([text])  # usually a cache hit: just embedded
+        except ProviderUnavailableError as exc:
+            raise ProviderUnavailableError(
+                "learned judge's encoder failed", layer="judge", reason=exc.reason
+            ) from None
         features = note_features(note, text, model.hash_dimension)
         scored: list[tuple[float, int, bool]] = []  # (probability, id, reached its threshold)
         untrained = []

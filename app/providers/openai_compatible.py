@@ -5,12 +5,14 @@ base URL. The short bounded retries inside one call (``max_retries``; ``Retry-Af
 to a cap, longer waits given up at once, FC-07) live there. Bodies are read as raw JSON and
 validated here (FC-01, FC-05, FC-08).
 
-Errors (classified by ``app.failure_policy``): ``TransientError`` (timeout, connection,
-408/409/429/5xx), ``ProviderProtocolError`` (2xx with a malformed body), ``ProviderRefusedError``
-(401/403/404, wrong dimension: the breaker counts these), ``PermanentError`` (other 4xx, zero
-vector, refused/truncated judgment), ``InvalidOutputError`` (a judgment still invalid after the
-re-ask). Messages are fixed strings naming the layer and at most
-the status code: never the upstream body, the URL or the key (§6).
+Errors (classified by ``app.failure_policy``, docs/failures.md "Provider answers"):
+``TransientError`` (timeout, connection, 408/409/429 rate limits/5xx), ``ProviderUnavailableError``
+(a provider-wide answer: key, quota, model, parameter, endpoint, an unrecognised 4xx; its
+subclass ``ProviderProtocolError`` for a 2xx with a malformed body), ``InvalidInputError`` (an
+answer about this input), ``DimensionMismatchError``, ``PermanentError`` (zero vector),
+``JudgeRefusedError`` / ``JudgeTruncatedError`` and ``InvalidOutputError`` (a judgment still
+invalid after the re-ask). Messages are fixed strings naming the layer and at most the status
+code and our reason label: never the upstream body, the URL or the key (§6).
 """
 
 from __future__ import annotations

@@ -6,18 +6,22 @@ models were pure per-call cost (issue 9: most of the worker's CPU after the data
 
 Retries within one call follow the policy the SDK applied before (``failure_policy``):
 connection errors, timeouts and 408/409/429/5xx are retried up to ``max_retries`` times
-(``x-should-retry: true|false`` from the server wins); a ``Retry-After`` of at most
+(``x-should-retry: true|false`` from the server wins), except answers ``failure_policy``
+classes as input or provider-wide (a ``429 insufficient_quota`` is not a rate limit: the same
+request would get it again); a ``Retry-After`` of at most
 ``RETRY_AFTER_CAP_SECONDS`` is honoured, a longer one ends the call at once; otherwise the
 wait is an exponential backoff with jitter. ``timeout_seconds`` bounds each attempt.
 
 Errors: ``TransientError`` ("<layer> upstream timeout" / "unreachable", or a transient status),
-the ``failure_policy.status_error`` class of an HTTP error answer, ``ProviderProtocolError``
-for a 2xx body that is not JSON. Messages never quote the upstream body, the URL or the key.
+the ``failure_policy.status_error`` class of an HTTP error answer (read from its ``error.code``,
+``error.type`` and ``error.param``), ``ProviderProtocolError`` for a 2xx body that is not JSON.
+Messages never quote the upstream body, the URL or the key.
 
 What the client trusts (issue H4 item 4): a 307/308 to the same origin (scheme, host, port) is
 followed with the same body, at most ``MAX_REDIRECTS`` times; any redirect to another origin,
-and any 301/302/303 (which would turn the POST into a GET), is ``ProviderRefusedError``
-(provider-wide: the endpoint is misconfigured, every call would meet it). An answer larger
+and any 301/302/303 (which would turn the POST into a GET), is ``ProviderUnavailableError``
+with reason ``protocol`` (provider-wide, H2's class: the endpoint is misconfigured, every call
+would meet it). An answer larger
 than ``max_answer_bytes`` after decompression (declared by ``Content-Length`` or counted while
 it streams, so a gzip answer never inflates past the cap in memory) is
 ``ProviderProtocolError``; the caps are derived from the settings (``embedding_answer_cap``,
@@ -30,6 +34,7 @@ import asyncio
 import json
 import math
 import random
+import re
 from typing import Any
 
 import aiohttp
@@ -37,7 +42,7 @@ import orjson
 from yarl import URL
 
 from app import failure_policy
-from app.errors import ProviderProtocolError, ProviderRefusedError, TransientError
+from app.errors import ProviderProtocolError, ProviderUnavailableError, TransientError
 from app.providers import openai_wire
 
 MAX_REDIRECTS = 3
@@ -113,7 +118,7 @@ class JsonEndpointClient:
                         url = _same_origin_redirect(layer, url, status, headers)
                         redirects += 1
                         if redirects > MAX_REDIRECTS:
-                            raise ProviderRefusedError(f"{layer} upstream redirects too often")
+                            raise _redirect_error(layer, status, "redirects too often")
                         continue
                     raw = await _read_capped(
                         layer,
@@ -136,10 +141,17 @@ class JsonEndpointClient:
             if status < 400:
                 return _json(layer, raw)
             retry_after = _retry_after(headers)
-            if last or not _should_retry(status, headers, retry_after):
-                raise failure_policy.status_error(
-                    layer, status, code=_error_code(raw), retry_after=retry_after
-                )
+            code, error_type, param = error_fields(raw)
+            error = failure_policy.status_error(
+                layer,
+                status,
+                code=code,
+                error_type=error_type,
+                param=param,
+                retry_after=retry_after,
+            )
+            if last or not _should_retry(error, headers, retry_after):
+                raise error
             await asyncio.sleep(_wait(attempt, retry_after))
             attempt += 1
 
@@ -158,15 +170,21 @@ class JsonEndpointClient:
 
 
 def _same_origin_redirect(layer: str, url: URL, status: int, headers: Any) -> URL:
-    """Where a 307/308 to the same origin points; anything else is ``ProviderRefusedError``
-    (module docstring). The message names the status, never the location."""
+    """Where a 307/308 to the same origin points; anything else is provider-wide (module
+    docstring). The message names the status, never the location."""
     location = headers.get("Location")
     if status not in (307, 308) or not location:
-        raise ProviderRefusedError(f"{layer} upstream answered redirect {status}")
+        raise _redirect_error(layer, status, f"answered redirect {status}")
     target = url.join(URL(location))
     if (target.scheme, target.host, target.port) != (url.scheme, url.host, url.port):
-        raise ProviderRefusedError(f"{layer} upstream redirected {status} to another origin")
+        raise _redirect_error(layer, status, f"redirected {status} to another origin")
     return target
+
+
+def _redirect_error(layer: str, status: int, what: str) -> ProviderUnavailableError:
+    return ProviderUnavailableError(
+        f"{layer} upstream {what}", layer=layer, reason="protocol", status=status
+    )
 
 
 async def _read_capped(
@@ -176,7 +194,7 @@ async def _read_capped(
     ``truncate``, else ``ProviderProtocolError``."""
     declared = answer.content_length
     if declared is not None and declared > cap and not truncate:
-        raise ProviderProtocolError(f"{layer} upstream answer larger than {cap} bytes")
+        raise ProviderProtocolError(f"{layer} upstream answer larger than {cap} bytes", layer=layer)
     chunks: list[bytes] = []
     size = 0
     async for chunk in answer.content.iter_chunked(65536):
@@ -185,7 +203,9 @@ async def _read_capped(
             if truncate:
                 chunks.append(chunk[: len(chunk) - (size - cap)])
                 break
-            raise ProviderProtocolError(f"{layer} upstream answer larger than {cap} bytes")
+            raise ProviderProtocolError(
+                f"{layer} upstream answer larger than {cap} bytes", layer=layer
+            )
         chunks.append(chunk)
     return b"".join(chunks)
 
@@ -201,13 +221,12 @@ def _json(layer: str, raw: bytes) -> Any:
         raise openai_wire.malformed(layer, "not JSON") from None
 
 
-def _should_retry(status: int, headers: Any, retry_after: float | None) -> bool:
+def _should_retry(error: Exception, headers: Any, retry_after: float | None) -> bool:
+    if not failure_policy.retried_within_call(error):
+        return False
     if retry_after is not None and retry_after > failure_policy.RETRY_AFTER_CAP_SECONDS:
         return False
-    told = headers.get("x-should-retry")
-    if told in ("true", "false"):
-        return told == "true"
-    return status in failure_policy.TRANSIENT_STATUSES or status >= 500
+    return headers.get("x-should-retry") != "false"
 
 
 def _wait(attempt: int, retry_after: float | None) -> float:
@@ -234,11 +253,26 @@ def _retry_after(headers: Any) -> float | None:
     return value if math.isfinite(value) and 0 <= value < 1e9 else None
 
 
-def _error_code(raw: bytes) -> str | None:
-    """The machine-readable ``error.code`` of an error body, compared, never quoted (§6)."""
+# What an error field may look like to be compared and logged: an identifier, never prose.
+_IDENTIFIER = re.compile(r"[A-Za-z0-9_.\-\[\]]{1,64}")
+
+
+def error_fields(raw: bytes) -> tuple[str | None, str | None, str | None]:
+    """``(error.code, error.type, error.param)`` of an error body (OpenAI's shape), each
+    ``None`` unless an identifier (``_IDENTIFIER``): compared and logged, never quoted prose,
+    and never the ``message`` (§6)."""
     try:
         error = orjson.loads(raw).get("error")
     except (orjson.JSONDecodeError, AttributeError):
-        return None
-    code = error.get("code") if isinstance(error, dict) else None
-    return code if isinstance(code, str) else None
+        return None, None, None
+    if not isinstance(error, dict):
+        return None, None, None
+    return tuple(_identifier(error.get(key)) for key in ("code", "type", "param"))  # type: ignore[return-value]
+
+
+def _identifier(value: Any) -> str | None:
+    if isinstance(value, int) and not isinstance(value, bool):
+        value = str(value)  # some servers put the HTTP status in ``code``
+    if isinstance(value, str) and _IDENTIFIER.fullmatch(value):
+        return value
+    return None

@@ -1,14 +1,17 @@
 """The OpenAI wire format: building request parts and validating response bodies (§4, §5).
 
 Pure functions, no I/O. Bodies are validated by hand rather than trusted to SDK models
-(FC-01, FC-05, FC-08): a malformed 2xx body is a ``ProviderProtocolError``; a wrong dimension,
-a zero vector, or a refused, truncated or invalid judgment is a ``PermanentError``.
+(FC-01, FC-05, FC-08): a malformed 2xx body is a ``ProviderProtocolError`` (provider-wide); a
+wrong dimension, a zero vector, or a refused, truncated or invalid judgment is a
+``PermanentError`` with its ``FailureReason``. A judge answer may open with a reasoning block
+(``<think>…</think>``, H2 item 2): it is skipped, never stored or logged.
 Vectors are float32 ``numpy.ndarray`` of shape ``(dimension,)``.
 """
 
 from __future__ import annotations
 
 import binascii
+import itertools
 import json
 import re
 from collections.abc import Sequence
@@ -18,12 +21,15 @@ import numpy as np
 import orjson
 
 from app.errors import (
+    DimensionMismatchError,
     InvalidOutputError,
+    JudgeRefusedError,
+    JudgeTruncatedError,
     PermanentError,
     ProviderProtocolError,
-    ProviderRefusedError,
 )
 from app.providers.base import JudgeCandidate, JudgeSelection, JudgeVerdict
+from pinlog_platform.states.failure_reasons import FailureReason
 
 _FLOAT32_MAX = float(np.finfo(np.float32).max)
 _NUMBER_TYPES = frozenset({float, int})
@@ -52,7 +58,8 @@ def judgment_schema(candidate_ids: Sequence[int]) -> dict[str, Any]:
 
 
 def malformed(layer: str, reason: str) -> ProviderProtocolError:
-    return ProviderProtocolError(f"{layer} provider returned a malformed body: {reason}")
+    message = f"{layer} provider returned a malformed body: {reason}"
+    return ProviderProtocolError(message, layer=layer)
 
 
 def _from_numbers(values: list[Any], dimension: int) -> np.ndarray:
@@ -62,7 +69,7 @@ def _from_numbers(values: list[Any], dimension: int) -> np.ndarray:
     if not types <= _NUMBER_TYPES:
         raise malformed("embedding", "non-numeric embedding")
     if len(values) != dimension:
-        raise ProviderRefusedError(
+        raise DimensionMismatchError(
             f"embedding dimension mismatch: expected {dimension}, got {len(values)}"
         )
     if int in types and not all(abs(v) <= _FLOAT32_MAX for v in values):
@@ -84,7 +91,7 @@ def _from_base64(encoded: str, dimension: int) -> np.ndarray:
     if len(packed) % 4:
         raise malformed("embedding", "base64 embedding is not float32 values")
     if len(packed) // 4 != dimension:
-        raise ProviderRefusedError(
+        raise DimensionMismatchError(
             f"embedding dimension mismatch: expected {dimension}, got {len(packed) // 4}"
         )
     as_float64 = np.frombuffer(packed, dtype="<f4").astype(np.float64)
@@ -120,11 +127,11 @@ def _vector(values: Any, dimension: int) -> np.ndarray:
     # Normalised in float64: a correctly directed vector at a huge or tiny scale would
     # overflow or underflow a float32 norm and lose its cosine (FC-04).
     norm = float(np.linalg.norm(as_float64))
-    if norm == 0.0:
-        raise PermanentError("embedding provider returned a zero vector")
-    unit = (as_float64 / norm).astype(np.float32)
-    if not np.any(unit):
-        raise PermanentError("embedding provider returned a zero vector")
+    if norm == 0.0 or not np.any(unit := (as_float64 / norm).astype(np.float32)):
+        # No direction for this input (FC-04): the provider could not embed it.
+        raise PermanentError(
+            "embedding provider returned a zero vector", reason=FailureReason.INPUT_REJECTED
+        )
     return unit
 
 
@@ -148,11 +155,15 @@ def judge_user_message(text: str, candidates: Sequence[JudgeCandidate]) -> str:
 def parse_verdict(body: Any) -> JudgeVerdict:
     """The §4 verdict of a chat completion body.
 
-    Raises ``ProviderProtocolError`` (no choices or message), ``PermanentError`` (refused,
-    content filter, truncated even if it parses: FC-08) and ``InvalidOutputError`` (content that
-    is not JSON, or not an object with the lists ``selected`` and ``unmatchedConcepts``; the
-    judge re-asks once on this one). A content wrapped in one Markdown code fence is read
-    inside the fence. Items are not validated here (``service/judgment.py``).
+    Raises ``ProviderProtocolError`` (no choices or message), ``JudgeRefusedError`` (refusal,
+    content filter), ``JudgeTruncatedError`` (truncated even if it parses: FC-08) and
+    ``InvalidOutputError`` (content that is not JSON, or not an object with the lists
+    ``selected`` and ``unmatchedConcepts``; the judge re-asks once on this one). A content
+    wrapped in one Markdown code fence is read inside the fence; a leading reasoning block
+    (``<think>…</think>``, or reasoning closed by ``</think>`` whose opening tag was in the
+    prompt template, as DeepSeek-R1 and QwQ behind vLLM or Ollama send it) is skipped. A
+    separate ``reasoning_content`` field is never read. Items are not validated here
+    (``service/judgment.py``).
     """
     choices = body.get("choices") if isinstance(body, dict) else None
     if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
@@ -162,9 +173,9 @@ def parse_verdict(body: Any) -> JudgeVerdict:
     if not isinstance(message, dict):
         raise malformed("judge", "missing message")
     if message.get("refusal") or choice.get("finish_reason") == "content_filter":
-        raise PermanentError("judge refused")
+        raise JudgeRefusedError("judge refused")
     if choice.get("finish_reason") == "length":
-        raise PermanentError("judge output truncated")
+        raise JudgeTruncatedError("judge output truncated")
     verdict = _verdict(message.get("content"))
     if verdict is None:
         raise InvalidOutputError("judge output invalid")
@@ -174,11 +185,29 @@ def parse_verdict(body: Any) -> JudgeVerdict:
 # One fenced block and nothing else: what OpenAI-compatible servers without strict
 # structured output commonly send (```json ... ```).
 _FENCED = re.compile(r"\A\s*```(?:json|JSON)?[ \t]*\r?\n(?P<body>.*?)\s*```\s*\Z", re.DOTALL)
+# The end of a leading reasoning block of a reasoning model: ``<think>…</think>`` (also
+# ``<thinking>``), or reasoning closed by ``</think>`` whose opening tag the chat template put
+# in the prompt. The verdict is what follows one of these ends (the first that reads as one,
+# so a block quoting a tag, or nested tags, still leaves the verdict).
+_REASONING_END = re.compile(r"</think(?:ing)?>")
+_MAX_REASONING_ENDS = 8  # bounds the parse attempts of an answer full of tags
 
 
 def _verdict(content: Any) -> JudgeVerdict | None:
     if not isinstance(content, str):
         return None
+    # A verdict (or a fenced one) never starts with reasoning: only other content is searched
+    # for a closing tag, so a concept that quotes "</think>" cannot cut a plain verdict.
+    if content.lstrip().startswith(("{", "```")):
+        return _parsed_verdict(content)
+    for end in itertools.islice(_REASONING_END.finditer(content), _MAX_REASONING_ENDS):
+        verdict = _parsed_verdict(content[end.end() :])
+        if verdict is not None:
+            return verdict
+    return None
+
+
+def _parsed_verdict(content: str) -> JudgeVerdict | None:
     fenced = _FENCED.match(content)
     try:
         parsed = json.loads(fenced["body"] if fenced else content)

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from app.errors import PermanentError
+from app.errors import DimensionMismatchError
 from app.providers.base import EmbeddingProvider
 
 
@@ -43,7 +43,7 @@ class ZeroPaddedEmbedder:
         padded = []
         for vector in vectors:
             if vector.shape != (self.inner.dimension,):
-                raise PermanentError(
+                raise DimensionMismatchError(
                     f"embedding dimension mismatch: expected {self.inner.dimension}, "
                     f"got {vector.shape[-1]}"
                 )

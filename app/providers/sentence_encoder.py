@@ -24,7 +24,14 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from app.errors import ConfigurationError, PermanentError
+from app.errors import (
+    ConfigurationError,
+    DimensionMismatchError,
+    PermanentError,
+    ProviderUnavailableError,
+    WorkerError,
+)
+from pinlog_platform.states.failure_reasons import FailureReason
 
 logger = logging.getLogger(__name__)
 
@@ -96,6 +103,14 @@ class SentenceEncoder:
                     self._executor, _encode_checked, self._model, [text for text, _ in live]
                 )
             except Exception as exc:
+                if not isinstance(exc, WorkerError):
+                    # The model itself failed: every input would fail alike, so it is the
+                    # provider's fault (H2), never a verdict on these notes.
+                    exc = ProviderUnavailableError(
+                        f"local encoder failed: {type(exc).__name__}",
+                        layer="embedding",
+                        reason="local_model",
+                    )
                 for _, future in live:
                     if not future.done():
                         future.set_exception(exc)
@@ -117,12 +132,15 @@ def _encode_checked(model: object, texts: list[str]) -> np.ndarray:
     """Runs on the encoder thread: one forward pass, then the FC-04 checks."""
     vectors = np.asarray(model.encode(texts), dtype=np.float32)  # type: ignore[attr-defined]
     if vectors.shape != (len(texts), DIMENSION):
-        raise PermanentError(
+        raise DimensionMismatchError(
             f"sentence encoder returned shape {vectors.shape}, expected ({len(texts)}, {DIMENSION})"
         )
     norms = np.linalg.norm(vectors.astype(np.float64), axis=1)
     if not np.all(np.isfinite(norms)) or np.any(norms == 0.0):
-        raise PermanentError("sentence encoder returned a zero or non-finite vector")
+        raise PermanentError(
+            "sentence encoder returned a zero or non-finite vector",
+            reason=FailureReason.INPUT_REJECTED,
+        )
     return (vectors / norms[:, None]).astype(np.float32)
 
 

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from app.repository.stage_pool import StagePool
 from pinlog_platform.db.named_statements import compile_named
 from pinlog_platform.states import Stage, Status
+from pinlog_platform.states.failure_reasons import FailureReason
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,17 +85,20 @@ CLAIM_KEYWORD = compile_named("""
     FROM previous AS p
 """)
 
-# PROCESSING -> FAILED for a permanent error (§2 "Fail"). The PROCESSING guard keeps a
-# CANCELLED that arrived meanwhile (CANCELLED wins); the attempt guard keeps a superseded
-# attempt from failing its successor's live claim.
+# PROCESSING -> FAILED for a permanent error (§2 "Fail"), with its reason code in the same
+# statement (H2 item 4). The PROCESSING guard keeps a CANCELLED that arrived meanwhile
+# (CANCELLED wins); the attempt guard keeps a superseded attempt from failing its successor's
+# live claim.
 FAIL_EMBEDDING = compile_named("""
-    UPDATE ai.context_ai_state SET embedding_status = 'FAILED', updated_at = now()
+    UPDATE ai.context_ai_state
+    SET embedding_status = 'FAILED', embedding_failure = :reason, updated_at = now()
     WHERE context_id = :context_id
       AND embedding_status = 'PROCESSING' AND embedding_attempt = :attempt
     RETURNING context_id
 """)
 FAIL_KEYWORD = compile_named("""
-    UPDATE ai.context_ai_state SET keyword_status = 'FAILED', updated_at = now()
+    UPDATE ai.context_ai_state
+    SET keyword_status = 'FAILED', keyword_failure = :reason, updated_at = now()
     WHERE context_id = :context_id
       AND keyword_status = 'PROCESSING' AND keyword_attempt = :attempt
     RETURNING context_id
@@ -134,9 +138,19 @@ async def claim(
     )
 
 
-async def fail(stage_pool: StagePool, stage: Stage, context_id: int, *, attempt: int) -> int:
-    """``PROCESSING -> FAILED`` for a permanent error found by ``attempt`` (§2); 0 rows when a
-    later claim superseded it or the stage left ``PROCESSING``; returns rows affected."""
+async def fail(
+    stage_pool: StagePool,
+    stage: Stage,
+    context_id: int,
+    *,
+    attempt: int,
+    reason: FailureReason = FailureReason.UNKNOWN,
+) -> int:
+    """``PROCESSING -> FAILED`` with ``reason`` for a permanent error found by ``attempt``
+    (§2); 0 rows when a later claim superseded it or the stage left ``PROCESSING``; returns
+    rows affected."""
     statement = FAIL_STAGE[_require_stage(stage)]
-    row = await stage_pool.fetch_row(statement, context_id=context_id, attempt=attempt)
+    row = await stage_pool.fetch_row(
+        statement, context_id=context_id, attempt=attempt, reason=FailureReason(reason).value
+    )
     return 0 if row is None else 1

@@ -11,6 +11,7 @@ import re
 import unicodedata
 
 from app.errors import InvalidInputError
+from pinlog_platform.states.failure_reasons import FailureReason
 
 # Characters that render as nothing and carry no meaning in a note.
 _INVISIBLE = dict.fromkeys(
@@ -52,9 +53,13 @@ def prepare_for_embedding(text: str, *, max_chars: int) -> str:
     """
     normalized = normalize(text)
     if len(normalized) > max_chars:  # first: it bounds the per-character scan below
-        raise InvalidInputError("text is longer than the model accepts")
+        raise InvalidInputError(
+            "text is longer than the model accepts", reason=FailureReason.INPUT_TOO_LONG
+        )
     if not has_content(normalized):
-        raise InvalidInputError("text is blank after normalisation")
+        raise InvalidInputError(
+            "text is blank after normalisation", reason=FailureReason.INPUT_BLANK
+        )
     return normalized
 
 

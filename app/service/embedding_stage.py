@@ -7,14 +7,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from app.errors import ProviderRefusedError
+from app.errors import DimensionMismatchError
 from app.metrics import WorkerMetrics
 from app.providers.base import EmbeddingProvider
 from app.repository import stage_saves
 from app.repository.context_start import ContextStart
 from app.repository.stage_pool import StagePool
 from app.service import context_text
-from app.service.circuit_breaker import CircuitBreaker
+from app.service.provider_gate import ProviderGate
 from app.service.requests import ProcessRequest
 from app.service.stage_claim import run_claimed
 from app.service.stage_limits import StageLimits
@@ -43,7 +43,7 @@ class EmbeddingStage:
         self,
         stage_pool: StagePool,
         provider: EmbeddingProvider,
-        breaker: CircuitBreaker,
+        gate: ProviderGate,
         *,
         metrics: WorkerMetrics,
         limits: StageLimits,
@@ -52,7 +52,7 @@ class EmbeddingStage:
     ) -> None:
         self._stage_pool = stage_pool
         self._provider = provider
-        self._breaker = breaker
+        self._gate = gate
         self._profile = profile
         self._dimension = dimension
         self._limits = limits
@@ -95,9 +95,9 @@ class EmbeddingStage:
             request.text, max_chars=self._limits.max_input_chars
         )
         # The provider call runs with no transaction and no connection held (§3.2, FC-03).
-        (vector,) = await self._breaker.call(lambda: self._provider.embed([text]))
+        (vector,) = await self._gate.call(lambda: self._provider.embed([text]))
         if vector.shape != (self._dimension,):
-            raise ProviderRefusedError(
+            raise DimensionMismatchError(
                 f"embedding dimension {vector.shape[-1]} differs from configured {self._dimension}"
             )
         saved = await stage_saves.save_embedding(

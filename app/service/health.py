@@ -1,4 +1,6 @@
-"""Readiness facts for operators (§8): database reachable, preset cache loaded.
+"""Readiness facts for operators (§8): database reachable, preset cache loaded, and each
+provider's availability as its gate sees it (H2 item 3: reported, not a readiness problem: the
+status code keeps meaning "this process can serve").
 
 ``problems()`` answers within ``timeout_seconds`` (0.8 s) in every state, below the 1 s that
 probes allow: the database check runs on a connection of its own (the worker pool may be
@@ -13,11 +15,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from collections.abc import Mapping
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.repository.db import ping
 from app.service.presets import PresetCache
+from app.service.provider_gate import ProviderGate
 
 DATABASE_UNAVAILABLE = "database unavailable"
 DATABASE_SLOW = "database not answering within the readiness timeout"
@@ -31,14 +35,18 @@ class Readiness:
         self,
         probe_engine: AsyncEngine,
         presets: PresetCache,
+        gates: Mapping[str, ProviderGate],
         *,
+        profile: str,
         timeout_seconds: float = 0.8,
         cache_seconds: float = 1.0,
         offline: bool = False,
     ) -> None:
         self._engine = probe_engine
         self.mode = "offline" if offline else "online"  # reported by /readyz (PINLOG_OFFLINE)
+        self.profile = profile
         self._presets = presets
+        self._gates = gates
         self._timeout_seconds = timeout_seconds
         self._cache_seconds = cache_seconds
         self._check: asyncio.Task[bool] | None = None
@@ -53,6 +61,23 @@ class Readiness:
         if not self._presets.loaded:
             problems.append("presets not loaded")
         return problems
+
+    def preset_version(self) -> int | None:
+        """The loaded preset revision (``keyword_preset.version``), ``None`` before loading."""
+        return self._presets.snapshot().version if self._presets.loaded else None
+
+    def providers(self) -> dict[str, dict[str, object]]:
+        """``{"embedding": {...}, "judge": {...}}``, each ``{"available": bool,
+        "retryAfterSeconds": int | None, "reason": str | None}`` (the pinned ``/readyz``
+        shape)."""
+        return {
+            name: {
+                "available": gate.available,
+                "retryAfterSeconds": gate.retry_after_seconds(),
+                "reason": gate.reason,
+            }
+            for name, gate in self._gates.items()
+        }
 
     async def _database(self) -> str | None:
         fresh = time.monotonic() - self._checked_at < self._cache_seconds

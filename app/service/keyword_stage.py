@@ -13,9 +13,9 @@ from app.repository import stage_saves
 from app.repository.context_start import ContextStart
 from app.repository.stage_pool import StagePool
 from app.service import context_text
-from app.service.circuit_breaker import CircuitBreaker
 from app.service.judgment import map_verdict
 from app.service.presets import PresetCache
+from app.service.provider_gate import ProviderGate
 from app.service.requests import ProcessRequest
 from app.service.stage_claim import run_claimed
 from app.service.stage_limits import StageLimits
@@ -35,7 +35,7 @@ class KeywordStage:
         self,
         stage_pool: StagePool,
         judge: KeywordJudge,
-        breaker: CircuitBreaker,
+        gate: ProviderGate,
         presets: PresetCache,
         *,
         metrics: WorkerMetrics,
@@ -45,7 +45,7 @@ class KeywordStage:
     ) -> None:
         self._stage_pool = stage_pool
         self._judge = judge
-        self._breaker = breaker
+        self._gate = gate
         self._presets = presets
         self._limits = limits
         self._top_k = top_k
@@ -92,7 +92,7 @@ class KeywordStage:
             text = context_text.prepare_for_embedding(
                 request.text, max_chars=self._limits.max_input_chars
             )
-            verdict = await self._breaker.call(lambda: self._judge.judge(text, candidates))
+            verdict = await self._gate.call(lambda: self._judge.judge(text, candidates))
             judgment = map_verdict(verdict, {candidate.id for candidate in candidates})
             if judgment.dropped:
                 for reason, count in judgment.dropped.items():

@@ -2,7 +2,9 @@
 
 Errors carry fixed messages naming the layer, for the HTTP mapping in ``main.py`` (§6):
 ``ProfileMismatchError`` / ``InvalidInputError`` -> 422, ``PermanentError`` -> 502,
-``TransientError`` -> 503. Neither the query nor upstream text reaches a log or a message.
+``TransientError`` -> 503: a provider-wide fault too (H2: never 502), and
+``ProviderGateClosed`` while the embedding provider is unavailable, with the gate's
+``Retry-After``. Neither the query nor upstream text reaches a log or a message.
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ from app.errors import (
     InvalidInputError,
     PermanentError,
     ProfileMismatchError,
+    ProviderGateClosed,
+    ProviderUnavailableError,
     TransientError,
 )
 from app.metrics import WorkerMetrics, search_outcome
@@ -24,7 +28,7 @@ from app.repository import context_embedding
 from app.repository.context_embedding import SearchHit
 from app.repository.db import autocommit
 from app.service import context_text
-from app.service.circuit_breaker import CircuitBreaker
+from app.service.provider_gate import ProviderGate
 from pinlog_platform.db.sqlstates import worth_one_retry
 
 logger = logging.getLogger(__name__)
@@ -38,7 +42,7 @@ class SearchService:
         self,
         engine: AsyncEngine,
         provider: EmbeddingProvider,
-        breaker: CircuitBreaker,
+        gate: ProviderGate,
         *,
         metrics: WorkerMetrics,
         profile: str,
@@ -46,7 +50,7 @@ class SearchService:
     ) -> None:
         self._engine = engine
         self._provider = provider
-        self._breaker = breaker
+        self._gate = gate
         self._profile = profile
         self._max_input_chars = max_input_chars
         self._latency = metrics.search
@@ -87,7 +91,24 @@ class SearchService:
         except InvalidInputError as exc:
             raise InvalidInputError(f"query {exc}") from None
         try:
-            (vector,) = await self._breaker.call(lambda: self._provider.embed([text]))
+            (vector,) = await self._gate.call(lambda: self._provider.embed([text]))
+        except ProviderGateClosed as exc:
+            # Refused without a call while the embedding provider is unavailable (H2 item 3).
+            raise ProviderGateClosed(
+                "embedding upstream unavailable", retry_after_seconds=exc.retry_after_seconds
+            ) from None
+        except ProviderUnavailableError as exc:
+            # Provider-wide (key, quota, model, parameter): 503 like any outage, never 502.
+            logger.error(
+                "search embedding provider-wide fault: status=%s code=%s type=%s param=%s "
+                "reason=%s",
+                exc.status,
+                exc.code,
+                exc.error_type,
+                exc.param,
+                exc.reason,
+            )
+            raise TransientError("embedding upstream unavailable") from None
         except TransientError as exc:
             logger.warning("search embedding transient failure: cause=%s", exc)
             raise TransientError("embedding upstream unavailable") from None

@@ -1,10 +1,16 @@
-"""What a stage does with an error, by class (§6): one place for the whole pipeline.
+"""What a stage does with an error, by class (§6 with the H2 deviation): one place for the
+whole pipeline.
 
-permanent -> ``PROCESSING -> FAILED`` (guarded; a concurrent ``CANCELLED`` wins), ERROR log;
+permanent -> ``PROCESSING -> FAILED`` with its ``FailureReason`` in the same statement
+(guarded; a concurrent ``CANCELLED`` wins), ERROR log, ``pinlog_stage_failures_total``;
 bad input -> the same, WARNING log (the caller's text, not our fault, FC-09);
-transient -> stage left ``PROCESSING`` for the rescan, WARNING log;
-provider protocol fault or a bug of ours -> left ``PROCESSING``, ERROR log (FC-01).
-Log lines carry the context id, the stage and the error class; never user text.
+provider-wide fault (key, quota, model, parameter, endpoint, protocol) -> left ``PROCESSING``,
+one ERROR line naming provider, status, ``error.code``, ``error.type``, ``error.param``;
+provider unavailable (its gate is open: no call made) -> left ``PROCESSING``, WARNING;
+transient -> left ``PROCESSING`` for the rescan, WARNING;
+a bug of ours -> left ``PROCESSING``, ERROR with traceback (FC-01).
+Log lines carry the context id, the stage and the error class; never user text, the prompt or
+a provider's message.
 """
 
 from __future__ import annotations
@@ -14,13 +20,16 @@ import logging
 from app.errors import (
     InvalidInputError,
     PermanentError,
+    ProviderGateClosed,
     ProviderProtocolError,
+    ProviderUnavailableError,
     TransientError,
 )
 from app.metrics import StageMetrics
 from app.repository import context_ai_state
 from app.repository.stage_pool import StagePool
 from pinlog_platform.states import Stage
+from pinlog_platform.states.failure_reasons import FailureReason
 
 logger = logging.getLogger(__name__)
 
@@ -34,27 +43,46 @@ async def settle(
     attempt: int,
     counts: StageMetrics,
 ) -> None:
-    """Apply the §6 rule for ``exc`` raised while ``stage`` of ``context_id`` was ours under
+    """Apply the rule for ``exc`` raised while ``stage`` of ``context_id`` was ours under
     claim ``attempt`` (a superseded attempt marks nothing); the outcome is counted in
-    ``counts`` (``failed`` or ``transient``)."""
+    ``counts`` (``failed`` with its reason, or ``transient``)."""
     if isinstance(exc, PermanentError):
         level = logging.WARNING if isinstance(exc, InvalidInputError) else logging.ERROR
-        failed = await _fail(stage_pool, stage, context_id, attempt)
+        failed = await _fail(stage_pool, stage, context_id, attempt, exc.reason)
         counts.failed.inc()
+        if failed:
+            counts.failure_reasons[exc.reason].inc()
         logger.log(
             level,
-            "stage failed permanently: context_id=%d stage=%s cause=%s reason=%s marked=%s",
+            "stage failed permanently: context_id=%d stage=%s cause=%s reason=%s code=%s marked=%s",
             context_id,
             stage.label,
             type(exc).__name__,
             exc,
+            exc.reason,
             "FAILED" if failed else "unchanged",
         )
         return
     counts.transient.inc()
-    if isinstance(exc, ProviderProtocolError):
+    if isinstance(exc, ProviderUnavailableError):
         logger.error(
-            "provider protocol fault, stage left PROCESSING: context_id=%d stage=%s reason=%s",
+            "%s, stage left PROCESSING: context_id=%d stage=%s provider=%s "
+            "status=%s code=%s type=%s param=%s reason=%s",
+            "provider protocol fault"
+            if isinstance(exc, ProviderProtocolError)
+            else "provider-wide fault",
+            context_id,
+            stage.label,
+            exc.layer,
+            exc.status,
+            exc.code,
+            exc.error_type,
+            exc.param,
+            exc.reason,
+        )
+    elif isinstance(exc, ProviderGateClosed):
+        logger.warning(
+            "provider unavailable, stage left PROCESSING: context_id=%d stage=%s reason=%s",
             context_id,
             stage.label,
             exc,
@@ -77,9 +105,13 @@ async def settle(
         )
 
 
-async def _fail(stage_pool: StagePool, stage: Stage, context_id: int, attempt: int) -> bool:
+async def _fail(
+    stage_pool: StagePool, stage: Stage, context_id: int, attempt: int, reason: FailureReason
+) -> bool:
     try:
-        return await context_ai_state.fail(stage_pool, stage, context_id, attempt=attempt) == 1
+        affected = await context_ai_state.fail(
+            stage_pool, stage, context_id, attempt=attempt, reason=reason
+        )
     except TransientError as exc:
         logger.warning(
             "could not mark FAILED, stage left PROCESSING: context_id=%d stage=%s reason=%s",
@@ -88,3 +120,4 @@ async def _fail(stage_pool: StagePool, stage: Stage, context_id: int, attempt: i
             exc,
         )
         return False
+    return affected == 1

@@ -41,10 +41,21 @@ class LimitSettings(BaseModel):
     )
 
     breaker_threshold: int = Field(
-        default=5, ge=1, description="Consecutive provider-wide refusals that open it"
+        default=5,
+        ge=1,
+        description="Consecutive provider-wide faults that make a provider unavailable (H2)",
     )
     breaker_cooldown_seconds: float = Field(
-        default=60.0, ge=0, description="Open breaker's wait before one probe call (§6)"
+        default=60.0,
+        ge=0,
+        description="Seconds between the worker's own probes of an unavailable provider (H2)",
+    )
+    refuse_while_provider_unavailable: bool = Field(
+        default=True,
+        description=(
+            "Answer process requests 503 + Retry-After while a provider is unavailable; turn "
+            "off only for a core that spends a retry per refused dispatch (H2)"
+        ),
     )
 
     embedding_max_input_chars: int = Field(

@@ -3,6 +3,7 @@ their errors to statuses (422 validation, 401 token, 404 not yours or missing, 4
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from typing import Annotated
 
 from fastapi import APIRouter, Path, Response, status
@@ -12,6 +13,7 @@ from core_service.api.authentication import AuthenticatedRoute
 from core_service.api.dependencies import Lifecycle, MemberId, Reader, Search
 from core_service.api.schemas import (
     BIGINT_MAX,
+    AiItem,
     ContextBody,
     ContextIdOnly,
     ContextItem,
@@ -24,6 +26,7 @@ from core_service.api.schemas import (
     SearchResultItem,
     SearchResults,
 )
+from core_service.service.record_reads import summarize
 
 Id = Annotated[int, Path(ge=1, le=BIGINT_MAX)]
 
@@ -106,7 +109,12 @@ async def get_record(record_id: Id, member_id: MemberId, reader: Reader) -> Reco
         record_id=view.record_id,
         place=PlaceItem(external_place_id=view.external_place_id, name=view.place_name),
         contexts=[
-            ContextItem(context_id=c.context_id, body=c.body, created_at=c.created_at)
+            ContextItem(
+                context_id=c.context_id,
+                body=c.body,
+                created_at=c.created_at,
+                ai=None if c.ai is None else AiItem(**asdict(summarize(c.ai))),
+            )
             for c in view.contexts
         ],
         keywords=[

@@ -54,12 +54,22 @@ class ContextIdOnly(BaseModel):
     context_id: int = Field(serialization_alias="contextId")
 
 
+class AiItem(BaseModel):
+    """A context's AI state for its owner (H2 item 4): exactly ``state``, plus ``stage`` and
+    ``reason`` when ``state`` is ``failed`` (``None`` fields are left out of the body)."""
+
+    state: str
+    stage: str | None = None
+    reason: str | None = None
+
+
 class ContextItem(BaseModel):
-    """``body`` is absent from another member's view."""
+    """``body`` and ``ai`` are absent from another member's view."""
 
     context_id: int = Field(serialization_alias="contextId")
     body: str | None = None
     created_at: datetime = Field(serialization_alias="createdAt")
+    ai: AiItem | None = None
 
 
 class KeywordItem(BaseModel):

@@ -24,6 +24,8 @@ from dataclasses import dataclass
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from pinlog_platform.states.failure_reasons import FailureReason
+
 # Create: both stages PENDING, no retries spent, the owner as the core knows it (§9 Create).
 INSERT_PENDING_STATE = text(
     """
@@ -87,8 +89,9 @@ CLAIM_STALE = text(
     """
 )
 
-# Finalizer (§9 step 1): exhausted stale rows get their unfinished stages FAILED, by
-# whitelist, so COMPLETED, FAILED and CANCELLED are never overwritten.
+# Finalizer (§9 step 1): exhausted stale rows get their unfinished stages FAILED with the
+# reason :reason (retries_exhausted, H2 item 4), by whitelist, so COMPLETED, FAILED and
+# CANCELLED are never overwritten.
 FINALIZE_EXHAUSTED = text(
     """
     WITH exhausted AS (
@@ -103,8 +106,12 @@ FINALIZE_EXHAUSTED = text(
     UPDATE ai.context_ai_state AS s
     SET embedding_status = CASE WHEN s.embedding_status IN ('PENDING', 'PROCESSING')
                                 THEN 'FAILED' ELSE s.embedding_status END,
+        embedding_failure = CASE WHEN s.embedding_status IN ('PENDING', 'PROCESSING')
+                                 THEN :reason ELSE s.embedding_failure END,
         keyword_status = CASE WHEN s.keyword_status IN ('PENDING', 'PROCESSING')
                               THEN 'FAILED' ELSE s.keyword_status END,
+        keyword_failure = CASE WHEN s.keyword_status IN ('PENDING', 'PROCESSING')
+                               THEN :reason ELSE s.keyword_failure END,
         updated_at = now()
     FROM exhausted
     WHERE s.context_id = exhausted.context_id
@@ -113,7 +120,8 @@ FINALIZE_EXHAUSTED = text(
 )
 
 # A keyword stage that can never run (its claim needs embedding COMPLETED, but the embedding
-# stage FAILED for good) is closed at once instead of being re-requested (docs/rescan.md).
+# stage FAILED for good) is closed at once with the reason :reason (embedding_failed) instead
+# of being re-requested (docs/rescan.md).
 CLOSE_BLOCKED_KEYWORD_STAGES = text(
     """
     WITH blocked AS (
@@ -124,7 +132,7 @@ CLOSE_BLOCKED_KEYWORD_STAGES = text(
         FOR UPDATE SKIP LOCKED
     )
     UPDATE ai.context_ai_state AS s
-    SET keyword_status = 'FAILED', updated_at = now()
+    SET keyword_status = 'FAILED', keyword_failure = :reason, updated_at = now()
     FROM blocked
     WHERE s.context_id = blocked.context_id
     RETURNING s.context_id
@@ -176,7 +184,12 @@ async def finalize_exhausted(
     conn: AsyncConnection, *, expiries: Expiries, max_retry: int, batch_size: int
 ) -> list[int]:
     """Fail the unfinished stages of up to ``batch_size`` exhausted stale rows; their ids."""
-    params = {"max_retry": max_retry, "batch_size": batch_size, **expiries.as_params()}
+    params = {
+        "max_retry": max_retry,
+        "batch_size": batch_size,
+        "reason": FailureReason.RETRIES_EXHAUSTED.value,
+        **expiries.as_params(),
+    }
     return [
         int(context_id) for context_id in (await conn.execute(FINALIZE_EXHAUSTED, params)).scalars()
     ]
@@ -184,5 +197,6 @@ async def finalize_exhausted(
 
 async def close_blocked_keyword_stages(conn: AsyncConnection, *, batch_size: int) -> list[int]:
     """Fail up to ``batch_size`` keyword stages whose embedding stage ``FAILED``; their ids."""
-    result = await conn.execute(CLOSE_BLOCKED_KEYWORD_STAGES, {"batch_size": batch_size})
+    params = {"batch_size": batch_size, "reason": FailureReason.EMBEDDING_FAILED.value}
+    result = await conn.execute(CLOSE_BLOCKED_KEYWORD_STAGES, params)
     return [int(context_id) for context_id in result.scalars()]

@@ -2,8 +2,9 @@
 
 One statement for any number of records. Keyword rules are whitelists in SQL: the context is
 active, its ``keyword_status = 'COMPLETED'``, the preset is active, and its visibility is
-``PUBLIC``, or ``PRIVATE_ONLY`` when the viewer owns the record. Bodies are read only for the
-owner. Empty lists are ``[]``, never ``null``.
+``PUBLIC``, or ``PRIVATE_ONLY`` when the viewer owns the record. Bodies and each context's AI
+state (statuses and failure reasons, H2 item 4) are read only for the owner. Empty lists are
+``[]``, never ``null``.
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ from datetime import datetime
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from pinlog_platform.states import Stage, Status
+
 LOAD_RECORD_VIEWS = text(
     """
     SELECT r.id AS record_id, r.member_id, p.external_place_id, p.name AS place_name,
@@ -23,7 +26,14 @@ LOAD_RECORD_VIEWS = text(
                SELECT json_agg(json_build_object(
                           'contextId', c.id,
                           'body', CASE WHEN r.member_id = :viewer_id THEN c.body END,
-                          'createdAt', c.created_at)
+                          'createdAt', c.created_at,
+                          'ai', CASE WHEN r.member_id = :viewer_id THEN (
+                              SELECT json_build_object(
+                                         'embedding_status', s.embedding_status,
+                                         'keyword_status', s.keyword_status,
+                                         'embedding_failure', s.embedding_failure,
+                                         'keyword_failure', s.keyword_failure)
+                              FROM ai.context_ai_state AS s WHERE s.context_id = c.id) END)
                       ORDER BY c.created_at, c.id)
                FROM core.context AS c
                WHERE c.record_id = r.id AND c.deleted_at IS NULL
@@ -55,10 +65,28 @@ LOAD_RECORD_VIEWS = text(
 
 
 @dataclass(frozen=True, slots=True)
+class AiStatuses:
+    """A context's ``ai.context_ai_state`` as stored: statuses and failure reason codes."""
+
+    embedding_status: Status
+    keyword_status: Status
+    embedding_failure: str | None
+    keyword_failure: str | None
+
+    def status(self, stage: Stage) -> Status:
+        return self.embedding_status if stage is Stage.EMBEDDING else self.keyword_status
+
+    def failure(self, stage: Stage) -> str | None:
+        return self.embedding_failure if stage is Stage.EMBEDDING else self.keyword_failure
+
+
+@dataclass(frozen=True, slots=True)
 class ContextView:
     context_id: int
     body: str | None  # None unless the viewer owns the record
     created_at: datetime
+    # None unless the viewer owns the record (or the context has no state row)
+    ai: AiStatuses | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,6 +111,17 @@ def _decode(value: object) -> list[dict]:
     return json.loads(value) if isinstance(value, str) else list(value or [])
 
 
+def _statuses(item: dict | None) -> AiStatuses | None:
+    if item is None:
+        return None
+    return AiStatuses(
+        Status(item["embedding_status"]),
+        Status(item["keyword_status"]),
+        item["embedding_failure"],
+        item["keyword_failure"],
+    )
+
+
 async def load(
     conn: AsyncConnection, *, viewer_id: int, record_ids: Sequence[int]
 ) -> list[RecordView]:
@@ -95,6 +134,7 @@ async def load(
                 context_id=int(item["contextId"]),
                 body=item["body"],
                 created_at=datetime.fromisoformat(item["createdAt"]),
+                ai=_statuses(item["ai"]),
             )
             for item in _decode(row.contexts)
         )

@@ -1,17 +1,47 @@
-"""A record as a member sees it (§9 "Keyword read rules"): the owner sees bodies and
-``PUBLIC`` + ``PRIVATE_ONLY`` keywords; another member sees neither bodies nor private
-keywords. A record without finished AI reads fine with ``keywords: []`` (scenario 21)."""
+"""A record as a member sees it (§9 "Keyword read rules"): the owner sees bodies,
+``PUBLIC`` + ``PRIVATE_ONLY`` keywords and each context's AI state (``summarize``, H2 item 4);
+another member sees neither bodies, private keywords nor AI states. A record without finished
+AI reads fine with ``keywords: []`` (scenario 21)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from core_service.errors import NotFoundError
 from core_service.repository import record_view
 from core_service.repository.db import autocommit
-from core_service.repository.record_view import RecordView
+from core_service.repository.record_view import AiStatuses, RecordView
+from pinlog_platform.states import STAGE_ORDER, Status
+from pinlog_platform.states.failure_reasons import FailureReason
+
+
+@dataclass(frozen=True, slots=True)
+class AiSummary:
+    """A context's AI progress as its owner sees it (H2 item 4): ``state`` is ``failed`` if
+    any stage is ``FAILED`` (the first in stage order gives ``stage`` and ``reason``; a row
+    failed before reasons were stored reads ``unknown``), ``completed`` if every stage is,
+    ``processing`` if any stage is, else ``pending``. ``stage`` and ``reason`` are ``None``
+    unless failed."""
+
+    state: str
+    stage: str | None = None
+    reason: str | None = None
+
+
+def summarize(statuses: AiStatuses) -> AiSummary:
+    """The owner's ``ai`` object of one context from its stored statuses."""
+    for stage in STAGE_ORDER:
+        if statuses.status(stage) is Status.FAILED:
+            reason = statuses.failure(stage) or FailureReason.UNKNOWN.value
+            return AiSummary("failed", stage.label, reason)
+    if all(statuses.status(stage) is Status.COMPLETED for stage in STAGE_ORDER):
+        return AiSummary("completed")
+    if any(statuses.status(stage) is Status.PROCESSING for stage in STAGE_ORDER):
+        return AiSummary("processing")
+    return AiSummary("pending")
 
 
 class RecordReader:

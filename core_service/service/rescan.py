@@ -28,6 +28,7 @@ from core_service.repository.context_ai_state import Expiries
 from core_service.repository.db import autocommit, transaction
 from core_service.service.dispatch import DispatchRequest, DispatchResult, WorkerDispatcher
 from pinlog_platform.states import Stage, Status
+from pinlog_platform.states.failure_reasons import FailureReason
 
 logger = logging.getLogger(__name__)
 
@@ -48,6 +49,15 @@ class RescanReport:
     dispatch_failed: int = 0
     skipped_deleted: int = 0
     skipped_missing: int = 0
+
+    @property
+    def finalized_by_reason(self) -> dict[str, int]:
+        """Contexts this run failed, by the reason code written: ``retries_exhausted`` (the
+        finalizer) and ``embedding_failed`` (keyword stages that can never run)."""
+        return {
+            FailureReason.RETRIES_EXHAUSTED.value: self.finalized,
+            FailureReason.EMBEDDING_FAILED.value: self.blocked_closed,
+        }
 
     @property
     def anything_happened(self) -> bool:

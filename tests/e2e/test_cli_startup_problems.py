@@ -14,10 +14,11 @@ import sys
 from dataclasses import dataclass
 
 import pytest
+from sqlalchemy import text
 from sqlalchemy.engine import make_url
 
 from pinlog_platform.cli import exit_codes
-from tests.fake_openai import Scripted
+from tests.fake_openai import Scripted, error_body
 from tests.worker.harness import SECRET
 
 KEY = "sk-cli-test-key-do-not-print"
@@ -159,3 +160,35 @@ async def test_presets_load_with_a_refusing_provider_is_exit_5(engine, fake_open
     outcome = await _cli(["presets", "load"], env)
 
     _assert_one_clean_line(outcome, exit_codes.PROVIDER, "embedding upstream 401")
+
+
+async def test_presets_load_with_an_exhausted_quota_is_one_line_exit_5_nothing_written(
+    engine, fake_openai
+):
+    """H2 item 5: ``429 insufficient_quota`` is not a rate limit: one call (no retries), one
+    line naming the class, exit 5, no preset row written."""
+    fake_openai.set_fault(
+        "embeddings",
+        Scripted(
+            status=429,
+            json=error_body(
+                "You exceeded your current quota", type="insufficient_quota",
+                code="insufficient_quota",
+            ),
+        ),
+    )  # fmt: skip
+    env = _worker_env(
+        engine.url.render_as_string(hide_password=False),
+        PINLOG_EMBEDDING_BASE_URL=fake_openai.base_url,
+        PINLOG_PROVIDER_MAX_RETRIES="2",
+    )
+
+    outcome = await _cli(["presets", "load"], env)
+
+    _assert_one_clean_line(
+        outcome, exit_codes.PROVIDER, "embedding upstream 429: provider-wide (quota)"
+    )
+    assert all("exceeded your current quota" not in line for line in outcome.lines)
+    assert fake_openai.embedding_calls == 1
+    async with engine.connect() as conn:
+        assert (await conn.execute(text("SELECT count(*) FROM ai.keyword_preset"))).scalar() == 0

@@ -182,6 +182,21 @@ async def fetch_state(engine: AsyncEngine, context_id: int) -> tuple[str, str]:
     return row.embedding_status, row.keyword_status
 
 
+async def failure_reasons(engine: AsyncEngine, context_id: int) -> tuple[str | None, str | None]:
+    """``(embedding_failure, keyword_failure)`` of one state row (H2 item 4)."""
+    async with engine.connect() as conn:
+        row = (
+            await conn.execute(
+                text(
+                    "SELECT embedding_failure, keyword_failure FROM ai.context_ai_state "
+                    "WHERE context_id = :id"
+                ),
+                {"id": context_id},
+            )
+        ).one()
+    return row.embedding_failure, row.keyword_failure
+
+
 async def count_rows(engine: AsyncEngine, table: str, context_id: int) -> int:
     async with engine.connect() as conn:
         return (

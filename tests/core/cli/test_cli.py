@@ -14,6 +14,7 @@ from app.repository.db import create_engine
 from pinlog_platform import schema as migrations
 from tests.core.harness import JWT_SECRET
 from tests.worker.harness import PROFILE, SECRET
+from tests.worker.support import make_state
 
 CORE = [sys.executable, "-m", "core_service.cli"]
 WORKER = [sys.executable, "-m", "app.cli"]
@@ -110,6 +111,8 @@ async def test_token_creates_the_member_and_prints_only_the_token(engine, migrat
 
 
 async def test_rescan_once_prints_its_counts(engine, migrated_database):
+    """Its own counts, and what this pass finalized by reason code (H2 item 4)."""
+    await make_state(engine, context_id=1, retry_count=3, updated_seconds_ago=10_000)
     env = _environment(
         PINLOG_CORE_DATABASE_URL=migrated_database,
         PINLOG_CORE_WORKER_BASE_URL="http://127.0.0.1:9",
@@ -121,7 +124,8 @@ async def test_rescan_once_prints_its_counts(engine, migrated_database):
     code, out, err = await _run([*CORE, "rescan", "--once"], env)
 
     assert code == 0, err
-    assert out.startswith("closed 0 blocked keyword stage(s), finalized 0, claimed 0")
+    assert out.startswith("closed 0 blocked keyword stage(s), finalized 1, claimed 0")
+    assert out.splitlines()[1] == "finalized by reason: retries_exhausted=1 embedding_failed=0"
 
 
 async def test_configuration_and_database_problems_are_one_line_with_distinct_exit_codes():

@@ -16,7 +16,7 @@ from core_service.repository.db import create_engine
 from core_service.service.dispatch import WorkerDispatcher
 from tests.core import support as facts
 from tests.core.harness import bearer, core_settings
-from tests.worker.support import make_state, set_statuses
+from tests.worker.support import failure_reasons, make_state, set_statuses
 
 PENDING_STALE = 301  # seconds: past the 300 s PENDING expiry
 PROCESSING_STALE = 601  # seconds: past the 600 s PROCESSING expiry
@@ -165,7 +165,13 @@ async def test_finalizer_fails_only_unfinished_stages(core_with_fake_worker, eng
 
     for case, expected in cases.items():
         assert (await facts.state(engine, ids[case])).statuses == expected, case
+        # H2 item 4: each stage the finalizer failed says retries_exhausted; no other changed.
+        reasons = await failure_reasons(engine, ids[case])
+        for before, after, reason in zip(case[:2], expected, reasons, strict=True):
+            changed = before != after
+            assert reason == ("retries_exhausted" if changed else None), case
     assert (report.finalized, report.claimed) == (3, 0)
+    assert report.finalized_by_reason == {"retries_exhausted": 3, "embedding_failed": 0}
 
 
 async def test_cancelled_wins_over_a_finalizer_running_meanwhile(core_with_fake_worker, engine):
@@ -232,6 +238,9 @@ async def test_a_keyword_stage_that_can_never_run_is_closed_at_once_and_never_di
     state = await facts.state(engine, context_id)
     assert (first.blocked_closed, first.claimed, second.claimed) == (1, 0, 0)
     assert (state.statuses, state.retry_count) == (("FAILED", "FAILED"), 0)
+    # set_statuses wrote the embedding FAILED without a reason: a row from before 0010.
+    assert await failure_reasons(engine, context_id) == (None, "embedding_failed")
+    assert first.finalized_by_reason == {"retries_exhausted": 0, "embedding_failed": 1}
     assert fake_worker.context_ids() == [context_id]
 
 

@@ -16,11 +16,21 @@ async def test_healthz_answers_200(worker):
     assert response.json() == {"status": "ok"}
 
 
+AVAILABLE = {"available": True, "retryAfterSeconds": None, "reason": None}
+
+
 async def test_readyz_answers_200_when_database_and_presets_are_ready(worker):
+    """The pinned body (H2 item 3): exactly these keys, both providers available."""
     response = await worker.client.get("/readyz")
 
     assert response.status_code == 200
-    assert response.json() == {"status": "ready", "mode": "online"}
+    assert response.json() == {
+        "status": "ready",
+        "mode": "online",
+        "profile": "openai-text-embedding-3-small-1536-cosine-v1",
+        "presetVersion": 1,
+        "providers": {"embedding": AVAILABLE, "judge": AVAILABLE},
+    }
 
 
 async def test_startup_fails_with_configuration_error_when_no_presets_are_stored(

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import threading
 
-from tests.fake_openai import Scripted
+import numpy as np
+
+from tests.fake_openai import Scripted, embedding_body, error_body
 from tests.worker.harness import PROFILE, SECRET, RunningWorker
 from tests.worker.support import fetch_state, make_state, wait_for
 
@@ -72,11 +74,11 @@ async def test_provider_failures_are_counted_by_class_and_settle_the_stage(
     engine, worker, fake_openai
 ):
     """Embedding 503 (transient: left ``PROCESSING``), then for another context a judge 400
-    (permanent: keyword ``FAILED``)."""
+    naming the note (input: keyword ``FAILED`` with ``input_rejected``, counted by reason)."""
     await make_state(engine, context_id=1)
     await make_state(engine, context_id=2)
     fake_openai.script_embeddings(Scripted(status=503))
-    fake_openai.script_judge(Scripted(status=400))
+    fake_openai.script_judge(Scripted(status=400, json=error_body("bad", param="messages")))
 
     await worker.process(1, NOTE)
     await worker.process(2, NOTE)
@@ -86,7 +88,7 @@ async def test_provider_failures_are_counted_by_class_and_settle_the_stage(
     errors = "pinlog_provider_errors_total"
     assert await worker.metric(errors, provider="embedding", error="transient") == 1
     assert await worker.metric(errors, provider="embedding", error="permanent") == 0
-    assert await worker.metric(errors, provider="judge", error="permanent") == 1
+    assert await worker.metric(errors, provider="judge", error="invalid_input") == 1
     assert await worker.metric(errors, provider="judge", error="transient") == 0
     calls = "pinlog_provider_call_seconds_count"
     assert await worker.metric(calls, provider="embedding", outcome="error") == 1
@@ -97,11 +99,18 @@ async def test_provider_failures_are_counted_by_class_and_settle_the_stage(
     assert await worker.metric(outcomes, stage="embedding", outcome="completed") == 1
     assert await worker.metric(outcomes, stage="keyword", outcome="failed") == 1
     assert await worker.metric(outcomes, stage="keyword", outcome="completed") == 0
+    failures = "pinlog_stage_failures_total"
+    assert await worker.metric(failures, stage="keyword", reason="input_rejected") == 1
+    assert await worker.metric(failures, stage="embedding", reason="input_rejected") == 0
 
 
 async def test_search_latency_is_observed_by_outcome_and_status(engine, worker, fake_openai):
-    """200, 422 (another profile: no provider call), 503 (provider 500), 502 (provider 400)."""
-    fake_openai.script_embeddings(Scripted(status=200), Scripted(status=500), Scripted(status=400))
+    """200, 422 (another profile: no provider call), 503 (provider 500), 502 (a zero vector)."""
+    fake_openai.script_embeddings(
+        Scripted(status=200),
+        Scripted(status=500),
+        Scripted(json=embedding_body([np.zeros(1536)])),
+    )
 
     statuses = [
         await _search(worker),

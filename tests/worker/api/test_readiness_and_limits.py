@@ -96,7 +96,7 @@ async def _problems_for(port: int) -> tuple[float, list[str]]:
     probe_engine = create_engine(
         f"postgresql+asyncpg://worker@127.0.0.1:{port}/pinlog", pool_size=1
     )
-    readiness = Readiness(probe_engine, PresetCache(probe_engine, PROFILE))
+    readiness = Readiness(probe_engine, PresetCache(probe_engine, PROFILE), {}, profile=PROFILE)
     try:
         started = time.monotonic()
         problems = await readiness.problems()

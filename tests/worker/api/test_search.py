@@ -410,9 +410,10 @@ async def test_fc10_nfd_and_nfc_queries_send_identical_nfc_text_and_return_ident
     ("upstream_status", "error_type", "status", "detail"),
     [
         (503, "server_error", 503, "embedding upstream unavailable"),
-        (401, "invalid_api_key", 502, "embedding upstream failed"),
+        # Provider-wide (H2): 503 like an outage, never 502.
+        (401, "invalid_api_key", 503, "embedding upstream unavailable"),
     ],
-    ids=["transient-503", "permanent-502"],
+    ids=["transient-503", "provider-wide-401-503"],
 )
 async def test_s6_provider_failure_maps_to_a_fixed_body_without_upstream_text(
     engine, worker, fake_openai, caplog, upstream_status, error_type, status, detail
@@ -511,7 +512,9 @@ async def test_query_text_never_reaches_the_logs(engine, worker, fake_openai, ca
     """§6: neither a successful nor a failing (transient or permanent) search logs the query
     (our loggers at any level, every logger at INFO and above)."""
     await seed(engine, context_id=1, record_id=10, note=BEST)
-    fake_openai.script_embeddings(Scripted(status=503), Scripted(status=401))
+    fake_openai.script_embeddings(
+        Scripted(status=503), Scripted(json=embedding_body([np.zeros(DIMENSION)]))
+    )
 
     assert (await search(worker)).status_code == 503
     assert (await search(worker)).status_code == 502

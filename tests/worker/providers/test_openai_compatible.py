@@ -18,11 +18,10 @@ import numpy as np
 import pytest
 
 from app.errors import (
-    InvalidInputError,
     InvalidOutputError,
     PermanentError,
     ProviderProtocolError,
-    ProviderRefusedError,
+    ProviderUnavailableError,
     TransientError,
 )
 from app.metrics import WorkerMetrics
@@ -254,11 +253,11 @@ async def test_embed_503_is_transient_without_upstream_body_or_key(fake, embedde
 @pytest.mark.parametrize(
     ("status", "error_class"),
     [
-        (400, PermanentError),
-        (401, ProviderRefusedError),
-        (403, ProviderRefusedError),
-        (404, ProviderRefusedError),
-        (422, PermanentError),
+        (400, ProviderUnavailableError),
+        (401, ProviderUnavailableError),
+        (403, ProviderUnavailableError),
+        (404, ProviderUnavailableError),
+        (422, ProviderUnavailableError),
         (408, TransientError),
         (409, TransientError),
         (429, TransientError),
@@ -267,38 +266,15 @@ async def test_embed_503_is_transient_without_upstream_body_or_key(fake, embedde
     ],
 )
 async def test_embed_status_is_mapped_per_section_6(fake, embedder, status, error_class) -> None:
+    """A 4xx with no code and no param is provider-wide (H2: never a verdict on the note);
+    the full table is ``test_provider_answer_classes.py``."""
     fake.script_embeddings(Scripted(status=status, json={"error": {"message": UPSTREAM_SECRET}}))
 
     with pytest.raises(error_class) as caught:
         await embedder.embed(["메모"])
 
     assert type(caught.value) is error_class
-    assert str(caught.value) == f"embedding upstream {status}"
-
-
-@pytest.mark.parametrize(
-    ("code", "error_class"),
-    [
-        ("model_not_found", ProviderRefusedError),
-        ("invalid_api_key", ProviderRefusedError),
-        ("context_length_exceeded", InvalidInputError),
-        ("content_filter", PermanentError),
-    ],
-)
-async def test_a_400_is_provider_wide_only_for_key_and_model_codes(
-    fake, embedder, code, error_class
-) -> None:
-    """Issue 7 item 1b: the breaker counts only refusals every call would get; a 400 about
-    one input is ``InvalidInputError`` (too long: WARNING, FC-09) or ``PermanentError``."""
-    fake.script_embeddings(
-        Scripted(status=400, json={"error": {"message": UPSTREAM_SECRET, "code": code}})
-    )
-
-    with pytest.raises(error_class) as caught:
-        await embedder.embed(["메모"])
-
-    assert type(caught.value) is error_class
-    assert str(caught.value).startswith("embedding upstream 400")
+    assert str(caught.value).startswith(f"embedding upstream {status}")
     assert UPSTREAM_SECRET not in str(caught.value)
 
 
@@ -525,13 +501,13 @@ async def test_judge_body_without_choices_is_protocol_error(fake, judge) -> None
         await judge.judge("메모", CANDIDATES)
 
 
-async def test_judge_401_is_permanent_without_upstream_body(fake, judge) -> None:
+async def test_judge_401_is_provider_wide_without_upstream_body(fake, judge) -> None:
     fake.script_judge(Scripted(status=401, json={"error": {"message": UPSTREAM_SECRET}}))
 
-    with pytest.raises(PermanentError) as caught:
+    with pytest.raises(ProviderUnavailableError) as caught:
         await judge.judge("메모", CANDIDATES)
 
-    assert str(caught.value) == "judge upstream 401"
+    assert str(caught.value) == "judge upstream 401: provider-wide (authentication)"
     assert UPSTREAM_SECRET not in "".join(traceback.format_exception(caught.value))
 
 

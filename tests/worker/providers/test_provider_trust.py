@@ -16,7 +16,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, RedirectResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from app.errors import ProviderProtocolError, ProviderRefusedError
+from app.errors import ProviderProtocolError, ProviderUnavailableError
 from app.providers.openai_compatible import OpenAIEmbedder
 from app.providers.openai_http import embedding_answer_cap
 from tests.worker.harness import serving
@@ -111,7 +111,7 @@ async def test_a_cross_origin_or_method_changing_redirect_is_a_provider_wide_err
     _, url, other = upstreams
     embedder = _embedder(f"{url}/{mode}")
     try:
-        with pytest.raises(ProviderRefusedError, match="redirect"):
+        with pytest.raises(ProviderUnavailableError, match="redirect"):
             await embedder.embed(["note"])
     finally:
         await embedder.aclose()

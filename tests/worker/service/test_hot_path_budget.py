@@ -9,7 +9,7 @@ import asyncio
 from sqlalchemy import event
 
 from tests.fake_openai import Scripted
-from tests.worker.service.test_circuit_breaker_rules import CONTEXT_LENGTH
+from tests.worker.service.test_input_faults import CONTEXT_LENGTH
 from tests.worker.support import fetch_state, make_state
 
 NOTE = "노트북 들고 공부하기 좋은 조용한 카페. 콘센트 많음."

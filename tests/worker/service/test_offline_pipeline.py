@@ -56,7 +56,11 @@ async def test_offline_worker_stores_padded_vector_and_a_fitting_keyword(engine,
         )
         await worker.drain()
 
-    assert ready.json() == {"status": "ready", "mode": "offline"}
+    assert {key: ready.json()[key] for key in ("status", "mode")} == {
+        "status": "ready",
+        "mode": "offline",
+    }
+    assert ready.json()["providers"]["judge"]["available"] is True
     assert response.status_code == 202
     assert await fetch_state(engine, 1) == ("COMPLETED", "COMPLETED")
     async with engine.connect() as conn:

@@ -12,7 +12,7 @@ import logging
 import numpy as np
 import pytest
 
-from tests.fake_openai import Scripted, candidate_ids, embedding_body
+from tests.fake_openai import Scripted, candidate_ids, embedding_body, error_body
 from tests.worker.harness import PROFILE
 from tests.worker.support import (
     app_records,
@@ -153,21 +153,28 @@ async def test_embedding_503_leaves_processing_with_warning_and_after_expiry_is_
     assert "context_id=1" in reclaims[0].getMessage()
 
 
-async def test_judge_401_fails_keyword_stage_and_keeps_embedding_completed(
+async def test_judge_401_leaves_keyword_stage_processing_and_keeps_embedding_completed(
     engine, worker, fake_openai, caplog
 ):
-    fake_openai.script_judge(Scripted(status=401))
+    """H2: a 401 is the provider's (the key), not the note's: keyword left ``PROCESSING`` for
+    a later attempt, one ERROR line naming provider, status and the error fields."""
+    fake_openai.script_judge(
+        Scripted(status=401, json=error_body("Incorrect API key", code="invalid_api_key"))
+    )
     await make_state(engine, context_id=1)
 
     await worker.process(1, NOTE)
 
-    assert await fetch_state(engine, 1) == ("COMPLETED", "FAILED")
+    assert await fetch_state(engine, 1) == ("COMPLETED", "PROCESSING")
     stored = await stored_embedding(engine, 1)
     assert stored is not None and stored.profile == PROFILE
     assert await count_rows(engine, "ai.context_keyword", 1) == 0
     assert await stored_analysis(engine, 1) is None
     (error,) = app_records(caplog, logging.ERROR)
-    assert "stage=keyword" in error.getMessage()
+    message = error.getMessage()
+    assert "stage=keyword provider=judge status=401 code=invalid_api_key" in message
+    assert "type=invalid_request_error param=None reason=authentication" in message
+    assert "Incorrect API key" not in caplog.text
 
 
 # --- FC-04 ----------------------------------------------------------------------------------
@@ -211,27 +218,24 @@ async def test_fc04_stored_preset_with_all_zero_embedding_is_never_a_candidate(
 async def test_breaker_threshold_3_stops_calls_after_3_errors_and_leaves_the_rest_processing(
     engine, make_worker, fake_openai, caplog
 ):
-    """Five contexts against a provider answering 401; the breaker opens at the third error.
+    """Five contexts against a provider answering 401; the gate opens at the third error.
 
-    The three errors up to the threshold are permanent for their own contexts (``FAILED``);
-    every later context stays ``PROCESSING`` for the rescan and no call is made once open.
+    Changed on purpose (H2, the §6 Deviation): no context ends ``FAILED`` for a provider-wide
+    fault, not even the first ``threshold`` ones; every context stays ``PROCESSING`` for a
+    later attempt and no call is made once open.
     """
-    fake_openai.script_embeddings(*(Scripted(status=401) for _ in range(5)))
-    async with make_worker(breaker_threshold=3) as worker:
+    fake_openai.set_fault("embeddings", Scripted(status=401))
+    async with make_worker(breaker_threshold=3, breaker_cooldown_seconds=600) as worker:
         for context_id in range(1, 6):
             await make_state(engine, context_id=context_id)
             await worker.process(context_id, f"{NOTE} #{context_id}")
 
-    assert [(await fetch_state(engine, i))[0] for i in range(1, 6)] == [
-        "FAILED",
-        "FAILED",
-        "FAILED",
-        "PROCESSING",
-        "PROCESSING",
-    ]
+    assert [(await fetch_state(engine, i))[0] for i in range(1, 6)] == ["PROCESSING"] * 5
     assert fake_openai.embedding_calls == 3
     assert fake_openai.judge_calls == 0
-    opened = [r for r in app_records(caplog, logging.ERROR) if "circuit opened" in r.getMessage()]
+    opened = [
+        r for r in app_records(caplog, logging.ERROR) if "provider unavailable" in r.getMessage()
+    ]
     assert len(opened) == 1
     for context_id in range(1, 6):
         await _assert_nothing_stored(engine, context_id)
@@ -252,7 +256,7 @@ async def test_logs_never_contain_api_keys_or_note_text_across_provider_faults(
     engine, make_worker, fake_openai, caplog
 ):
     fake_openai.script_embeddings(
-        Scripted(status=401),  # permanent
+        Scripted(status=401),  # provider-wide
         Scripted(status=503),  # transient
         Scripted(json={"object": "list", "data": [{"index": 0, "object": "embedding"}]}),
     )

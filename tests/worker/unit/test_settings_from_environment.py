@@ -75,6 +75,7 @@ def test_the_three_groups_cover_every_setting():
         "database_url",
         "internal_secret",
         "offline",
+        "refuse_while_provider_unavailable",
         "database_transaction_pooling",
         "embedding_provider",
         "embedding_base_url",

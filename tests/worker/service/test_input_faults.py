@@ -1,8 +1,8 @@
-"""The circuit breaker through the running worker (§6, issue 7 item 1).
+"""The provider gate through the running worker (§6, issue 7 item 1, H2).
 
-(a) A bad API key with four concurrent workers: after the cooldown exactly one probe reaches
-the provider, the others stay ``PROCESSING`` (transient) with no call. (b) Errors about one
-input (400 ``context_length_exceeded``) fail that stage only and never open the breaker.
+Errors about one input (400 ``context_length_exceeded``) fail that stage only, with the reason
+``input_too_long``, and never open the gate. Provider-wide faults:
+``test_provider_wide_faults.py``.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import logging
 
 from tests.fake_openai import Scripted
 from tests.worker.harness import PROFILE, SECRET, RunningWorker
-from tests.worker.support import app_records, arrived, fetch_state, make_state, release
+from tests.worker.support import app_records, failure_reasons, fetch_state, make_state
 
 NOTE = "노트북 들고 공부하기 좋은 조용한 카페. 콘센트 많음."
 CONTEXT_LENGTH = {
@@ -43,45 +43,6 @@ async def _wait_for(tasks: set[asyncio.Task], count: int) -> set[asyncio.Task]:
     return done
 
 
-async def test_bad_key_half_open_lets_one_probe_through_while_three_workers_stay_transient(
-    engine, make_worker, fake_openai, hold, caplog
-):
-    """Cooldown 0: half-open at once. Context 1's 401 opens the breaker (``FAILED``); of four
-    contexts processed concurrently one probes (held, then 401: ``FAILED``, open again) and
-    three stay ``PROCESSING`` without a call."""
-    probe = hold()
-    probe.status = 401
-    fake_openai.script_embeddings(Scripted(status=401), probe)
-    for context_id in range(1, 6):
-        await make_state(engine, context_id=context_id)
-    async with make_worker(
-        breaker_threshold=1, breaker_cooldown_seconds=0, worker_concurrency=4
-    ) as worker:
-        await worker.process(1, NOTE)
-        assert fake_openai.embedding_calls == 1
-        tasks = {asyncio.create_task(worker.process(i, f"{NOTE} #{i}")) for i in range(2, 6)}
-        await arrived(probe)
-        await _wait_for(tasks, 3)
-        calls_while_probing = fake_openai.embedding_calls
-        release(probe)
-        await asyncio.gather(*tasks)
-        circuit_open = await _circuit_open(worker, "embedding")
-        refusals = await _provider_errors(worker, "refused")
-
-    assert calls_while_probing == 2
-    states = [(await fetch_state(engine, i))[0] for i in range(2, 6)]
-    assert await fetch_state(engine, 1) == ("FAILED", "PENDING")
-    assert sorted(states) == ["FAILED", "PROCESSING", "PROCESSING", "PROCESSING"]
-    assert fake_openai.embedding_calls == 2
-    assert fake_openai.judge_calls == 0
-    assert circuit_open == 1
-    assert refusals == 2  # the first 401 and the probe's; no other call reached the provider
-    warnings = [r.getMessage() for r in app_records(caplog, logging.WARNING)]
-    assert sum("probe in flight" in m for m in warnings) == 3
-    assert sum("probe refused" in m for m in warnings) == 1
-    assert "sk-test-embedding-key" not in caplog.text
-
-
 async def test_context_length_errors_fail_their_own_stage_and_leave_the_breaker_closed(
     engine, make_worker, fake_openai, caplog
 ):
@@ -102,10 +63,11 @@ async def test_context_length_errors_fail_their_own_stage_and_leave_the_breaker_
         )
         circuit_open = await _circuit_open(worker, "embedding")
         input_errors = await _provider_errors(worker, "invalid_input")
-        refusals = await _provider_errors(worker, "refused")
+        refusals = await _provider_errors(worker, "provider_wide")
 
     for context_id in range(1, 6):
         assert await fetch_state(engine, context_id) == ("FAILED", "PENDING")
+        assert await failure_reasons(engine, context_id) == ("input_too_long", None)
     assert await fetch_state(engine, 6) == ("COMPLETED", "COMPLETED")
     assert circuit_open == 0
     assert (input_errors, refusals) == (5, 0)

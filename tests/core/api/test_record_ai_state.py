@@ -1,0 +1,68 @@
+"""The owner's record read shows each context's AI state (H2 item 4): ``{"state"}`` plus
+``stage`` and ``reason`` when failed; other members never see it."""
+
+from __future__ import annotations
+
+import pytest
+from sqlalchemy import text
+
+from core_service.repository.record_view import AiStatuses
+from core_service.service.record_reads import AiSummary, summarize
+from pinlog_platform.states import Status
+from tests.core.harness import bearer
+from tests.worker.support import set_statuses
+
+NOTE = "창가 자리 조용하고 콘센트 많음"
+P, R, C, F, X = (Status(s) for s in ("PENDING", "PROCESSING", "COMPLETED", "FAILED", "CANCELLED"))
+
+
+@pytest.mark.parametrize(
+    ("statuses", "expected"),
+    [
+        (AiStatuses(P, P, None, None), AiSummary("pending")),
+        (AiStatuses(R, P, None, None), AiSummary("processing")),
+        (AiStatuses(C, R, None, None), AiSummary("processing")),
+        (AiStatuses(C, P, None, None), AiSummary("pending")),
+        (AiStatuses(C, C, None, None), AiSummary("completed")),
+        (AiStatuses(C, F, None, "judge_refused"), AiSummary("failed", "keyword", "judge_refused")),
+        (
+            AiStatuses(F, F, "input_blank", "embedding_failed"),
+            AiSummary("failed", "embedding", "input_blank"),
+        ),
+        (AiStatuses(F, P, None, None), AiSummary("failed", "embedding", "unknown")),
+        (AiStatuses(X, X, None, None), AiSummary("pending")),
+    ],
+)
+def test_summary_rules(statuses, expected):
+    assert summarize(statuses) == expected
+
+
+async def test_owner_sees_state_stage_and_reason_other_members_see_no_ai(
+    core_with_fake_worker, engine
+):
+    core = core_with_fake_worker
+    created = (await core.create(1, NOTE, place="place-1")).json()
+    context_id, record_id = created["contextId"], created["recordId"]
+    url = f"/api/v1/records/{record_id}"
+
+    pending = (await core.client.get(url, headers=bearer(1))).json()
+    await set_statuses(
+        engine, context_id=context_id, embedding_status="COMPLETED", keyword_status="FAILED"
+    )
+    async with engine.begin() as conn:
+        await conn.execute(
+            text("UPDATE ai.context_ai_state SET keyword_failure = 'judge_truncated' "
+                 "WHERE context_id = :id"),
+            {"id": context_id},
+        )  # fmt: skip
+    failed = (await core.client.get(url, headers=bearer(1))).json()
+    other = (await core.client.get(url, headers=bearer(2))).json()
+
+    assert pending["contexts"][0]["ai"] == {"state": "pending"}
+    assert failed["contexts"][0]["ai"] == {
+        "state": "failed",
+        "stage": "keyword",
+        "reason": "judge_truncated",
+    }
+    assert "ai" not in other["contexts"][0]
+    assert "judge_truncated" not in str(other)
