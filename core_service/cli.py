@@ -157,12 +157,9 @@ def serve(
 
     _configure_logging()
     settings = _load(CoreSettings)
-    if not _run_with_database(lambda: _schema_present(settings)):
-        startup.fail(
-            PROGRAM,
-            exit_codes.DATABASE_NOT_READY,
-            ["database error: the schema is missing: run `pinlog-core db upgrade`"],
-        )
+    problem = _run_with_database(lambda: _schema_problem(settings))
+    if problem is not None:
+        startup.fail(PROGRAM, exit_codes.DATABASE_NOT_READY, [f"database error: {problem}"])
     from pinlog_platform.http.server import uvicorn_options
 
     uvicorn.run(
@@ -179,9 +176,9 @@ def serve(
     )
 
 
-async def _schema_present(settings) -> bool:
-    """Connect once: True when the core's tables exist. Driver errors propagate (exit 3 or 4
-    through ``_classify``)."""
+async def _schema_problem(settings) -> str | None:
+    """Connect once: what keeps ``serve`` from working (no schema, no privileges on it), or
+    ``None``. Driver errors propagate (exit 3 or 4 through ``_classify``)."""
     from sqlalchemy import text
 
     from core_service.repository.db import autocommit, create_engine
@@ -193,15 +190,25 @@ async def _schema_present(settings) -> bool:
     )
     try:
         async with autocommit(engine) as conn:
-            return bool((await conn.execute(text(SCHEMA_PRESENT))).scalar())
+            facts = (await conn.execute(text(SCHEMA_FACTS))).one()
     finally:
         await engine.dispose()
+    if facts.schemas and not facts.usage:
+        return _NOT_READY_STATES["42501"].removeprefix("database error: ")
+    if not facts.tables:
+        return "the schema is missing: run `pinlog-core db upgrade`"
+    return None
 
 
-# The tables ``serve`` needs (migrated by ``pinlog-core db upgrade``).
-SCHEMA_PRESENT = (
-    "SELECT to_regclass('core.context') IS NOT NULL AND to_regclass('ai.context_ai_state') "
-    "IS NOT NULL"
+# What ``serve`` needs (migrated by ``pinlog-core db upgrade``), and whether this role may use
+# it (without USAGE a table lookup reads as missing).
+SCHEMA_FACTS = (
+    "SELECT to_regnamespace('core') IS NOT NULL AND to_regnamespace('ai') IS NOT NULL "
+    "AS schemas, "
+    "CASE WHEN to_regnamespace('core') IS NULL THEN false "
+    "ELSE has_schema_privilege('core', 'USAGE') END AS usage, "
+    "to_regclass('core.context') IS NOT NULL AND to_regclass('ai.context_ai_state') IS NOT NULL "
+    "AS tables"
 )
 
 

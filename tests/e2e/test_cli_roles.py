@@ -96,3 +96,23 @@ async def test_pinlog_core_commands_as_the_worker_role_end_in_one_line(worker_ro
     code, lines = await _run("core_service.cli", ["rescan", "--once"], env)
     _no_traceback(lines)
     assert code in (0, exit_codes.DATABASE_NOT_READY) and len(lines) == 1, lines
+
+
+async def test_serve_and_doctor_as_the_worker_role(worker_role_url, fake_openai_server):
+    # pinlog-core serve checks its schema first: the worker's role may not use core.
+    env = {
+        "PINLOG_CORE_DATABASE_URL": worker_role_url,
+        "PINLOG_CORE_JWT_SECRET": JWT_SECRET,
+        "PINLOG_CORE_WORKER_BASE_URL": "http://127.0.0.1:9",
+        "PINLOG_CORE_INTERNAL_SECRET": SECRET,
+        "PINLOG_CORE_EMBEDDING_PROFILE": PROFILE,
+    }
+    code, lines = await _run("core_service.cli", ["serve", "--port", "9"], env)
+    _no_traceback(lines)
+    assert code == exit_codes.DATABASE_NOT_READY, lines
+    assert len(lines) == 1 and "lacks privileges on schema core" in lines[0], lines
+    # pinlog-ai doctor reads the ai schema only.
+    worker_env = {"PINLOG_DATABASE_URL": worker_role_url, "PINLOG_OFFLINE": "true"}
+    code, lines = await _run("app.cli", ["doctor"], worker_env)
+    _no_traceback(lines)
+    assert code == 0 and lines[-1] == "doctor: 0 violation(s)", lines
