@@ -62,9 +62,10 @@ def embedding_answer_cap(batch_size: int, dimension: int) -> int:
 
 
 def judge_answer_cap(top_k: int) -> int:
-    """The largest judge answer accepted: the chat envelope plus, per candidate, room for a
-    selection and an unmatched concept, twice over."""
-    return ENVELOPE_BYTES * 4 + top_k * 2048 * 2
+    """The largest judge answer accepted: 1 MiB for the chat envelope and a verbose answer
+    (reasoning text, escapes; hostile shapes must still reach the parser and be classified
+    there), plus 16 KiB per candidate."""
+    return 2**20 + top_k * 16384
 
 
 class JsonEndpointClient:
