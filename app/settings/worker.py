@@ -172,6 +172,22 @@ class MigrationSettings(BaseSettings):
         return value
 
 
+class DoctorSettings(MigrationSettings):
+    """What ``doctor`` reads: the database, the profile and column dimension it checks, and
+    the expiry that makes a PROCESSING stage stale (``PINLOG_OFFLINE=true`` selects the offline
+    profile, as for ``Settings``). No provider settings, no secret: doctor calls nobody."""
+
+    offline: bool = DeploymentSettings.model_fields["offline"]
+    embedding_profile: str = ProfileSettings.model_fields["embedding_profile"]
+    vector_dimension: int = ProfileSettings.model_fields["vector_dimension"]
+    processing_expiry_seconds: int = LimitSettings.model_fields["processing_expiry_seconds"]
+
+    @model_validator(mode="before")
+    @classmethod
+    def _apply_offline_switch(cls, data: Any) -> Any:
+        return DeploymentSettings._apply_offline_switch(data)
+
+
 class DatabaseSettings(BaseSettings):
     """Only the database URL (and the demo's optional secret), for commands that need
     nothing else (``db upgrade``, demo)."""
