@@ -45,6 +45,10 @@ EMPTY_MEANS_DEFAULT = {
     "max_header_bytes",
     "head_timeout",
     "timeout_keep_alive",
+    "search_keyword_match_threshold",
+    "search_similarity_floor",
+    "search_similarity_floor_word",
+    "search_top_ratio",
 }
 EMPTY_MEANS_UNSET = {"embedding_api_key", "judge_api_key"}
 EMPTY_IS_REFUSED = set(Settings.model_fields) - EMPTY_MEANS_DEFAULT - EMPTY_MEANS_UNSET
