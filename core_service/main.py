@@ -36,6 +36,7 @@ from core_service.ops import bind_ops_socket, readiness_problems, serving_ops
 from core_service.settings import CoreSettings
 from pinlog_platform.http.body_limit import BodySizeLimitMiddleware
 from pinlog_platform.http.probes import liveness
+from pinlog_platform.http.request_deadline import RequestDeadlineMiddleware
 from pinlog_platform.http.request_timing import RequestTimingMiddleware
 from pinlog_platform.http.security_headers import SecurityHeadersMiddleware
 from pinlog_platform.http.validation import validation_error
@@ -93,6 +94,15 @@ def create_app(
     app.include_router(router)
     # Added before the timing middleware, so inside it: a 413 is counted like any answer.
     app.add_middleware(BodySizeLimitMiddleware, max_bytes=settings.max_request_bytes)
+    # Every request ends within request_timeout_seconds (503 + Retry-After), except one that
+    # has begun to commit (docs/deployment.md, "Deadlines").
+    app.add_middleware(
+        RequestDeadlineMiddleware,
+        seconds=settings.request_timeout_seconds,
+        retry_after=RETRY_AFTER_SECONDS,
+        on_expiry=metrics.request_deadlines.inc,
+        on_commit_unknown=metrics.commits_outcome_unknown.inc,
+    )
 
     # Outermost: requests refused before routing (a declared 413) are timed too.
     app.add_middleware(RequestTimingMiddleware, histogram=metrics.http_requests)

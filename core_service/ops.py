@@ -22,20 +22,23 @@ from fastapi.responses import JSONResponse
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from pinlog_platform.db.engines import ACCEPTS_WRITES as ACCEPTS_WRITES_SQL
 from pinlog_platform.http.probes import liveness, metrics
 
 READINESS_TIMEOUT_SECONDS = 1.0
+ACCEPTS_WRITES = text(ACCEPTS_WRITES_SQL)
 
 
 async def readiness_problems(probe_engine: AsyncEngine) -> list[str]:
-    """What keeps the core from serving: ``["database"]`` unless it answers within 1 s."""
+    """What keeps the core from serving: ``["database"]`` unless it answers within 1 s and
+    accepts writes (not while the server is read-only, e.g. a standby after a failover)."""
     try:
         async with asyncio.timeout(READINESS_TIMEOUT_SECONDS):
             async with probe_engine.connect() as conn:
-                await conn.execute(text("SELECT 1"))
+                writable = (await conn.execute(ACCEPTS_WRITES)).scalar()
     except Exception:
-        return ["database"]
-    return []
+        writable = False
+    return [] if writable else ["database"]
 
 
 def bind_ops_socket(host: str, port: int) -> socket.socket:

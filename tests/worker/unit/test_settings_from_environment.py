@@ -40,6 +40,15 @@ EMPTY_MEANS_DEFAULT = {
     "shutdown_grace_seconds",
     "database_pool_size",
     "max_request_bytes",
+    "search_similarity_floor",
+    "search_similarity_floor_word",
+    "search_top_ratio",
+    "search_keyword_match_threshold",
+    "request_timeout_seconds",
+    "limit_concurrency",
+    "max_header_bytes",
+    "head_timeout",
+    "timeout_keep_alive",
 }
 EMPTY_MEANS_UNSET = {"embedding_api_key", "judge_api_key"}
 EMPTY_IS_REFUSED = set(Settings.model_fields) - EMPTY_MEANS_DEFAULT - EMPTY_MEANS_UNSET
