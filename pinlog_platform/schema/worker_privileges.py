@@ -20,6 +20,8 @@ TABLE_PRIVILEGES: dict[str, frozenset[str]] = {
     "context_keyword": frozenset({"SELECT", "INSERT", "DELETE"}),
     "context_keyword_analysis": frozenset({"SELECT", "INSERT", "UPDATE"}),
     "context_text_fingerprint": frozenset({"SELECT", "INSERT", "UPDATE"}),
+    # The migration ledger, read by the worker's startup check (0019).
+    "stub_migration": frozenset({"SELECT"}),
 }
 
 COLUMN_UPDATES: dict[str, frozenset[str]] = {
