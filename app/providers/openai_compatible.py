@@ -29,6 +29,7 @@ from app.metrics import WorkerMetrics
 from app.providers import openai_wire
 from app.providers.base import JudgeCandidate, JudgeVerdict
 from app.providers.openai_http import JsonEndpointClient
+from app.providers.usage import UsageSink, chat_usage, current_stage, embedding_usage
 from app.settings import Settings
 
 JUDGE_SYSTEM_PROMPT = (
@@ -55,6 +56,7 @@ class _ClientOwner:
 
     def __init__(self, base_url: str, api_key: str, timeout_seconds: float, retries: int) -> None:
         self._client = JsonEndpointClient(base_url, api_key, timeout_seconds, retries)
+        self.usage: UsageSink | None = None  # told each answered call's tokens (H8 item 1)
 
     async def aclose(self) -> None:
         await self._client.aclose()
@@ -107,6 +109,8 @@ class OpenAIEmbedder(_ClientOwner):
             "embeddings",
             {"model": self.model, "input": list(texts), "encoding_format": self.encoding},
         )
+        if self.usage is not None:
+            self.usage.record(current_stage.get(), embedding_usage(self.model, body, texts))
         return openai_wire.parse_embeddings(body, len(texts), self.dimension)
 
 
@@ -180,6 +184,9 @@ class OpenAIJudge(_ClientOwner):
                     },
                 },
             )
+            if self.usage is not None:
+                sent = [message["content"] for message in messages]
+                self.usage.record(current_stage.get(), chat_usage(self.model, body, sent))
             try:
                 return openai_wire.parse_verdict(body)
             except InvalidOutputError:

@@ -93,10 +93,11 @@ def test_every_command_and_option_exists_and_parses() -> None:
         command.make_context(argv[0], list(rest))
 
 
-def test_migrate_upgrades_every_scope_then_loads_presets() -> None:
+def test_migrate_upgrades_every_scope_then_smokes_then_loads_presets() -> None:
     command = COMPOSE["services"]["migrate"]["command"][2]
     assert [part.strip() for part in command.split("&&")] == [
         "pinlog-core db upgrade",
+        "pinlog-ai smoke",
         "pinlog-ai presets load",
     ]
 
