@@ -19,6 +19,7 @@ from app.providers.base import EmbeddingProvider, KeywordJudge
 from app.providers.embedding_batcher import BatchingEmbedder
 from app.providers.factory import build_embedding_provider, build_judge
 from app.providers.metered import MeteredEmbedder, MeteredJudge
+from app.providers.usage import StageTagged, StageTaggedJudge, attach_usage
 from app.repository.db import create_engine
 from app.repository.stage_pool import StagePool
 from app.service.embedding_stage import EmbeddingStage
@@ -30,6 +31,7 @@ from app.service.provider_gate import ProviderGate, ProviderRefusalPolicy
 from app.service.provider_probes import embedding_probe, judge_probe
 from app.service.search import SearchService
 from app.service.stage_limits import StageLimits
+from app.service.usage_ledger import UsageLedger
 from app.service.vector_columns import check_vector_columns
 from app.service.worker_pool import WorkerPool
 from app.settings import (
@@ -64,6 +66,7 @@ class Worker:
     search: SearchService
     gates: Mapping[str, ProviderGate]
     provider_refusals: ProviderRefusalPolicy
+    usage: UsageLedger
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,29 +88,45 @@ async def build_worker(settings: Settings, metrics: WorkerMetrics) -> AsyncItera
     async with AsyncExitStack() as stack:
         _warn_about_a_small_pool(settings)
         databases = await _open_databases(stack, settings)
+        # Closed after the worker pool (later callbacks run first): the stages' last calls are
+        # written on shutdown, on the support engine (never a stage's transaction).
+        ledger = UsageLedger(
+            databases.engine,
+            metrics,
+            settings.prices,
+            flush_seconds=settings.usage_flush_seconds,
+        )
+        ledger.start()
+        stack.push_async_callback(ledger.aclose)
         embedder = MeteredEmbedder(
             build_embedding_provider(settings),
             metrics.providers["embedding"],
             batch_inputs=metrics.embedding_batch_inputs,
         )
         stack.push_async_callback(embedder.aclose)
+        attach_usage(embedder, ledger)
         # Concurrent embedding stages share provider requests; search is never delayed.
         stage_embedder = BatchingEmbedder(
-            embedder,
+            StageTagged(embedder, "embedding"),
             max_batch=settings.embedding_batch_size,
             max_wait_seconds=settings.embedding_batch_wait_ms / 1000,
         )
         stack.push_async_callback(stage_embedder.aclose)
         judge = MeteredJudge(build_judge(settings, metrics), metrics.providers["judge"])
         stack.push_async_callback(judge.aclose)
+        attach_usage(judge, ledger)
         # A column of another width would fail every save; refuse before serving (§5).
         await check_vector_columns(databases.engine, settings.vector_dimension)
         presets = PresetCache(databases.engine, settings.embedding_profile)
         await presets.reload()
         # One gate per provider, probing with the unbatched providers (H2 item 3).
         gates = {
-            "embedding": _gate("embedding", embedding_probe(embedder), settings, metrics),
-            "judge": _gate("judge", judge_probe(judge), settings, metrics),
+            "embedding": _gate(
+                "embedding", embedding_probe(StageTagged(embedder, "probe")), settings, metrics
+            ),
+            "judge": _gate(
+                "judge", judge_probe(StageTaggedJudge(judge, "probe")), settings, metrics
+            ),
         }
         for gate in gates.values():
             stack.push_async_callback(gate.aclose)
@@ -122,7 +141,7 @@ async def build_worker(settings: Settings, metrics: WorkerMetrics) -> AsyncItera
             databases.stage_pool,
             embedder=stage_embedder,
             gates=gates,
-            judge=judge,
+            judge=StageTaggedJudge(judge, "keyword"),
             presets=presets,
         )
         pool = WorkerPool(
@@ -143,7 +162,7 @@ async def build_worker(settings: Settings, metrics: WorkerMetrics) -> AsyncItera
         stack.push_async_callback(readiness.aclose)
         search = SearchService(
             databases.search_engine,
-            embedder,
+            StageTagged(embedder, "search"),
             gates["embedding"],
             metrics=metrics,
             profile=settings.embedding_profile,
@@ -169,6 +188,7 @@ async def build_worker(settings: Settings, metrics: WorkerMetrics) -> AsyncItera
                 settings.refuse_while_provider_unavailable,
                 metrics.rejected["provider_unavailable"],
             ),
+            usage=ledger,
         )
 
 

@@ -130,6 +130,42 @@ class StageTagged:
         """The wrapped provider is closed by its owner."""
 
 
+class StageTaggedJudge:
+    """A ``KeywordJudge`` whose calls count as ``stage`` (sets ``current_stage``)."""
+
+    def __init__(self, judge: Any, stage: str) -> None:
+        self.judge_provider = judge
+        self.stage = stage
+
+    @property
+    def profile(self) -> str:
+        return self.judge_provider.profile
+
+    async def judge(self, text: str, candidates: Sequence[Any]) -> Any:
+        token = current_stage.set(self.stage)
+        try:
+            return await self.judge_provider.judge(text, candidates)
+        finally:
+            current_stage.reset(token)
+
+    async def aclose(self) -> None:
+        """The wrapped judge is closed by its owner."""
+
+
+_WRAPPED = ("provider", "inner", "judge_provider")
+
+
+def attach_usage(provider: Any, sink: UsageSink) -> None:
+    """Tell every OpenAI-compatible provider inside ``provider``'s wrappers about ``sink``
+    (offline providers cost nothing and are not counted)."""
+    seen = 0
+    while provider is not None and seen < 8:
+        if hasattr(provider, "usage"):
+            provider.usage = sink
+        provider = next((getattr(provider, n) for n in _WRAPPED if hasattr(provider, n)), None)
+        seen += 1
+
+
 class CollectingSink:
     """A ``UsageSink`` that keeps every call (``smoke``, tests)."""
 

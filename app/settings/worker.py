@@ -22,6 +22,7 @@ from pydantic import (
 )
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from app.settings.costs import CostSettings
 from app.settings.limits import LimitSettings
 from app.settings.profiles import OFFLINE_DEFAULTS, ProfileSettings
 from app.settings.providers import EmbeddingProviderSettings, JudgeProviderSettings
@@ -105,6 +106,7 @@ class DeploymentSettings(BaseModel):
 
 
 class Settings(
+    CostSettings,
     LimitSettings,
     JudgeProviderSettings,
     ProfileSettings,
@@ -118,7 +120,7 @@ class Settings(
     fields declared before them, so they run even when an unrelated field is wrong.
 
     Fields are declared, validated and reported in the reverse order of the bases:
-    deployment, embedding provider, profile, judge, limits; each part's rules read only
+    deployment, embedding provider, profile, judge, limits, costs; each part's rules read only
     fields of the parts before it.
     """
 
@@ -136,7 +138,7 @@ _EMPTY_MEANS_DEFAULT = frozenset(
     name
     for name, field in Settings.model_fields.items()
     if field.annotation in (int, float, int | None)
-)
+) | {"provider_prices"}  # an empty price table: the defaults
 
 
 class ToolSettings(Settings):

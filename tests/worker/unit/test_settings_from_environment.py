@@ -40,6 +40,8 @@ EMPTY_MEANS_DEFAULT = {
     "shutdown_grace_seconds",
     "database_pool_size",
     "max_request_bytes",
+    "provider_prices",
+    "usage_flush_seconds",
 }
 EMPTY_MEANS_UNSET = {"embedding_api_key", "judge_api_key"}
 EMPTY_IS_REFUSED = set(Settings.model_fields) - EMPTY_MEANS_DEFAULT - EMPTY_MEANS_UNSET
