@@ -30,6 +30,7 @@ from app.service.processing import ContextProcessor
 from app.service.provider_gate import ProviderGate, ProviderRefusalPolicy
 from app.service.provider_probes import embedding_probe, judge_probe
 from app.service.search import SearchService
+from app.service.spend_guard import DailyTokenCap
 from app.service.stage_limits import StageLimits
 from app.service.usage_ledger import UsageLedger
 from app.service.vector_columns import check_vector_columns
@@ -95,7 +96,10 @@ async def build_worker(settings: Settings, metrics: WorkerMetrics) -> AsyncItera
             metrics,
             settings.prices,
             flush_seconds=settings.usage_flush_seconds,
+            watch_totals=bool(settings.embedding_daily_token_cap or settings.judge_daily_token_cap),
         )
+        if settings.embedding_daily_token_cap or settings.judge_daily_token_cap:
+            await ledger.read_totals()  # a cap reached before this start holds at once
         ledger.start()
         stack.push_async_callback(ledger.aclose)
         embedder = MeteredEmbedder(
@@ -122,10 +126,22 @@ async def build_worker(settings: Settings, metrics: WorkerMetrics) -> AsyncItera
         # One gate per provider, probing with the unbatched providers (H2 item 3).
         gates = {
             "embedding": _gate(
-                "embedding", embedding_probe(StageTagged(embedder, "probe")), settings, metrics
+                "embedding",
+                embedding_probe(StageTagged(embedder, "probe")),
+                settings,
+                metrics,
+                DailyTokenCap(
+                    "embedding", settings.embedding_daily_token_cap, ledger, metrics.spend_capped
+                ),
             ),
             "judge": _gate(
-                "judge", judge_probe(StageTaggedJudge(judge, "probe")), settings, metrics
+                "judge",
+                judge_probe(StageTaggedJudge(judge, "probe")),
+                settings,
+                metrics,
+                DailyTokenCap(
+                    "judge", settings.judge_daily_token_cap, ledger, metrics.spend_capped
+                ),
             ),
         }
         for gate in gates.values():
@@ -284,7 +300,11 @@ def _warn_about_a_small_pool(settings: Settings) -> None:
 
 
 def _gate(
-    name: str, probe: Callable[[], Awaitable[object]], settings: Settings, metrics: WorkerMetrics
+    name: str,
+    probe: Callable[[], Awaitable[object]],
+    settings: Settings,
+    metrics: WorkerMetrics,
+    spend_cap: DailyTokenCap,
 ) -> ProviderGate:
     return ProviderGate(
         name,
@@ -292,4 +312,5 @@ def _gate(
         threshold=settings.breaker_threshold,
         cooldown_seconds=settings.breaker_cooldown_seconds,
         probe=probe,
+        spend_cap=spend_cap,
     )

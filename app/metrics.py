@@ -228,6 +228,13 @@ class WorkerMetrics:
             ["provider", "model", "stage", "kind"],
             registry=self.registry,
         )
+        self.spend_capped = Gauge(
+            "pinlog_provider_spend_capped",
+            "1 while a provider's daily token cap is reached (unavailable until the next UTC "
+            "day), else 0 (H8)",
+            ["provider"],
+            registry=self.registry,
+        )
         self.embedding_batch_inputs = Histogram(
             "pinlog_embedding_batch_inputs",
             "Inputs per embedding provider request (stages sharing one request, or a query)",

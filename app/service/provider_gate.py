@@ -18,9 +18,12 @@ candidate and the production parameters; ``service/provider_probes.py``). A prob
 succeeds, or whose answer is about its input, closes the gate ("available" again); any other
 outcome keeps it open for another cooldown.
 
-Later reasons to refuse (a 429 cooldown, a spend cap) belong here as well, so that
-``/readyz``, the routes and the stages keep asking one object. Gauge
-``pinlog_circuit_open{provider}``: 1 while open.
+A daily token cap (``spend_cap``, H8 item 3, ``service/spend_guard.py``) is one more reason:
+while it is reached the gate is unavailable with reason ``daily_token_cap`` and a
+``Retry-After`` of the seconds to the next UTC day, whatever the circuit says; no probe runs
+for it. Later reasons to refuse (a 429 cooldown) belong here as well, so that ``/readyz``,
+the routes and the stages keep asking one object. Gauge ``pinlog_circuit_open{provider}``: 1
+while the circuit is open; ``pinlog_provider_spend_capped{provider}``: 1 while capped.
 """
 
 from __future__ import annotations
@@ -39,6 +42,8 @@ from prometheus_client import Counter
 from app import failure_policy
 from app.errors import PermanentError, ProviderGateClosed
 from app.metrics import WorkerMetrics
+from app.service.spend_guard import REASON as SPEND_CAP_REASON
+from app.service.spend_guard import DailyTokenCap
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -71,8 +76,10 @@ class ProviderGate:
         cooldown_seconds: float,
         probe: Callable[[], Awaitable[object]],
         clock: Callable[[], float] = time.monotonic,
+        spend_cap: DailyTokenCap | None = None,
     ) -> None:
         self.name = name
+        self._spend_cap = spend_cap
         self._threshold = threshold
         self._interval = max(cooldown_seconds, MIN_PROBE_INTERVAL_SECONDS)
         self._probe = probe
@@ -87,21 +94,30 @@ class ProviderGate:
 
     @property
     def available(self) -> bool:
-        """False while the gate is open (calls refused until a probe succeeds)."""
-        return self._next_probe_at is None
+        """False while the gate is open (calls refused until a probe succeeds) or the daily
+        token cap is reached."""
+        return self._next_probe_at is None and not self._capped()
 
     @property
     def reason(self) -> str | None:
-        """While open, the reason label of the fault that opened it
-        (``failure_policy.PROVIDER_WIDE_REASONS``); ``None`` while available."""
+        """While unavailable, ``daily_token_cap`` or the reason label of the fault that
+        opened it (``failure_policy.PROVIDER_WIDE_REASONS``); ``None`` while available."""
+        if self._capped():
+            return SPEND_CAP_REASON
         return self._reason
 
     def retry_after_seconds(self) -> int | None:
-        """Whole seconds until the next probe (at least 1) while open; ``None`` while
-        available."""
-        if self._next_probe_at is None:
-            return None
-        return max(1, math.ceil(self._next_probe_at - self._clock()))
+        """Whole seconds (at least 1) until the next probe while open, or until the next UTC
+        day while capped (the later of both); ``None`` while available."""
+        waits = []
+        if self._next_probe_at is not None:
+            waits.append(max(1, math.ceil(self._next_probe_at - self._clock())))
+        if self._spend_cap is not None and self._capped():
+            waits.append(self._spend_cap.retry_after_seconds())
+        return max(waits) if waits else None
+
+    def _capped(self) -> bool:
+        return self._spend_cap is not None and self._spend_cap.reached()
 
     async def call(self, operation: Callable[[], Awaitable[T]]) -> T:
         """Run ``operation`` under the rules of the module docstring; raises

@@ -27,7 +27,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.metrics import WorkerMetrics
 from app.providers.usage import CallUsage
-from app.repository.usage_ledger import UsageDelta, add_usage
+from app.repository.usage_ledger import UsageDelta, add_usage, tokens_today
 from app.settings.costs import ModelPrice
 
 logger = logging.getLogger(__name__)
@@ -62,6 +62,7 @@ class UsageLedger:
         prices: Mapping[str, ModelPrice],
         *,
         flush_seconds: float,
+        watch_totals: bool = False,
     ) -> None:
         self._engine = engine
         self._tokens = metrics.provider_tokens
@@ -71,6 +72,29 @@ class UsageLedger:
         self._task: asyncio.Task[None] | None = None
         self._lock = asyncio.Lock()
         self._failing = False
+        # Today's tokens per provider for the spend guard (H8 item 3), when ``watch_totals``:
+        # every process's flushed total as last read, plus this process's since that read.
+        self._watch_totals = watch_totals
+        self._read_total: dict[str, int] = {}
+        self._since_read: dict[str, int] = {}
+
+    def tokens_today(self, provider: str) -> int:
+        """``provider``'s tokens today (UTC): every process's written totals as last read
+        (every ``flush_seconds``) plus this process's calls since. Another process's calls
+        show with at most two intervals' delay."""
+        return self._read_total.get(provider, 0) + self._since_read.get(provider, 0)
+
+    async def read_totals(self) -> None:
+        """Read today's totals of every provider (startup; then after each write)."""
+        async with self._lock:
+            await self._read_totals_locked({})
+
+    async def _read_totals_locked(self, counted: dict[str, int]) -> None:
+        async with self._engine.connect() as conn:
+            totals = {p: await tokens_today(conn, p) for p in ("embedding", "judge")}
+        self._read_total = totals
+        for provider, tokens in counted.items():
+            self._since_read[provider] = self._since_read.get(provider, 0) - tokens
 
     def record(self, stage: str, usage: CallUsage) -> None:
         key = (usage.provider, usage.model, stage)
@@ -83,6 +107,8 @@ class UsageLedger:
         totals.embedding += usage.embedding_tokens
         if usage.estimated:
             totals.estimated += usage.total
+        if self._watch_totals:
+            self._since_read[usage.provider] = self._since_read.get(usage.provider, 0) + usage.total
         for kind, count in (
             ("prompt", usage.prompt_tokens),
             ("completion", usage.completion_tokens),
@@ -104,7 +130,10 @@ class UsageLedger:
         """Write the totals collected since the last write (nothing when there are none)."""
         async with self._lock:
             pending, self._pending = self._pending, {}
+            counted = dict(self._since_read)
             if not pending:
+                if self._watch_totals:
+                    await self._read_totals_quietly(counted)
                 return
             deltas = [self._delta(key, totals) for key, totals in pending.items()]
             try:
@@ -114,10 +143,20 @@ class UsageLedger:
                 for key, totals in pending.items():
                     self._pending.setdefault(key, _Totals()).add(totals)
                 if not self._failing:
-                    logger.warning("usage ledger write failed, kept for the next: %s", type(exc))
+                    logger.warning(
+                        "usage ledger write failed, kept for the next: %s", type(exc).__name__
+                    )
                 self._failing = True
                 return
             self._failing = False
+            if self._watch_totals:
+                await self._read_totals_quietly(counted)
+
+    async def _read_totals_quietly(self, counted: dict[str, int]) -> None:
+        try:
+            await self._read_totals_locked(counted)
+        except Exception as exc:  # the last totals stand until the next read
+            logger.warning("usage ledger read failed: %s", type(exc).__name__)
 
     def _delta(self, key: tuple[str, str, str], totals: _Totals) -> UsageDelta:
         provider, model, stage = key

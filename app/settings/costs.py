@@ -1,5 +1,5 @@
-"""Cost settings (H8 items 1 and 3): the price table of the usage ledger and how often it is
-written.
+"""Cost settings (H8 items 1 and 3): the price table of the usage ledger, how often it is
+written, and the daily token caps of the spend guard.
 
 Prices are USD per million tokens, by model and kind (``prompt``, ``completion`` for chat;
 ``embedding`` for embeddings). ``PINLOG_PROVIDER_PRICES`` (JSON) adds models to, or replaces
@@ -57,6 +57,19 @@ class CostSettings(BaseModel):
         le=60,
         description="Seconds between the usage ledger's writes (one per process; at most this "
         "much accounting is lost on SIGKILL)",
+    )
+
+    embedding_daily_token_cap: int = Field(
+        default=0,
+        ge=0,
+        description="Embedding tokens per UTC day (every replica's, from the ledger) after "
+        "which the embedding provider is unavailable until the next UTC day; 0: no cap",
+    )
+    judge_daily_token_cap: int = Field(
+        default=0,
+        ge=0,
+        description="Judge tokens (prompt + completion) per UTC day after which the judge is "
+        "unavailable until the next UTC day; 0: no cap",
     )
 
     @field_validator("provider_prices", mode="before")

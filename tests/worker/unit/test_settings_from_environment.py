@@ -42,6 +42,8 @@ EMPTY_MEANS_DEFAULT = {
     "max_request_bytes",
     "provider_prices",
     "usage_flush_seconds",
+    "embedding_daily_token_cap",
+    "judge_daily_token_cap",
 }
 EMPTY_MEANS_UNSET = {"embedding_api_key", "judge_api_key"}
 EMPTY_IS_REFUSED = set(Settings.model_fields) - EMPTY_MEANS_DEFAULT - EMPTY_MEANS_UNSET
