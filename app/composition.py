@@ -17,9 +17,9 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from app.metrics import WorkerMetrics
 from app.providers.base import EmbeddingProvider, KeywordJudge
 from app.providers.embedding_batcher import BatchingEmbedder
-from app.providers.factory import build_embedding_provider, build_judge
+from app.providers.factory import build_budgets, build_embedding_provider, build_judge
 from app.providers.metered import MeteredEmbedder, MeteredJudge
-from app.providers.usage import StageTagged, StageTaggedJudge, attach_usage
+from app.providers.usage import StageTagged, StageTaggedJudge, attach_budget, attach_usage
 from app.repository.db import create_engine
 from app.repository.stage_pool import StagePool
 from app.service.embedding_stage import EmbeddingStage
@@ -109,16 +109,20 @@ async def build_worker(settings: Settings, metrics: WorkerMetrics) -> AsyncItera
         )
         stack.push_async_callback(embedder.aclose)
         attach_usage(embedder, ledger)
+        budgets = build_budgets(settings)
+        attach_budget(embedder, budgets["embedding"])
         # Concurrent embedding stages share provider requests; search is never delayed.
         stage_embedder = BatchingEmbedder(
             StageTagged(embedder, "embedding"),
             max_batch=settings.embedding_batch_size,
             max_wait_seconds=settings.embedding_batch_wait_ms / 1000,
+            max_batch_tokens=budgets["embedding"].token_limit,
         )
         stack.push_async_callback(stage_embedder.aclose)
         judge = MeteredJudge(build_judge(settings, metrics), metrics.providers["judge"])
         stack.push_async_callback(judge.aclose)
         attach_usage(judge, ledger)
+        attach_budget(judge, budgets["judge"])
         # A column of another width would fail every save; refuse before serving (§5).
         await check_vector_columns(databases.engine, settings.vector_dimension)
         presets = PresetCache(databases.engine, settings.embedding_profile)
@@ -133,6 +137,7 @@ async def build_worker(settings: Settings, metrics: WorkerMetrics) -> AsyncItera
                 DailyTokenCap(
                     "embedding", settings.embedding_daily_token_cap, ledger, metrics.spend_capped
                 ),
+                budgets["embedding"].cooldown_seconds,
             ),
             "judge": _gate(
                 "judge",
@@ -142,6 +147,7 @@ async def build_worker(settings: Settings, metrics: WorkerMetrics) -> AsyncItera
                 DailyTokenCap(
                     "judge", settings.judge_daily_token_cap, ledger, metrics.spend_capped
                 ),
+                budgets["judge"].cooldown_seconds,
             ),
         }
         for gate in gates.values():
@@ -305,6 +311,7 @@ def _gate(
     settings: Settings,
     metrics: WorkerMetrics,
     spend_cap: DailyTokenCap,
+    cooldown: Callable[[], float],
 ) -> ProviderGate:
     return ProviderGate(
         name,
@@ -313,4 +320,5 @@ def _gate(
         cooldown_seconds=settings.breaker_cooldown_seconds,
         probe=probe,
         spend_cap=spend_cap,
+        cooldown=cooldown,
     )

@@ -306,6 +306,12 @@ class FakeOpenAI:
             return list(self._requests["judge"])
 
     @property
+    def embedding_arrivals(self) -> list[float]:
+        """``time.monotonic()`` of each embedding request's arrival, in order."""
+        with self._lock:
+            return list(self._arrivals["embeddings"])
+
+    @property
     def judge_arrivals(self) -> list[float]:
         """``time.monotonic()`` of each judge request's arrival, in order."""
         with self._lock:

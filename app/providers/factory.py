@@ -15,6 +15,7 @@ from app.providers.base import EmbeddingProvider, KeywordJudge
 from app.providers.hashing import HashingEmbedder
 from app.providers.openai_compatible import OpenAIEmbedder, OpenAIJudge
 from app.providers.padding import ZeroPaddedEmbedder
+from app.providers.rate_budget import RateBudget, per_process
 from app.providers.similarity_judge import SimilarityJudge
 from app.settings import LEARNED_JUDGE_REVISION, Settings
 
@@ -59,3 +60,24 @@ def build_judge(settings: Settings, metrics: WorkerMetrics) -> KeywordJudge:
             revision=LEARNED_JUDGE_REVISION,
         )
     raise ConfigurationError(f"unknown judge provider {settings.judge_provider!r}")
+
+
+def build_budgets(settings: Settings) -> dict[str, RateBudget]:
+    """Each provider's rate budget: its ``*_PER_MINUTE`` settings divided by
+    ``PINLOG_WORKER_REPLICAS`` (H8 item 2, docs/scaling.md)."""
+    replicas = settings.worker_replicas
+    window = settings.rate_budget_window_seconds
+    return {
+        "embedding": RateBudget(
+            "embedding",
+            requests=per_process(settings.embedding_requests_per_minute, replicas),
+            tokens=per_process(settings.embedding_tokens_per_minute, replicas),
+            window_seconds=window,
+        ),
+        "judge": RateBudget(
+            "judge",
+            requests=per_process(settings.judge_requests_per_minute, replicas),
+            tokens=per_process(settings.judge_tokens_per_minute, replicas),
+            window_seconds=window,
+        ),
+    }

@@ -155,6 +155,17 @@ class StageTaggedJudge:
 _WRAPPED = ("provider", "inner", "judge_provider")
 
 
+def attach_budget(provider: Any, budget: Any) -> None:
+    """Make every OpenAI-compatible provider inside ``provider``'s wrappers wait for
+    ``budget`` (``RateBudget``) before each request."""
+    seen = 0
+    while provider is not None and seen < 8:
+        if hasattr(provider, "use_budget"):
+            provider.use_budget(budget)
+        provider = next((getattr(provider, n) for n in _WRAPPED if hasattr(provider, n)), None)
+        seen += 1
+
+
 def attach_usage(provider: Any, sink: UsageSink) -> None:
     """Tell every OpenAI-compatible provider inside ``provider``'s wrappers about ``sink``
     (offline providers cost nothing and are not counted)."""

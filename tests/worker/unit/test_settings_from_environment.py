@@ -44,6 +44,12 @@ EMPTY_MEANS_DEFAULT = {
     "usage_flush_seconds",
     "embedding_daily_token_cap",
     "judge_daily_token_cap",
+    "embedding_requests_per_minute",
+    "embedding_tokens_per_minute",
+    "judge_requests_per_minute",
+    "judge_tokens_per_minute",
+    "worker_replicas",
+    "rate_budget_window_seconds",
 }
 EMPTY_MEANS_UNSET = {"embedding_api_key", "judge_api_key"}
 EMPTY_IS_REFUSED = set(Settings.model_fields) - EMPTY_MEANS_DEFAULT - EMPTY_MEANS_UNSET
