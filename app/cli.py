@@ -17,27 +17,26 @@ from typing import NoReturn, TypeVar
 import typer
 
 from pinlog_platform.cli import exit_codes, startup
+from pinlog_platform.cli.version import add_version_option
 
 T = TypeVar("T")
 PROGRAM = "pinlog-ai"
 
-app = typer.Typer(no_args_is_help=True, add_completion=False, help="PinLog AI worker.")
-db_app = typer.Typer(no_args_is_help=True, help="Database schema (the ai migrations).")
-presets_app = typer.Typer(no_args_is_help=True, help="Keyword presets.")
+app = typer.Typer(no_args_is_help=True, add_completion=False, rich_markup_mode=None)
+add_version_option(app, PROGRAM, help_text="PinLog AI worker.")
+db_app = typer.Typer(
+    no_args_is_help=True, rich_markup_mode=None, help="Database schema (the ai migrations)."
+)
+presets_app = typer.Typer(no_args_is_help=True, rich_markup_mode=None, help="Keyword presets.")
 app.add_typer(db_app, name="db")
 app.add_typer(presets_app, name="presets")
 
 
-def _configure_logging(*, demo: bool = False) -> None:
-    """JSON lines or text per ``PINLOG_LOG_FORMAT`` / ``PINLOG_LOG_LEVEL``; the demo prints
-    readable text at WARNING so its table stays legible. A bad value falls back to text."""
-    from app.settings import LoggingSettings
+def _configure_demo_logging() -> None:
+    """The demo prints readable text at WARNING so its table stays legible."""
     from pinlog_platform import logging as log_output
 
-    if demo:
-        log_output.configure("text", "WARNING")
-        return
-    log_output.configure_from(LoggingSettings, "PINLOG_LOG_FORMAT or PINLOG_LOG_LEVEL")
+    log_output.configure("text", "WARNING")
 
 
 def _exit(code: int, lines: list[str]) -> NoReturn:
@@ -45,11 +44,14 @@ def _exit(code: int, lines: list[str]) -> NoReturn:
 
 
 def _settings(settings_class=None):
-    """Read ``Settings`` (or ``settings_class``) or exit 2 with one line per problem, every
-    problem at once (never a value, never a trace)."""
-    from app.settings import ENV_PREFIX, Settings
+    """Read ``Settings`` (or ``settings_class``) and the logging settings
+    (``PINLOG_LOG_FORMAT``, ``PINLOG_LOG_LEVEL``), then configure logging; or exit 2 with one
+    line per problem of either, every problem at once (never a value, never a trace)."""
+    from app.settings import ENV_PREFIX, LoggingSettings, Settings
 
-    return startup.load_settings(PROGRAM, settings_class or Settings, prefix=ENV_PREFIX)
+    return startup.load_settings(
+        PROGRAM, settings_class or Settings, prefix=ENV_PREFIX, logging_class=LoggingSettings
+    )
 
 
 def _run(step: Callable[[], Awaitable[T]]) -> T:
@@ -75,16 +77,17 @@ async def _check_database(url: str, *, transaction_pooling: bool = False) -> Non
 
 @db_app.command("upgrade")
 def db_upgrade(
-    migrations_dir: Path | None = typer.Option(None, help="Directory of ordered *.sql files"),
+    migrations_dir: Path | None = typer.Option(
+        None, metavar="DIR", help="Directory of ordered *.sql files"
+    ),
 ) -> None:
-    """Apply pending ``ai`` migrations to PINLOG_DATABASE_URL; a second run applies nothing.
+    """Apply pending ai migrations to PINLOG_DATABASE_URL; a second run applies nothing.
 
-    The ``core`` files are the core service's (``pinlog-core db upgrade``); the worker's role
-    needs privileges on ``ai`` only (§8). An applied file that changed exits 2.
+    The core files are the core service's (pinlog-core db upgrade); the worker's role needs
+    privileges on the ai schema only (§8). An applied file that changed exits 2.
     """
     from app.settings import MigrationSettings
 
-    _configure_logging()
     database = _settings(MigrationSettings)
 
     from app.repository.db import create_engine
@@ -113,10 +116,11 @@ def db_upgrade(
 
 @presets_app.command("load")
 def presets_load(
-    file: Path | None = typer.Option(None, "--file", help="Preset YAML (default: bundled list)"),
+    file: Path | None = typer.Option(
+        None, "--file", metavar="FILE", help="Preset YAML (default: bundled list)"
+    ),
 ) -> None:
     """Embed the preset list with the current profile and upsert it."""
-    _configure_logging()
     from app.settings import ToolSettings
 
     settings = _settings(ToolSettings)
@@ -163,11 +167,12 @@ DEFAULT_KEEP_ALIVE_SECONDS = 30
 
 @app.command()
 def serve(
-    host: str = typer.Option("127.0.0.1", help="Interface to bind"),
-    port: int = typer.Option(8000, help="TCP port"),
+    host: str = typer.Option("127.0.0.1", metavar="HOST", help="Interface to bind"),
+    port: int = typer.Option(8000, metavar="PORT", help="TCP port"),
     timeout_keep_alive: int = typer.Option(
         DEFAULT_KEEP_ALIVE_SECONDS,
         min=1,
+        metavar="SECONDS",
         help="Seconds an idle keep-alive connection stays open; keep it above every client's "
         "idle expiry (a load balancer's idle timeout included)",
     ),
@@ -177,11 +182,14 @@ def serve(
         help="Trust X-Forwarded-For/-Proto from --forwarded-allow-ips (behind a proxy)",
     ),
     forwarded_allow_ips: str | None = typer.Option(
-        None, help="Comma-separated proxy addresses trusted for proxy headers ('*' for any)"
+        None,
+        metavar="ADDRESSES",
+        help="Comma-separated proxy addresses trusted for proxy headers ('*' for any)",
     ),
     timeout_graceful_shutdown: int | None = typer.Option(
         None,
         min=0,
+        metavar="SECONDS",
         help="Seconds open HTTP connections get to finish on SIGTERM before the worker pool's "
         "own PINLOG_SHUTDOWN_GRACE_SECONDS starts (default: wait for them)",
     ),
@@ -196,7 +204,6 @@ def serve(
 
     Scale with replicas, not with uvicorn workers: each process owns its queue and pool.
     """
-    _configure_logging()
     settings = _settings()
     pooling = settings.database_transaction_pooling
 
@@ -238,16 +245,18 @@ DEFAULT_SMOKE_LATENCY_SECONDS = 10.0
 @app.command()
 def smoke(
     max_latency_seconds: float = typer.Option(
-        DEFAULT_SMOKE_LATENCY_SECONDS, min=0.0, help="Longest acceptable seconds per call"
+        DEFAULT_SMOKE_LATENCY_SECONDS,
+        min=0.0,
+        metavar="SECONDS",
+        help="Longest acceptable time of each provider call",
     ),
 ) -> None:
     """One real embedding call and one real judge call against the configured providers
     (a deploy's release step): one line per check; exit 0 when all pass, 5 when a provider
     check fails, 2 for settings. Nothing is written; the database is not contacted."""
-    from app.settings import ToolSettings
+    from app.settings import SmokeSettings
 
-    _configure_logging()
-    settings = _settings(ToolSettings)
+    settings = _settings(SmokeSettings)
 
     from app.metrics import WorkerMetrics
     from app.providers.factory import build_embedding_provider, build_judge
@@ -287,15 +296,21 @@ def doctor() -> None:
     """Report contract invariant violations in the ai schema, read-only (exit 1 if any).
 
     Each check prints its count and up to 5 example ids; "info" lines are legal states
-    that do not change the exit code. Settings as for ``serve`` (PINLOG_*).
+    that do not change the exit code. Reads PINLOG_DATABASE_URL, PINLOG_EMBEDDING_PROFILE (or
+    PINLOG_OFFLINE), PINLOG_VECTOR_DIMENSION and PINLOG_PROCESSING_EXPIRY_SECONDS; no provider
+    keys, no secret.
     """
     from app.repository.db import create_engine
     from app.service.doctor import examine
-    from app.settings import ToolSettings
+    from app.settings import DoctorSettings
 
-    settings = _settings(ToolSettings)
+    settings = _settings(DoctorSettings)
 
     async def run():
+        # Reachable and migrated first: an unmigrated database is told to migrate.
+        await _check_database(
+            settings.database_url, transaction_pooling=settings.database_transaction_pooling
+        )
         engine = create_engine(
             settings.database_url,
             pool_size=1,
@@ -324,13 +339,21 @@ def doctor() -> None:
 
 @app.command()
 def demo(
-    port: int = typer.Option(8765, help="Worker's preferred port; a free one if taken"),
-    core_port: int = typer.Option(8766, help="Core service's preferred port; a free one if taken"),
+    port: int = typer.Option(
+        8765, metavar="PORT", help="Worker's preferred port; a free one if taken"
+    ),
+    core_port: int = typer.Option(
+        8766, metavar="PORT", help="Core service's preferred port; a free one if taken"
+    ),
     serve_after: bool = typer.Option(True, "--serve/--no-serve", help="Keep serving"),
-    data_dir: Path = typer.Option(Path(".pgdata"), help="Embedded PostgreSQL data directory"),
+    data_dir: Path = typer.Option(
+        Path(".pgdata"), metavar="DIR", help="Embedded PostgreSQL data directory"
+    ),
 ) -> None:
-    """Offline end-to-end run of both services on sample notes (see README). Development only:
-    needs a source checkout installed with the ``local`` extra (``make run``); exits 2 without."""
+    """Offline end-to-end run of both services on sample notes (see README).
+
+    Development only: needs a source checkout installed with the local extra (make run);
+    exits 2 without."""
     from app.embedded_postgres import MISSING_EXTRA, EmbeddedPostgresUnavailable
 
     try:
@@ -340,7 +363,7 @@ def demo(
         typer.echo(f"demo unavailable: {MISSING_EXTRA}, from a source checkout", err=True)
         raise typer.Exit(2) from None
 
-    _configure_logging(demo=True)
+    _configure_demo_logging()
     try:
         code = asyncio.run(
             run_demo(port=port, core_port=core_port, serve=serve_after, data_dir=data_dir.resolve())

@@ -41,6 +41,7 @@ from app.settings import (
     SUPPORT_CONNECTIONS,
     Settings,
 )
+from pinlog_platform.search import SearchCuts
 
 logger = logging.getLogger(__name__)
 
@@ -189,6 +190,12 @@ async def build_worker(settings: Settings, metrics: WorkerMetrics) -> AsyncItera
             metrics=metrics,
             profile=settings.embedding_profile,
             max_input_chars=limits.max_input_chars,
+            cuts=SearchCuts(
+                floor=settings.search_similarity_floor,
+                floor_word=settings.search_similarity_floor_word,
+                top_ratio=settings.search_top_ratio,
+            ),
+            keyword_match_threshold=settings.search_keyword_match_threshold,
         )
         logger.info(
             "worker ready: mode=%s profile=%s judge=%s concurrency=%d",

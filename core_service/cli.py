@@ -5,27 +5,27 @@ from __future__ import annotations
 import typer
 
 from pinlog_platform.cli import exit_codes, startup
+from pinlog_platform.cli.version import add_version_option
 
-app = typer.Typer(no_args_is_help=True, add_completion=False, help="PinLog core service.")
-db_app = typer.Typer(no_args_is_help=True, help="Database schema (every migration).")
+app = typer.Typer(no_args_is_help=True, add_completion=False, rich_markup_mode=None)
+db_app = typer.Typer(
+    no_args_is_help=True, rich_markup_mode=None, help="Database schema (every migration)."
+)
 app.add_typer(db_app, name="db")
 
 PROGRAM = "pinlog-core"
-
-
-def _configure_logging() -> None:
-    """JSON lines or text per ``PINLOG_CORE_LOG_FORMAT`` (a bad value falls back to text)."""
-    from core_service.settings import LoggingSettings
-    from pinlog_platform import logging as log_output
-
-    log_output.configure_from(LoggingSettings, "PINLOG_CORE_LOG_FORMAT or PINLOG_CORE_LOG_LEVEL")
+add_version_option(app, PROGRAM, help_text="PinLog core service.")
 
 
 def _load(settings_class):
-    """Read settings or exit 2 with one line per problem (never a value, never a trace)."""
-    from core_service.settings import ENV_PREFIX
+    """Read the command's settings and the logging settings (``PINLOG_CORE_LOG_FORMAT``,
+    ``PINLOG_CORE_LOG_LEVEL``), then configure logging; or exit 2 with one line per problem of
+    either, all at once (never a value, never a trace)."""
+    from core_service.settings import ENV_PREFIX, LoggingSettings
 
-    return startup.load_settings(PROGRAM, settings_class, prefix=ENV_PREFIX)
+    return startup.load_settings(
+        PROGRAM, settings_class, prefix=ENV_PREFIX, logging_class=LoggingSettings
+    )
 
 
 def _classify(exc: BaseException) -> startup.StartupProblem | None:
@@ -57,7 +57,6 @@ def db_upgrade() -> None:
     from core_service.settings import CoreDatabaseSettings
     from pinlog_platform import schema as migrations
 
-    _configure_logging()
     database = _load(CoreDatabaseSettings)
 
     async def run() -> list[str]:
@@ -80,9 +79,15 @@ def db_upgrade() -> None:
 
 @app.command()
 def serve(
-    host: str = typer.Option("127.0.0.1", help="Interface to bind"),
-    port: int = typer.Option(8080, help="TCP port"),
+    host: str = typer.Option("127.0.0.1", metavar="HOST", help="Interface to bind"),
+    port: int = typer.Option(8080, metavar="PORT", help="TCP port"),
     no_rescan: bool = typer.Option(False, "--no-rescan", help="Do not run the rescan loop"),
+    access_log: bool = typer.Option(
+        False,
+        "--access-log/--no-access-log",
+        help="One INFO line per HTTP request (uvicorn.access); off by default, as for the "
+        "worker: GET /metrics counts requests by route and status",
+    ),
 ) -> None:
     """Serve the client API and run the rescan loop (settings from PINLOG_CORE_*)."""
     import uvicorn
@@ -90,7 +95,6 @@ def serve(
     from core_service.main import create_app
     from core_service.settings import CoreSettings
 
-    _configure_logging()
     settings = _load(CoreSettings)
     uvicorn.run(
         create_app(settings, run_rescan_loop=not no_rescan),
@@ -98,6 +102,7 @@ def serve(
         port=port,
         log_config=None,
         timeout_keep_alive=30,
+        access_log=access_log,
     )
 
 
@@ -111,14 +116,13 @@ def rescan(once: bool = typer.Option(False, "--once", help="One finalize + resca
     )
     from core_service.metrics import CoreMetrics
     from core_service.repository.db import create_engine
-    from core_service.settings import CoreSettings
+    from core_service.settings import RescanSettings
 
     if not once:
         raise typer.BadParameter(
             "only --once is supported; `serve` runs the loop", param_hint="--once"
         )
-    _configure_logging()
-    settings = _load(CoreSettings)
+    settings = _load(RescanSettings)
 
     async def run():
         engine = create_engine(
@@ -151,7 +155,9 @@ def rescan(once: bool = typer.Option(False, "--once", help="One finalize + resca
 
 
 @app.command()
-def token(member: int = typer.Option(..., "--member", min=1, help="Member id")) -> None:
+def token(
+    member: int = typer.Option(..., "--member", min=1, metavar="N", help="Member id"),
+) -> None:
     """Print a bearer token for member N (created if it does not exist), on one line."""
     from core_service.repository import member as member_repository
     from core_service.repository.db import create_engine, transaction

@@ -23,6 +23,7 @@ from core_service.service.dispatch import WorkerDispatcher
 from core_service.service.lifecycle import ContextLifecycle
 from core_service.service.member_tokens import TokenAuthenticator
 from core_service.service.personal_search import PersonalSearch
+from core_service.service.record_pages import RecordPages
 from core_service.service.record_reads import RecordReader
 from core_service.service.rescan import RescanScheduler
 from core_service.service.worker_endpoints import WorkerEndpoints
@@ -49,6 +50,7 @@ class Core:
     dispatcher: WorkerDispatcher
     lifecycle: ContextLifecycle
     reader: RecordReader
+    pages: RecordPages
     search: PersonalSearch
     authenticator: TokenAuthenticator
 
@@ -124,7 +126,13 @@ async def build_core(
             dispatcher=dispatcher,
             lifecycle=ContextLifecycle(engine, dispatcher, metrics),
             reader=RecordReader(engine),
-            search=PersonalSearch(engine, endpoints, embedding_profile=settings.embedding_profile),
+            pages=RecordPages(engine),
+            search=PersonalSearch(
+                engine,
+                endpoints,
+                embedding_profile=settings.embedding_profile,
+                cuts=settings.search_cuts,
+            ),
             authenticator=TokenAuthenticator(engine, secret=settings.jwt_secret.get_secret_value()),
         )
         if run_rescan_loop:

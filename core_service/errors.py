@@ -15,6 +15,10 @@ class InvalidBodyError(CoreError, ValueError):
     """A note body that cannot be stored (blank, too long, unencodable): HTTP 422."""
 
 
+class InvalidCursorError(CoreError, ValueError):
+    """A list cursor this service did not issue (malformed, or not a position): HTTP 422."""
+
+
 class NotFoundError(CoreError):
     """No such record or context for this member, or one of another member: HTTP 404.
 

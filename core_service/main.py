@@ -25,6 +25,7 @@ from core_service.errors import (
     ConflictError,
     CoreError,
     InvalidBodyError,
+    InvalidCursorError,
     NotFoundError,
     UnauthenticatedError,
     UnavailableError,
@@ -40,6 +41,7 @@ from pinlog_platform.http.validation import validation_error
 logger = logging.getLogger(__name__)
 
 RETRY_AFTER_SECONDS = "5"
+OPENAPI_PATH = "/api/v1/openapi.json"
 READINESS_TIMEOUT_SECONDS = 1.0
 
 
@@ -55,14 +57,14 @@ def create_app(settings: CoreSettings | None = None, *, run_rescan_loop: bool = 
             _publish(app, core)
             yield
 
-    # No /docs, /redoc or /openapi.json: the schema is in docs/core-service.md, and the docs
-    # pages load their assets from a CDN (blank offline).
+    # No /docs or /redoc: the pages load their assets from a CDN (blank offline). The OpenAPI
+    # document is docs/openapi/core-client.json, served only with PINLOG_CORE_SERVE_OPENAPI.
     app = FastAPI(
         title="PinLog core service",
         lifespan=lifespan,
         docs_url=None,
         redoc_url=None,
-        openapi_url=None,
+        openapi_url=OPENAPI_PATH if settings.serve_openapi else None,
     )
     app.state.metrics = metrics
     app.state.metrics_registry = metrics.registry
@@ -95,6 +97,7 @@ def create_app(settings: CoreSettings | None = None, *, run_rescan_loop: bool = 
 # The one place mapping the core's errors to HTTP statuses; anything else is a bug: 500.
 _ERROR_STATUSES: tuple[tuple[type[CoreError], int], ...] = (
     (InvalidBodyError, 422),
+    (InvalidCursorError, 422),
     (UnauthenticatedError, 401),
     (NotFoundError, 404),
     (ConflictError, 409),

@@ -9,6 +9,7 @@ from __future__ import annotations
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from pinlog_platform.search import SearchCuts, default_cuts
 from pinlog_platform.settings_rules import (
     check_database_url,
     check_secret_length,
@@ -29,6 +30,10 @@ MAX_REQUEST_BYTES_FLOOR = 16 * 1024
 # ai.context_ai_state.retry_count has CHECK (retry_count BETWEEN 0 AND 3) (§1): a larger
 # budget would make the rescan's increment abort its whole batch.
 RETRY_COUNT_CEILING = 3
+
+
+def _given(value: float | None, default: float) -> float:
+    return default if value is None else value
 
 
 class CoreDatabaseSettings(BaseSettings):
@@ -67,8 +72,9 @@ class TokenSettings(CoreDatabaseSettings):
 
     @field_validator("jwt_secret")
     @classmethod
-    def _jwt_secret_length(cls, value: SecretStr) -> SecretStr:
-        return check_secret_length(value, JWT_SECRET_MIN_LENGTH)
+    def _jwt_secret_length(cls, value: SecretStr | None) -> SecretStr | None:
+        # None only in RescanSettings, where the key is optional.
+        return None if value is None else check_secret_length(value, JWT_SECRET_MIN_LENGTH)
 
 
 class CoreSettings(TokenSettings):
@@ -106,6 +112,34 @@ class CoreSettings(TokenSettings):
         description="Larger request bodies answer 413, before or while they arrive",
     )
 
+    search_similarity_floor: float | None = Field(
+        default=None,
+        ge=0.0,
+        le=1.0,
+        description="Client search: results below this cosine are not shown; 0 = off "
+        "(default: 0.30, or as measured for the embedding profile, docs/offline-encoder.md)",
+    )
+    search_similarity_floor_word: float | None = Field(
+        default=None,
+        ge=0.0,
+        le=1.0,
+        description="Client search: the floor for a one-word query of <= 5 characters; 0 = off "
+        "(default: 0.24, or as measured for the embedding profile)",
+    )
+    search_top_ratio: float | None = Field(
+        default=None,
+        ge=0.0,
+        le=1.0,
+        description="Client search: results below this share of the best one's cosine are not "
+        "shown; 0 = off (default: 0.60, or as measured for the embedding profile)",
+    )
+
+    serve_openapi: bool = Field(
+        default=False,
+        description="Serve the client API's OpenAPI document at GET /api/v1/openapi.json "
+        "(no token needed; the same document as docs/openapi/core-client.json)",
+    )
+
     @field_validator("worker_base_url")
     @classmethod
     def _http_urls(cls, value: str) -> str:
@@ -120,9 +154,29 @@ class CoreSettings(TokenSettings):
         return check_secret_length(value, INTERNAL_SECRET_MIN_LENGTH)
 
     @property
+    def search_cuts(self) -> SearchCuts:
+        """The client search's cuts: each setting given, else the profile's default
+        (``pinlog_platform.search.default_cuts``)."""
+        default = default_cuts(self.embedding_profile)
+        return SearchCuts(
+            floor=_given(self.search_similarity_floor, default.floor),
+            floor_word=_given(self.search_similarity_floor_word, default.floor_word),
+            top_ratio=_given(self.search_top_ratio, default.top_ratio),
+        )
+
+    @property
     def worker_base_urls(self) -> tuple[str, ...]:
         """The worker instances, in round-robin order."""
         return tuple(self.worker_base_url.split(","))
+
+
+class RescanSettings(CoreSettings):
+    """What ``rescan --once`` reads: ``CoreSettings`` but the signing key of member tokens,
+    which only ``serve`` and ``token`` use (validated when given)."""
+
+    jwt_secret: SecretStr | None = Field(
+        default=None, description="HS256 key of member tokens; unused by rescan"
+    )
 
 
 # How every ``pinlog-core`` command logs (``PINLOG_CORE_LOG_FORMAT``, ``PINLOG_CORE_LOG_LEVEL``).

@@ -72,18 +72,18 @@ class LimitSettings(BaseModel):
     breaker_threshold: int = Field(
         default=5,
         ge=1,
-        description="Consecutive provider-wide faults that make a provider unavailable (H2)",
+        description="Consecutive provider-wide faults that make a provider unavailable",
     )
     breaker_cooldown_seconds: float = Field(
         default=60.0,
         ge=0,
-        description="Seconds between the worker's own probes of an unavailable provider (H2)",
+        description="Seconds between the worker's own probes of an unavailable provider",
     )
     refuse_while_provider_unavailable: bool = Field(
         default=True,
         description=(
             "Answer process requests 503 + Retry-After while a provider is unavailable; turn "
-            "off only for a core that spends a retry per refused dispatch (H2)"
+            "off only for a core that spends a retry per refused dispatch"
         ),
     )
 
@@ -96,6 +96,33 @@ class LimitSettings(BaseModel):
     keyword_top_k: int = Field(default=10, ge=1, le=100, description="Candidates per judgment")
     keyword_similarity_floor: float = Field(
         default=0.2, ge=-1.0, le=1.0, description="Minimum cosine of a candidate (§4)"
+    )
+
+    search_similarity_floor: float = Field(
+        default=0.0,
+        ge=0.0,
+        le=1.0,
+        description="Internal search: hits below this cosine are dropped; 0 = off (§7's set)",
+    )
+    search_similarity_floor_word: float = Field(
+        default=0.0,
+        ge=0.0,
+        le=1.0,
+        description="Internal search: the floor for a one-word query of <= 5 characters; 0 = off",
+    )
+    search_top_ratio: float = Field(
+        default=0.0,
+        ge=0.0,
+        le=1.0,
+        description="Internal search: hits below this share of the best hit's cosine are "
+        "dropped; 0 = off",
+    )
+    search_keyword_match_threshold: float = Field(
+        default=0.30,
+        ge=-1.0,
+        le=1.0,
+        description="keywordMatched: a visible keyword's preset cosine to the query above this "
+        "(§7; measured on the offline encoder, docs/offline-encoder.md)",
     )
 
     worker_concurrency: int = Field(

@@ -150,6 +150,20 @@ class ToolSettings(Settings):
     )
 
 
+class SmokeSettings(ToolSettings):
+    """What ``smoke`` reads: the providers and the profile. It never contacts the database,
+    so ``PINLOG_DATABASE_URL`` is optional (validated when given)."""
+
+    database_url: str | None = Field(
+        default=None, description="Unused by smoke; validated when given"
+    )
+
+    @field_validator("database_url")
+    @classmethod
+    def _database_url(cls, value: str | None) -> str | None:
+        return None if value is None else check_database_url(value)
+
+
 # How every ``pinlog-ai`` command logs (``PINLOG_LOG_FORMAT``, ``PINLOG_LOG_LEVEL``).
 LoggingSettings = logging_settings(ENV_PREFIX)
 
@@ -172,6 +186,22 @@ class MigrationSettings(BaseSettings):
         if isinstance(value, str):
             check_database_url(value)
         return value
+
+
+class DoctorSettings(MigrationSettings):
+    """What ``doctor`` reads: the database, the profile and column dimension it checks, and
+    the expiry that makes a PROCESSING stage stale (``PINLOG_OFFLINE=true`` selects the offline
+    profile, as for ``Settings``). No provider settings, no secret: doctor calls nobody."""
+
+    offline: bool = DeploymentSettings.model_fields["offline"]
+    embedding_profile: str = ProfileSettings.model_fields["embedding_profile"]
+    vector_dimension: int = ProfileSettings.model_fields["vector_dimension"]
+    processing_expiry_seconds: int = LimitSettings.model_fields["processing_expiry_seconds"]
+
+    @model_validator(mode="before")
+    @classmethod
+    def _apply_offline_switch(cls, data: Any) -> Any:
+        return DeploymentSettings._apply_offline_switch(data)
 
 
 class DatabaseSettings(BaseSettings):

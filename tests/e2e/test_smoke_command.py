@@ -1,8 +1,8 @@
 """``pinlog-ai smoke`` (H8 item 6) as a real subprocess against the fake provider.
 
 One line per check on stdout; exit 0 when every check passes, 5 when a provider check fails, 2
-for settings. The database URL points at a closed port: the command never connects, so it
-cannot write anything.
+for settings. No database setting is given: the command never connects, so it cannot write
+anything.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import sys
 from dataclasses import dataclass
 
 from pinlog_platform.cli import exit_codes
-from tests.e2e.test_cli_startup_problems import KEY, _closed_port_url
+from tests.e2e.test_cli_startup_problems import KEY
 from tests.fake_openai import Scripted, embedding_body, judge_body
 
 CHECKS = (
@@ -36,7 +36,6 @@ class Run:
 async def _smoke(fake, *args: str, **env: str) -> Run:
     base = {k: v for k, v in os.environ.items() if not k.upper().startswith("PINLOG_")}
     settings = {
-        "PINLOG_DATABASE_URL": _closed_port_url(),
         "PINLOG_EMBEDDING_API_KEY": KEY,
         "PINLOG_JUDGE_API_KEY": KEY,
         "PINLOG_EMBEDDING_BASE_URL": fake.base_url,

@@ -111,13 +111,13 @@ async def test_token_creates_the_member_and_prints_only_the_token(engine, migrat
 
 
 async def test_rescan_once_prints_its_counts(engine, migrated_database):
-    """Its own counts, and what this pass finalized by reason code (H2 item 4)."""
+    """Its own counts, and what this pass finalized by reason code; started with only the
+    settings it uses (no signing key of member tokens)."""
     await make_state(engine, context_id=1, retry_count=3, updated_seconds_ago=10_000)
     env = _environment(
         PINLOG_CORE_DATABASE_URL=migrated_database,
         PINLOG_CORE_WORKER_BASE_URL="http://127.0.0.1:9",
         PINLOG_CORE_INTERNAL_SECRET=SECRET,
-        PINLOG_CORE_JWT_SECRET=JWT_SECRET,
         PINLOG_CORE_EMBEDDING_PROFILE=PROFILE,
     )
 
@@ -141,7 +141,7 @@ async def test_configuration_and_database_problems_are_one_line_with_distinct_ex
         line.startswith("pinlog-core: configuration error: PINLOG_CORE_")
         for line in missing[2].splitlines()
     )
-    assert len(missing[2].splitlines()) == 5  # every required setting named at once
+    assert len(missing[2].splitlines()) == 4  # every required setting named at once
     assert unreachable[0] == 3
     assert unreachable[2].strip().startswith("pinlog-core: database error:")
     assert "Traceback" not in unreachable[2]
