@@ -215,9 +215,10 @@ def test_application_services_run_the_image(compose, service: str) -> None:
 
 
 def test_the_offline_variant_runs_the_same_system_without_a_provider_account() -> None:
-    """Same services and commands (but the provider smoke test); the worker side offline; no API key, no required variable
-    (``docker compose -f docker-compose.offline.yml up`` with an empty environment); the core
-    searches with the offline profile; every setting it gives validates."""
+    """Same services and commands (but the provider smoke test); the worker side offline; no
+    API key, no required variable (``docker compose -f docker-compose.offline.yml up`` with an
+    empty environment); the core searches with the offline profile; every setting it gives
+    validates."""
     assert OFFLINE["services"].keys() == COMPOSE["services"].keys()
     for name, service in OFFLINE["services"].items():
         online = COMPOSE["services"][name].get("command")
