@@ -24,6 +24,7 @@ from app.repository.db import create_engine
 from app.repository.stage_pool import StagePool
 from app.service.embedding_stage import EmbeddingStage
 from app.service.health import Readiness
+from app.service.judge_votes import VotingJudge
 from app.service.keyword_stage import KeywordStage
 from app.service.presets import PresetCache
 from app.service.processing import ContextProcessor
@@ -164,7 +165,8 @@ async def build_worker(settings: Settings, metrics: WorkerMetrics) -> AsyncItera
             databases.stage_pool,
             embedder=stage_embedder,
             gates=gates,
-            judge=StageTaggedJudge(judge, "keyword"),
+            # Votes (PINLOG_JUDGE_VOTES) wrap the metered judge: each call is one provider call.
+            judge=StageTaggedJudge(VotingJudge(judge, settings.judge_votes), "keyword"),
             presets=presets,
         )
         pool = WorkerPool(

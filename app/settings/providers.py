@@ -125,6 +125,21 @@ class JudgeProviderSettings(BaseModel):
         description="Similarity judge, and the learned judge's rule for untrained presets",
     )
 
+    judge_votes: int = Field(
+        default=1,
+        ge=1,
+        le=9,
+        description="Concurrent judge calls per keyword stage, odd; a keyword is kept when a "
+        "strict majority selects it (N x the judge's tokens)",
+    )
+
+    @field_validator("judge_votes")
+    @classmethod
+    def _odd_votes(cls, value: int) -> int:
+        if value % 2 == 0:
+            raise ValueError("must be odd (a strict majority must exist)")
+        return value
+
     @field_validator("judge_provider")
     @classmethod
     def _learned_needs_its_encoder(cls, value: str, info: ValidationInfo) -> str:

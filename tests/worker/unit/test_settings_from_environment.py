@@ -50,6 +50,11 @@ EMPTY_MEANS_DEFAULT = {
     "judge_tokens_per_minute",
     "worker_replicas",
     "rate_budget_window_seconds",
+    "judge_votes",
+    "search_keyword_match_threshold",
+    "search_similarity_floor",
+    "search_similarity_floor_word",
+    "search_top_ratio",
 }
 EMPTY_MEANS_UNSET = {"embedding_api_key", "judge_api_key"}
 EMPTY_IS_REFUSED = set(Settings.model_fields) - EMPTY_MEANS_DEFAULT - EMPTY_MEANS_UNSET
