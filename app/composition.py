@@ -17,13 +17,20 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from app.metrics import WorkerMetrics
 from app.providers.base import EmbeddingProvider, KeywordJudge
 from app.providers.embedding_batcher import BatchingEmbedder
-from app.providers.factory import build_budgets, build_embedding_provider, build_judge
+from app.providers.factory import (
+    build_budgets,
+    build_embedding_provider,
+    build_fallback_judges,
+    build_judge,
+)
 from app.providers.metered import MeteredEmbedder, MeteredJudge
+from app.providers.rate_budget import RateBudget
 from app.providers.usage import StageTagged, StageTaggedJudge, attach_budget, attach_usage
 from app.repository.db import create_engine
 from app.repository.stage_pool import StagePool
 from app.service.embedding_stage import EmbeddingStage
 from app.service.health import Readiness
+from app.service.judge_chain import AnyJudgeGate, JudgeChain
 from app.service.judge_votes import VotingJudge
 from app.service.keyword_stage import KeywordStage
 from app.service.presets import PresetCache
@@ -141,19 +148,44 @@ async def build_worker(settings: Settings, metrics: WorkerMetrics) -> AsyncItera
                 ),
                 budgets["embedding"].cooldown_seconds,
             ),
-            "judge": _gate(
-                "judge",
-                judge_probe(StageTaggedJudge(judge, "probe")),
+        }
+        judge_cap = DailyTokenCap(
+            "judge", settings.judge_daily_token_cap, ledger, metrics.spend_capped
+        )
+        first_gate = _gate(
+            "judge",
+            judge_probe(StageTaggedJudge(judge, "probe")),
+            settings,
+            metrics,
+            judge_cap,
+            budgets["judge"].cooldown_seconds,
+        )
+        stack.push_async_callback(first_gate.aclose)
+        # PINLOG_JUDGE_FALLBACKS: each fallback judge behind its own circuit; the "judge" gate
+        # is available while any of them is.
+        links = [(judge, first_gate)]
+        for number, fallback in enumerate(build_fallback_judges(settings, metrics), start=1):
+            metered = MeteredJudge(fallback, metrics.providers["judge"])
+            stack.push_async_callback(metered.aclose)
+            attach_usage(metered, ledger)
+            budget = RateBudget(f"judge_fallback_{number}", requests=0, tokens=0)
+            attach_budget(metered, budget)
+            gate = _gate(
+                f"judge_fallback_{number}",
+                judge_probe(StageTaggedJudge(metered, "probe")),
                 settings,
                 metrics,
-                DailyTokenCap(
-                    "judge", settings.judge_daily_token_cap, ledger, metrics.spend_capped
-                ),
-                budgets["judge"].cooldown_seconds,
-            ),
-        }
-        for gate in gates.values():
+                judge_cap,
+                budget.cooldown_seconds,
+            )
             stack.push_async_callback(gate.aclose)
+            links.append((metered, gate))
+        if len(links) > 1:
+            gates["judge"] = AnyJudgeGate([gate for _, gate in links])
+            judge = JudgeChain(links)
+        else:
+            gates["judge"] = first_gate
+        stack.push_async_callback(gates["embedding"].aclose)
         limits = StageLimits(
             expiry_seconds=settings.processing_expiry_seconds,
             max_input_chars=settings.embedding_max_input_chars,

@@ -18,6 +18,7 @@ from app.providers.padding import ZeroPaddedEmbedder
 from app.providers.rate_budget import RateBudget, per_process
 from app.providers.similarity_judge import SimilarityJudge
 from app.settings import LEARNED_JUDGE_REVISION, Settings
+from app.settings.profiles import openai_judge_profile
 
 
 def build_embedding_provider(settings: Settings) -> EmbeddingProvider:
@@ -81,3 +82,23 @@ def build_budgets(settings: Settings) -> dict[str, RateBudget]:
             window_seconds=window,
         ),
     }
+
+
+def build_fallback_judges(settings: Settings, metrics: WorkerMetrics) -> list[KeywordJudge]:
+    """The OpenAI-compatible judges of ``PINLOG_JUDGE_FALLBACKS``, in order; each reads its
+    key from the setting it names (``PINLOG_JUDGE_FALLBACK_<n>_API_KEY``)."""
+    judges: list[KeywordJudge] = []
+    for fallback in settings.judge_fallbacks:
+        key = getattr(settings, fallback.api_key_setting.removeprefix("PINLOG_").lower())
+        judges.append(
+            OpenAIJudge(
+                base_url=fallback.base_url,
+                api_key=key.get_secret_value(),
+                model=fallback.model,
+                profile=openai_judge_profile(fallback.model),
+                timeout_seconds=settings.provider_timeout_seconds,
+                max_retries=settings.provider_max_retries,
+                metrics=metrics,
+            )
+        )
+    return judges

@@ -20,6 +20,7 @@ fake provider's votes are scripted).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import statistics
 from collections import Counter
 from collections.abc import Sequence
@@ -60,7 +61,11 @@ class VotingJudge:
                 f"judge votes: {len(verdicts)} of {self.votes} calls answered, no majority"
             )
         ids = [c.id for c in candidates]
-        return combine([map_verdict(v, ids) for v in verdicts], self.votes)
+        combined = combine([map_verdict(v, ids) for v in verdicts], self.votes)
+        profiles = {v.profile for v in verdicts}
+        if len(profiles) == 1:  # every vote from one judge of a chain: name it
+            return dataclasses.replace(combined, profile=profiles.pop())
+        return combined
 
     async def aclose(self) -> None:
         """The wrapped judge is closed by its owner."""

@@ -44,7 +44,15 @@ INTERNAL_SECRET_MIN_LENGTH = 16
 # mean "not set" (then required for the openai provider); everything else (URLs, secrets,
 # names, choices, the profile) is refused, so that an empty endpoint can never silently become
 # api.openai.com and an empty name never a guessed one. tests/unit pins each group.
-_EMPTY_MEANS_UNSET = frozenset({"embedding_api_key", "judge_api_key"})
+_EMPTY_MEANS_UNSET = frozenset(
+    {
+        "embedding_api_key",
+        "judge_api_key",
+        "judge_fallback_1_api_key",
+        "judge_fallback_2_api_key",
+        "judge_fallback_3_api_key",
+    }
+)
 
 
 class DeploymentSettings(BaseModel):
@@ -138,7 +146,7 @@ _EMPTY_MEANS_DEFAULT = frozenset(
     name
     for name, field in Settings.model_fields.items()
     if field.annotation in (int, float, int | None)
-) | {"provider_prices"}  # an empty price table: the defaults
+) | {"provider_prices", "judge_fallbacks"}  # empty: the defaults
 
 
 class ToolSettings(Settings):

@@ -55,8 +55,15 @@ EMPTY_MEANS_DEFAULT = {
     "search_similarity_floor",
     "search_similarity_floor_word",
     "search_top_ratio",
+    "judge_fallbacks",
 }
-EMPTY_MEANS_UNSET = {"embedding_api_key", "judge_api_key"}
+EMPTY_MEANS_UNSET = {
+    "embedding_api_key",
+    "judge_api_key",
+    "judge_fallback_1_api_key",
+    "judge_fallback_2_api_key",
+    "judge_fallback_3_api_key",
+}
 EMPTY_IS_REFUSED = set(Settings.model_fields) - EMPTY_MEANS_DEFAULT - EMPTY_MEANS_UNSET
 
 
@@ -115,12 +122,21 @@ def test_an_empty_url_secret_name_or_choice_is_refused(env, field, value):
     assert problems() == [f"PINLOG_{field.upper()}: is set but empty; give a value or unset it"]
 
 
-@pytest.mark.parametrize("field", sorted(EMPTY_MEANS_UNSET))
+@pytest.mark.parametrize("field", ["embedding_api_key", "judge_api_key"])
 def test_an_empty_api_key_is_not_set_and_therefore_required_for_openai(env, field):
     env({**VALID, f"PINLOG_{field.upper()}": ""})
 
     (line,) = problems()
     assert line.startswith(f"PINLOG_{field.upper()}: is required when")
+
+
+@pytest.mark.parametrize(
+    "field", sorted(EMPTY_MEANS_UNSET - {"embedding_api_key", "judge_api_key"})
+)
+def test_an_empty_fallback_key_is_not_set(env, field):
+    env({**VALID, f"PINLOG_{field.upper()}": ""})
+
+    assert getattr(Settings(), field) is None
 
 
 @pytest.mark.parametrize(
