@@ -84,13 +84,15 @@ def db_upgrade(
     """Apply pending ai migrations to PINLOG_DATABASE_URL; a second run applies nothing.
 
     The core files are the core service's (pinlog-core db upgrade); the worker's role needs
-    privileges on the ai schema only (§8). An applied file that changed exits 2.
+    privileges on the ai schema only (§8). An applied file that changed exits 2. Run as the
+    worker's restricted role it checks what exists first: exit 0 when nothing is pending,
+    otherwise exit 4 with one line naming the missing privilege.
     """
     from app.settings import MigrationSettings
 
     database = _settings(MigrationSettings)
 
-    from app.repository.db import create_engine
+    from app.repository.db import MIGRATION_COMMAND_TIMEOUT_SECONDS, create_engine
     from pinlog_platform import schema as migrations
 
     async def run() -> list[str]:
@@ -98,6 +100,7 @@ def db_upgrade(
             database.database_url,
             with_vector_codec=False,
             transaction_pooling=database.database_transaction_pooling,
+            command_timeout_seconds=MIGRATION_COMMAND_TIMEOUT_SECONDS,
         )
         try:
             return await migrations.upgrade(
@@ -105,6 +108,8 @@ def db_upgrade(
             )
         except migrations.MigrationError as exc:
             _exit(exit_codes.CONFIGURATION, [f"migration error: {exc}"])
+        except migrations.MigrationPrivilegeError as exc:
+            _exit(exit_codes.DATABASE_NOT_READY, [f"migration error: {exc}"])
         finally:
             await engine.dispose()
 
@@ -162,19 +167,41 @@ def presets_load(
     )
 
 
-DEFAULT_KEEP_ALIVE_SECONDS = 30
-
-
 @app.command()
 def serve(
     host: str = typer.Option("127.0.0.1", metavar="HOST", help="Interface to bind"),
     port: int = typer.Option(8000, metavar="PORT", help="TCP port"),
-    timeout_keep_alive: int = typer.Option(
-        DEFAULT_KEEP_ALIVE_SECONDS,
+    limit_concurrency: int | None = typer.Option(
+        None,
+        "--limit-concurrency",
+        min=1,
+        metavar="N",
+        help="Open connections and running requests at once; beyond, 503 at once "
+        "(default: PINLOG_LIMIT_CONCURRENCY, 900)",
+    ),
+    max_header_bytes: int | None = typer.Option(
+        None,
+        "--max-header-bytes",
+        min=1024,
+        metavar="BYTES",
+        help="Largest request head; larger answers 431 (default: PINLOG_MAX_HEADER_BYTES, 16384)",
+    ),
+    head_timeout: float | None = typer.Option(
+        None,
+        "--head-timeout",
+        min=0.1,
+        metavar="SECONDS",
+        help="Seconds a client has to send a request head; then 408 and closed "
+        "(default: PINLOG_HEAD_TIMEOUT, 10)",
+    ),
+    timeout_keep_alive: int | None = typer.Option(
+        None,
+        "--timeout-keep-alive",
         min=1,
         metavar="SECONDS",
         help="Seconds an idle keep-alive connection stays open; keep it above every client's "
-        "idle expiry (a load balancer's idle timeout included)",
+        "idle expiry (a load balancer's idle timeout included) (default: "
+        "PINLOG_TIMEOUT_KEEP_ALIVE, 30)",
     ),
     proxy_headers: bool = typer.Option(
         False,
@@ -225,13 +252,19 @@ def serve(
     import uvicorn
 
     from app.main import create_app
+    from pinlog_platform.http.server import uvicorn_options
 
     uvicorn.run(
         create_app(settings),
         host=host,
         port=port,
         log_config=None,
-        timeout_keep_alive=timeout_keep_alive,
+        **uvicorn_options(
+            limit_concurrency=limit_concurrency or settings.limit_concurrency,
+            max_header_bytes=max_header_bytes or settings.max_header_bytes,
+            head_timeout=head_timeout or settings.head_timeout,
+            timeout_keep_alive=timeout_keep_alive or settings.timeout_keep_alive,
+        ),
         proxy_headers=proxy_headers,
         forwarded_allow_ips=forwarded_allow_ips,
         timeout_graceful_shutdown=timeout_graceful_shutdown,

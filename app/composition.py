@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from app import failure_policy
 from app.metrics import WorkerMetrics
 from app.providers.base import EmbeddingProvider, KeywordJudge
 from app.providers.embedding_batcher import BatchingEmbedder
@@ -26,7 +27,7 @@ from app.providers.factory import (
 from app.providers.metered import MeteredEmbedder, MeteredJudge
 from app.providers.rate_budget import RateBudget
 from app.providers.usage import StageTagged, StageTaggedJudge, attach_budget, attach_usage
-from app.repository.db import create_engine
+from app.repository.db import command_timeout_for, create_engine
 from app.repository.stage_pool import StagePool
 from app.service.embedding_stage import EmbeddingStage
 from app.service.health import Readiness
@@ -259,16 +260,21 @@ async def _open_databases(stack: AsyncExitStack, settings: Settings) -> _Databas
     """The stage pool and three engines, each closed by ``stack``."""
     # The stage statements (§3) run on a plain asyncpg pool; this engine serves the preset
     # cache and startup checks.
+    command_timeout = command_timeout_for(
+        failure_policy.stage_deadline_seconds(settings.processing_expiry_seconds)
+    )
     stage_pool = await StagePool.open(
         settings.database_url,
         size=settings.pool_size,
         transaction_pooling=settings.database_transaction_pooling,
+        command_timeout_seconds=command_timeout,
     )
     stack.push_async_callback(stage_pool.close)
     engine = create_engine(
         settings.database_url,
         pool_size=SUPPORT_CONNECTIONS,
         transaction_pooling=settings.database_transaction_pooling,
+        command_timeout_seconds=command_timeout,
     )
     stack.push_async_callback(engine.dispose)
     # Readiness has its own connection: a busy or exhausted worker pool must not make /readyz
@@ -279,6 +285,7 @@ async def _open_databases(stack: AsyncExitStack, settings: Settings) -> _Databas
         with_vector_codec=False,
         transaction_pooling=settings.database_transaction_pooling,
         pre_ping=True,
+        command_timeout_seconds=command_timeout,
     )
     stack.push_async_callback(probe_engine.dispose)
     # Search has its own small pool, so a burst of stage work never queues it (§7).
@@ -286,6 +293,7 @@ async def _open_databases(stack: AsyncExitStack, settings: Settings) -> _Databas
         settings.database_url,
         pool_size=SEARCH_CONNECTIONS,
         transaction_pooling=settings.database_transaction_pooling,
+        command_timeout_seconds=command_timeout,
     )
     stack.push_async_callback(search_engine.dispose)
     return _Databases(stage_pool, engine, probe_engine, search_engine)

@@ -159,6 +159,11 @@ class WorkerMetrics:
             ["stage"],
             registry=self.registry,
         )
+        self.request_deadlines = Counter(
+            "pinlog_request_deadlines_exceeded_total",
+            "HTTP requests answered 503 at their overall deadline",
+            registry=self.registry,
+        )
         self.stage_failures = Counter(
             "pinlog_stage_failures_total",
             "Stages this worker marked FAILED, by stage and failure reason code (H2)",

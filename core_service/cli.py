@@ -29,10 +29,26 @@ def _load(settings_class):
 
 
 def _classify(exc: BaseException) -> startup.StartupProblem | None:
-    """A database that cannot be reached is exit 3 with one line; anything else is a bug."""
-    from core_service.errors import UnavailableError
-    from pinlog_platform.db.sqlstates import is_transient
+    """A database that cannot be reached is exit 3 with one line; one reached but not usable
+    by this role (no schema, a missing privilege, a refused login) is exit 4 (3 for the
+    login); anything else is a bug."""
+    from core_service.errors import DatabaseFault, UnavailableError
+    from pinlog_platform.db.sqlstates import is_transient, sqlstate
+    from pinlog_platform.schema import MigrationPrivilegeError
 
+    if isinstance(exc, MigrationPrivilegeError):
+        return startup.StartupProblem(exit_codes.DATABASE_NOT_READY, f"migration error: {exc}")
+    cause = exc.__cause__ if isinstance(exc, UnavailableError) else exc
+    state = sqlstate(cause) if cause is not None else None
+    if state is None and isinstance(exc, DatabaseFault):
+        state = str(exc).removeprefix("database error ").split(" ")[0]
+    if state is not None and state.startswith("28"):
+        return startup.StartupProblem(
+            exit_codes.DATABASE_UNREACHABLE,
+            "database error: the database refused the login (PINLOG_CORE_DATABASE_URL)",
+        )
+    if state in _NOT_READY_STATES:
+        return startup.StartupProblem(exit_codes.DATABASE_NOT_READY, _NOT_READY_STATES[state])
     if isinstance(exc, UnavailableError):
         return startup.StartupProblem(
             exit_codes.DATABASE_UNREACHABLE, "database error: database unavailable"
@@ -42,7 +58,21 @@ def _classify(exc: BaseException) -> startup.StartupProblem | None:
             exit_codes.DATABASE_UNREACHABLE,
             f"database error: cannot reach the database ({type(exc).__name__})",
         )
+    if isinstance(exc, DatabaseFault):
+        return startup.StartupProblem(exit_codes.DATABASE_NOT_READY, f"database error: {exc}")
     return None
+
+
+_NO_SCHEMA = "database error: the schema is missing: run `pinlog-core db upgrade`"
+_NOT_READY_STATES = {
+    "42P01": _NO_SCHEMA,
+    "3F000": _NO_SCHEMA,
+    "3D000": "database error: the database named in PINLOG_CORE_DATABASE_URL does not exist",
+    "42501": (
+        "database error: the database role lacks privileges on schema core "
+        "(run the core as the schema owner or its own role, docs/deployment.md)"
+    ),
+}
 
 
 def _run_with_database(step):
@@ -61,7 +91,9 @@ def db_upgrade() -> None:
 
     async def run() -> list[str]:
         engine = create_engine(
-            database.database_url, transaction_pooling=database.database_transaction_pooling
+            database.database_url,
+            transaction_pooling=database.database_transaction_pooling,
+            command_timeout_seconds=None,
         )
         try:
             return await migrations.upgrade(engine, scope=migrations.Scope.ALL)
@@ -82,6 +114,39 @@ def serve(
     host: str = typer.Option("127.0.0.1", metavar="HOST", help="Interface to bind"),
     port: int = typer.Option(8080, metavar="PORT", help="TCP port"),
     no_rescan: bool = typer.Option(False, "--no-rescan", help="Do not run the rescan loop"),
+    limit_concurrency: int | None = typer.Option(
+        None,
+        "--limit-concurrency",
+        min=1,
+        metavar="N",
+        help="Open connections and running requests at once; beyond, 503 at once "
+        "(default: PINLOG_CORE_LIMIT_CONCURRENCY, 900)",
+    ),
+    max_header_bytes: int | None = typer.Option(
+        None,
+        "--max-header-bytes",
+        min=1024,
+        metavar="BYTES",
+        help="Largest request head; larger answers 431 "
+        "(default: PINLOG_CORE_MAX_HEADER_BYTES, 16384)",
+    ),
+    head_timeout: float | None = typer.Option(
+        None,
+        "--head-timeout",
+        min=0.1,
+        metavar="SECONDS",
+        help="Seconds a client has to send a request head; then 408 and closed "
+        "(default: PINLOG_CORE_HEAD_TIMEOUT, 10)",
+    ),
+    timeout_keep_alive: int | None = typer.Option(
+        None,
+        "--timeout-keep-alive",
+        min=1,
+        metavar="SECONDS",
+        help="Seconds an idle keep-alive connection stays open; keep it above every client's "
+        "idle expiry (a load balancer's idle timeout included) (default: "
+        "PINLOG_CORE_TIMEOUT_KEEP_ALIVE, 30)",
+    ),
     access_log: bool = typer.Option(
         False,
         "--access-log/--no-access-log",
@@ -89,21 +154,71 @@ def serve(
         "worker: GET /metrics counts requests by route and status",
     ),
 ) -> None:
-    """Serve the client API and run the rescan loop (settings from PINLOG_CORE_*)."""
+    """Serve the client API and run the rescan loop (settings from PINLOG_CORE_*).
+
+    Checks the database first: unreachable exits 3, reachable without the schema exits 4, each
+    with one line (a database that goes away later is readiness, not an exit).
+    """
     import uvicorn
 
     from core_service.main import create_app
     from core_service.settings import CoreSettings
 
     settings = _load(CoreSettings)
+    problem = _run_with_database(lambda: _schema_problem(settings))
+    if problem is not None:
+        startup.fail(PROGRAM, exit_codes.DATABASE_NOT_READY, [f"database error: {problem}"])
+    from pinlog_platform.http.server import uvicorn_options
+
     uvicorn.run(
         create_app(settings, run_rescan_loop=not no_rescan),
         host=host,
         port=port,
         log_config=None,
-        timeout_keep_alive=30,
+        **uvicorn_options(
+            limit_concurrency=limit_concurrency or settings.limit_concurrency,
+            max_header_bytes=max_header_bytes or settings.max_header_bytes,
+            head_timeout=head_timeout or settings.head_timeout,
+            timeout_keep_alive=timeout_keep_alive or settings.timeout_keep_alive,
+        ),
         access_log=access_log,
     )
+
+
+async def _schema_problem(settings) -> str | None:
+    """Connect once: what keeps ``serve`` from working (no schema, no privileges on it), or
+    ``None``. Driver errors propagate (exit 3 or 4 through ``_classify``)."""
+    from sqlalchemy import text
+
+    from core_service.repository.db import autocommit, create_engine
+
+    engine = create_engine(
+        settings.database_url,
+        pool_size=1,
+        transaction_pooling=settings.database_transaction_pooling,
+    )
+    try:
+        async with autocommit(engine) as conn:
+            facts = (await conn.execute(text(SCHEMA_FACTS))).one()
+    finally:
+        await engine.dispose()
+    if facts.schemas and not facts.usage:
+        return _NOT_READY_STATES["42501"].removeprefix("database error: ")
+    if not facts.tables:
+        return "the schema is missing: run `pinlog-core db upgrade`"
+    return None
+
+
+# What ``serve`` needs (migrated by ``pinlog-core db upgrade``), and whether this role may use
+# it (without USAGE a table lookup reads as missing).
+SCHEMA_FACTS = (
+    "SELECT to_regnamespace('core') IS NOT NULL AND to_regnamespace('ai') IS NOT NULL "
+    "AS schemas, "
+    "CASE WHEN to_regnamespace('core') IS NULL THEN false "
+    "ELSE has_schema_privilege('core', 'USAGE') END AS usage, "
+    "to_regclass('core.context') IS NOT NULL AND to_regclass('ai.context_ai_state') IS NOT NULL "
+    "AS tables"
+)
 
 
 @app.command()

@@ -18,7 +18,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from core_service.metrics import CoreMetrics
 from core_service.repository.context_ai_state import Expiries
-from core_service.repository.db import create_engine
+from core_service.repository.db import command_timeout_for, create_engine
 from core_service.service.dispatch import WorkerDispatcher
 from core_service.service.lifecycle import ContextLifecycle
 from core_service.service.member_tokens import TokenAuthenticator
@@ -103,10 +103,12 @@ async def build_core(
     rescans to the caller. On exit the loop stops, in-flight dispatches get
     ``DISPATCH_DRAIN_SECONDS``, then clients and engines close."""
     async with AsyncExitStack() as stack:
+        command_timeout = command_timeout_for(settings.request_timeout_seconds)
         engine = create_engine(
             settings.database_url,
             pool_size=settings.database_pool_size,
             transaction_pooling=settings.database_transaction_pooling,
+            command_timeout_seconds=command_timeout,
         )
         stack.push_async_callback(engine.dispose)
         endpoints = build_worker_endpoints(settings)
@@ -118,6 +120,7 @@ async def build_core(
             settings.database_url,
             pool_size=1,
             transaction_pooling=settings.database_transaction_pooling,
+            command_timeout_seconds=command_timeout,
         )
         stack.push_async_callback(probe_engine.dispose)
         core = Core(

@@ -33,14 +33,17 @@ from core_service.errors import (
 )
 from core_service.metrics import CoreMetrics
 from core_service.settings import CoreSettings
+from pinlog_platform.db.engines import ACCEPTS_WRITES as ACCEPTS_WRITES_SQL
 from pinlog_platform.http.body_limit import BodySizeLimitMiddleware
 from pinlog_platform.http.probes import probes
+from pinlog_platform.http.request_deadline import RequestDeadlineMiddleware
 from pinlog_platform.http.request_timing import RequestTimingMiddleware
 from pinlog_platform.http.validation import validation_error
 
 logger = logging.getLogger(__name__)
 
 RETRY_AFTER_SECONDS = "5"
+ACCEPTS_WRITES = text(ACCEPTS_WRITES_SQL)
 OPENAPI_PATH = "/api/v1/openapi.json"
 READINESS_TIMEOUT_SECONDS = 1.0
 
@@ -72,6 +75,15 @@ def create_app(settings: CoreSettings | None = None, *, run_rescan_loop: bool = 
     app.include_router(router)
     # Added before the timing middleware, so inside it: a 413 is counted like any answer.
     app.add_middleware(BodySizeLimitMiddleware, max_bytes=settings.max_request_bytes)
+    # Every request ends within request_timeout_seconds (503 + Retry-After), except one that
+    # has begun to commit (docs/deployment.md, "Deadlines").
+    app.add_middleware(
+        RequestDeadlineMiddleware,
+        seconds=settings.request_timeout_seconds,
+        retry_after=RETRY_AFTER_SECONDS,
+        on_expiry=metrics.request_deadlines.inc,
+        on_commit_unknown=metrics.commits_outcome_unknown.inc,
+    )
 
     # Outermost: requests refused before routing (a declared 413) are timed too.
     app.add_middleware(RequestTimingMiddleware, histogram=metrics.http_requests)
@@ -80,12 +92,15 @@ def create_app(settings: CoreSettings | None = None, *, run_rescan_loop: bool = 
 
     @app.get("/readyz")
     async def readyz(request: Request) -> JSONResponse:
-        """Readiness: the database answers within 1 s."""
+        """Readiness: the database answers within 1 s and accepts writes (not while the
+        server is read-only, e.g. a standby after a failover)."""
         try:
             async with asyncio.timeout(READINESS_TIMEOUT_SECONDS):
                 async with request.app.state.probe_engine.connect() as conn:
-                    await conn.execute(text("SELECT 1"))
+                    writable = (await conn.execute(ACCEPTS_WRITES)).scalar()
         except Exception:
+            writable = False
+        if not writable:
             return JSONResponse(
                 {"status": "unavailable", "problems": ["database"]}, status_code=503
             )

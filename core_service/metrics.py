@@ -37,6 +37,16 @@ class CoreMetrics:
             ["route", "method", "status"],
             registry=self.registry,
         )
+        self.request_deadlines = Counter(
+            "pinlog_core_request_deadlines_exceeded_total",
+            "HTTP requests answered 503 at their overall deadline",
+            registry=self.registry,
+        )
+        self.commits_outcome_unknown = Counter(
+            "pinlog_core_commits_outcome_unknown_total",
+            "Commits of a request whose connection failed during COMMIT (answered 503)",
+            registry=self.registry,
+        )
         self.finalized = Counter(
             "pinlog_core_finalized_total",
             "State rows closed by the finalizer, by reason",

@@ -28,7 +28,12 @@ from app.errors import ConfigurationError, InvalidOutputError
 from app.metrics import WorkerMetrics
 from app.providers import openai_wire
 from app.providers.base import JudgeCandidate, JudgeVerdict
-from app.providers.openai_http import JsonEndpointClient
+from app.providers.openai_http import (
+    DEFAULT_MAX_ANSWER_BYTES,
+    JsonEndpointClient,
+    embedding_answer_cap,
+    judge_answer_cap,
+)
 from app.providers.rate_budget import Grant, RateBudget
 from app.providers.usage import (
     UsageSink,
@@ -61,8 +66,17 @@ logger = logging.getLogger(__name__)
 class _ClientOwner:
     """Owns one HTTP client (connection pool); ``aclose()`` releases its connections."""
 
-    def __init__(self, base_url: str, api_key: str, timeout_seconds: float, retries: int) -> None:
-        self._client = JsonEndpointClient(base_url, api_key, timeout_seconds, retries)
+    def __init__(
+        self,
+        base_url: str,
+        api_key: str,
+        timeout_seconds: float,
+        retries: int,
+        max_answer_bytes: int = DEFAULT_MAX_ANSWER_BYTES,
+    ) -> None:
+        self._client = JsonEndpointClient(
+            base_url, api_key, timeout_seconds, retries, max_answer_bytes=max_answer_bytes
+        )
         self.usage: UsageSink | None = None  # told each answered call's tokens (H8 item 1)
         self.budget: RateBudget | None = None  # waited for before each request (H8 item 2)
 
@@ -129,6 +143,8 @@ class OpenAIEmbedder(_ClientOwner):
             "embedding",
             "embeddings",
             {"model": self.model, "input": list(texts), "encoding_format": self.encoding},
+            # The answer cap follows this request's batch (openai_http).
+            max_answer_bytes=embedding_answer_cap(len(texts), self.dimension),
         )
         usage = embedding_usage(self.model, body, texts)
         if grant is not None:
@@ -157,8 +173,9 @@ class OpenAIJudge(_ClientOwner):
         timeout_seconds: float,
         max_retries: int,
         metrics: WorkerMetrics,
+        top_k: int = 10,
     ) -> None:
-        super().__init__(base_url, api_key, timeout_seconds, max_retries)
+        super().__init__(base_url, api_key, timeout_seconds, max_retries, judge_answer_cap(top_k))
         self.model = model
         self.profile = profile
         self._reasks = metrics.judge_reasks
@@ -173,6 +190,7 @@ class OpenAIJudge(_ClientOwner):
             profile=settings.judge_profile,
             timeout_seconds=settings.provider_timeout_seconds,
             max_retries=settings.provider_max_retries,
+            top_k=settings.keyword_top_k,
         )
 
     async def judge(self, text: str, candidates: Sequence[JudgeCandidate]) -> JudgeVerdict:

@@ -29,6 +29,7 @@ from app.repository.context_embedding import SearchHit
 from app.repository.db import autocommit
 from app.service import context_text
 from app.service.provider_gate import ProviderGate
+from pinlog_platform.db.sqlstates import worth_one_retry
 from pinlog_platform.search import SearchCuts
 
 logger = logging.getLogger(__name__)
@@ -76,6 +77,17 @@ class SearchService:
         self._latency["ok"].observe(time.perf_counter() - started)
         return hits
 
+    async def _nearest(self, user_id: int, vector, limit: int) -> list[SearchHit]:
+        async with autocommit(self._engine) as conn:
+            return await context_embedding.search_similar(
+                conn,
+                user_id=user_id,
+                query=vector,
+                profile=self._profile,
+                limit=limit,
+                keyword_match_threshold=self._keyword_match_threshold,
+            )
+
     async def _search(
         self, user_id: int, query: str, limit: int, embedding_profile: str
     ) -> list[SearchHit]:
@@ -120,15 +132,14 @@ class SearchService:
             logger.error("search embedding permanent failure: cause=%s", exc)
             raise PermanentError("embedding upstream failed") from None
         try:
-            async with autocommit(self._engine) as conn:
-                hits = await context_embedding.search_similar(
-                    conn,
-                    user_id=user_id,
-                    query=vector,
-                    profile=self._profile,
-                    limit=limit,
-                    keyword_match_threshold=self._keyword_match_threshold,
-                )
+            try:
+                hits = await self._nearest(user_id, vector, limit)
+            except TransientError as exc:
+                if not worth_one_retry(exc):
+                    raise
+                # A read on a connection that could not serve (it died while pooled, or sits
+                # on a read-only server): once more on a fresh one (§6).
+                hits = await self._nearest(user_id, vector, limit)
         except TransientError as exc:
             # The log names the cause (lock timeout or unavailable); the body stays fixed (§6).
             logger.warning("search database transient failure: cause=%s", type(exc).__name__)

@@ -145,3 +145,30 @@ async def test_configuration_and_database_problems_are_one_line_with_distinct_ex
     assert unreachable[0] == 3
     assert unreachable[2].strip().startswith("pinlog-core: database error:")
     assert "Traceback" not in unreachable[2]
+
+
+def _serve_env(database_url: str) -> dict[str, str]:
+    return _environment(
+        PINLOG_CORE_DATABASE_URL=database_url,
+        PINLOG_CORE_JWT_SECRET=JWT_SECRET,
+        PINLOG_CORE_WORKER_BASE_URL="http://127.0.0.1:9",
+        PINLOG_CORE_INTERNAL_SECRET=SECRET,
+        PINLOG_CORE_EMBEDDING_PROFILE=PROFILE,
+    )
+
+
+async def test_serve_checks_the_database_first_exit_3_unreachable_4_without_schema(
+    empty_database,
+):
+    unreachable = "postgresql+asyncpg://nobody:pw-do-not-print@127.0.0.1:9/pinlog"
+    code, _, err = await _run([*CORE, "serve", "--port", "9"], _serve_env(unreachable))
+    lines = err.splitlines()
+    assert code == 3, err
+    assert len(lines) == 1 and lines[0].startswith("pinlog-core: database error")
+    assert "pw-do-not-print" not in err
+
+    code, _, err = await _run([*CORE, "serve", "--port", "9"], _serve_env(empty_database))
+    assert code == 4, err
+    assert err.splitlines() == [
+        "pinlog-core: database error: the schema is missing: run `pinlog-core db upgrade`"
+    ]

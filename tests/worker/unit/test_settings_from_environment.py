@@ -51,11 +51,16 @@ EMPTY_MEANS_DEFAULT = {
     "worker_replicas",
     "rate_budget_window_seconds",
     "judge_votes",
-    "search_keyword_match_threshold",
+    "judge_fallbacks",
     "search_similarity_floor",
     "search_similarity_floor_word",
     "search_top_ratio",
-    "judge_fallbacks",
+    "search_keyword_match_threshold",
+    "request_timeout_seconds",
+    "limit_concurrency",
+    "max_header_bytes",
+    "head_timeout",
+    "timeout_keep_alive",
 }
 EMPTY_MEANS_UNSET = {
     "embedding_api_key",
