@@ -1,4 +1,5 @@
-"""The ``pinlog-ai`` command: ``db upgrade``, ``presets load``, ``serve``, ``doctor``, ``demo``.
+"""The ``pinlog-ai`` command: ``db upgrade``, ``presets load``, ``serve``, ``smoke``, ``doctor``,
+``demo``.
 
 Startup problems end with one line on stderr and an exit code of
 ``pinlog_platform.cli.exit_codes`` (2 settings, 3 database unreachable, 4 database not ready, 5
@@ -269,6 +270,58 @@ def serve(
         timeout_graceful_shutdown=timeout_graceful_shutdown,
         access_log=access_log,
     )
+
+
+DEFAULT_SMOKE_LATENCY_SECONDS = 10.0
+
+
+@app.command()
+def smoke(
+    max_latency_seconds: float = typer.Option(
+        DEFAULT_SMOKE_LATENCY_SECONDS,
+        min=0.0,
+        metavar="SECONDS",
+        help="Longest acceptable time of each provider call",
+    ),
+) -> None:
+    """One real embedding call and one real judge call against the configured providers
+    (a deploy's release step): one line per check; exit 0 when all pass, 5 when a provider
+    check fails, 2 for settings. Nothing is written; the database is not contacted."""
+    from app.settings import SmokeSettings
+
+    settings = _settings(SmokeSettings)
+
+    from app.metrics import WorkerMetrics
+    from app.providers.factory import build_embedding_provider, build_judge
+    from app.providers.usage import CollectingSink
+    from app.service.smoke import run_smoke
+
+    async def run():
+        sink = CollectingSink()
+        embedder = build_embedding_provider(settings)
+        judge = build_judge(settings, WorkerMetrics())
+        for provider in (embedder, getattr(embedder, "inner", None), judge):
+            if hasattr(provider, "usage"):
+                provider.usage = sink
+        try:
+            return await run_smoke(
+                embedder,
+                judge,
+                sink,
+                model=settings.embedding_model,
+                dimension=settings.embedding_dimension,
+                vector_dimension=settings.vector_dimension,
+                max_latency_seconds=max_latency_seconds,
+            )
+        finally:
+            await embedder.aclose()
+            await judge.aclose()
+
+    report = _run(run)
+    for check in report.checks:
+        typer.echo(check.line)
+    typer.echo(f"smoke: {'passed' if report.passed else 'FAILED'}")
+    raise typer.Exit(0 if report.passed else exit_codes.PROVIDER)
 
 
 @app.command()

@@ -225,6 +225,21 @@ class WorkerMetrics:
             ["provider", "error"],
             registry=self.registry,
         )
+        self.provider_tokens = Counter(
+            "pinlog_provider_tokens_total",
+            "Tokens of answered provider calls (from the answer's usage, or estimated as UTF-8 "
+            "bytes / 3 when it has none), by provider kind, model, calling stage and kind "
+            "(prompt, completion, embedding) (H8)",
+            ["provider", "model", "stage", "kind"],
+            registry=self.registry,
+        )
+        self.spend_capped = Gauge(
+            "pinlog_provider_spend_capped",
+            "1 while a provider's daily token cap is reached (unavailable until the next UTC "
+            "day), else 0 (H8)",
+            ["provider"],
+            registry=self.registry,
+        )
         self.embedding_batch_inputs = Histogram(
             "pinlog_embedding_batch_inputs",
             "Inputs per embedding provider request (stages sharing one request, or a query)",

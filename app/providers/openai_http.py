@@ -35,6 +35,7 @@ import json
 import math
 import random
 import re
+from collections.abc import Callable
 from typing import Any
 
 import aiohttp
@@ -90,6 +91,9 @@ class JsonEndpointClient:
         self._timeout = aiohttp.ClientTimeout(total=timeout_seconds)
         self._retries = retries
         self._session: aiohttp.ClientSession | None = None
+        # Told every answer's status, headers and error (None for a 2xx): the rate budget
+        # reads the rate-limit headers and 429s there (H8 item 2).
+        self.on_answer: Callable[[int, Any, Exception | None], None] | None = None
 
     async def post(
         self,
@@ -140,6 +144,8 @@ class JsonEndpointClient:
                 attempt += 1
                 continue
             if status < 400:
+                if self.on_answer is not None:
+                    self.on_answer(status, headers, None)
                 return _json(layer, raw)
             retry_after = _retry_after(headers)
             code, error_type, param = error_fields(raw)
@@ -151,6 +157,8 @@ class JsonEndpointClient:
                 param=param,
                 retry_after=retry_after,
             )
+            if self.on_answer is not None:
+                self.on_answer(status, headers, error)
             if last or not _should_retry(error, headers, retry_after):
                 raise error
             await asyncio.sleep(_wait(attempt, retry_after))

@@ -29,6 +29,7 @@ from app.settings.worker import (
     LoggingSettings,
     MigrationSettings,
     Settings,
+    SmokeSettings,
     ToolSettings,
 )
 
@@ -52,5 +53,6 @@ __all__ = [
     "LoggingSettings",
     "MigrationSettings",
     "Settings",
+    "SmokeSettings",
     "ToolSettings",
 ]

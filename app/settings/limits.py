@@ -40,6 +40,35 @@ class LimitSettings(BaseModel):
         default=2, ge=0, le=5, description="Short retries inside one call (§6); x timeout < expiry"
     )
 
+    embedding_requests_per_minute: int = Field(
+        default=0, ge=0, description="Embedding requests per minute, all replicas (0: no limit)"
+    )
+    embedding_tokens_per_minute: int = Field(
+        default=0,
+        ge=0,
+        description="Embedding tokens per minute, all replicas (0: no limit); also splits "
+        "embedding batches",
+    )
+    judge_requests_per_minute: int = Field(
+        default=0, ge=0, description="Judge requests per minute, all replicas (0: no limit)"
+    )
+    judge_tokens_per_minute: int = Field(
+        default=0,
+        ge=0,
+        description="Judge tokens (prompt + completion) per minute, all replicas (0: no limit)",
+    )
+    worker_replicas: int = Field(
+        default=1,
+        ge=1,
+        description="Worker processes sharing the per-minute budgets: each takes its share",
+    )
+    rate_budget_window_seconds: float = Field(
+        default=60.0,
+        gt=0,
+        le=3600,
+        description="The window of the *_PER_MINUTE budgets in seconds (60; shorter in tests)",
+    )
+
     breaker_threshold: int = Field(
         default=5,
         ge=1,

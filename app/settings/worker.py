@@ -22,6 +22,7 @@ from pydantic import (
 )
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from app.settings.costs import CostSettings
 from app.settings.limits import LimitSettings
 from app.settings.profiles import OFFLINE_DEFAULTS, ProfileSettings
 from app.settings.providers import EmbeddingProviderSettings, JudgeProviderSettings
@@ -45,7 +46,15 @@ INTERNAL_SECRET_MIN_LENGTH = GENERATED_SECRET_MIN_LENGTH
 # mean "not set" (then required for the openai provider); everything else (URLs, secrets,
 # names, choices, the profile) is refused, so that an empty endpoint can never silently become
 # api.openai.com and an empty name never a guessed one. tests/unit pins each group.
-_EMPTY_MEANS_UNSET = frozenset({"embedding_api_key", "judge_api_key"})
+_EMPTY_MEANS_UNSET = frozenset(
+    {
+        "embedding_api_key",
+        "judge_api_key",
+        "judge_fallback_1_api_key",
+        "judge_fallback_2_api_key",
+        "judge_fallback_3_api_key",
+    }
+)
 
 
 class DeploymentSettings(BaseModel):
@@ -107,6 +116,7 @@ class DeploymentSettings(BaseModel):
 
 
 class Settings(
+    CostSettings,
     LimitSettings,
     JudgeProviderSettings,
     ProfileSettings,
@@ -120,7 +130,7 @@ class Settings(
     fields declared before them, so they run even when an unrelated field is wrong.
 
     Fields are declared, validated and reported in the reverse order of the bases:
-    deployment, embedding provider, profile, judge, limits; each part's rules read only
+    deployment, embedding provider, profile, judge, limits, costs; each part's rules read only
     fields of the parts before it.
     """
 
@@ -138,7 +148,7 @@ _EMPTY_MEANS_DEFAULT = frozenset(
     name
     for name, field in Settings.model_fields.items()
     if field.annotation in (int, float, int | None)
-)
+) | {"provider_prices", "judge_fallbacks"}  # empty: the defaults
 
 
 class ToolSettings(Settings):
@@ -148,6 +158,20 @@ class ToolSettings(Settings):
     internal_secret: SecretStr | None = Field(
         default=None, description="Shared X-Internal-Secret value (§8); unused by these commands"
     )
+
+
+class SmokeSettings(ToolSettings):
+    """What ``smoke`` reads: the providers and the profile. It never contacts the database,
+    so ``PINLOG_DATABASE_URL`` is optional (validated when given)."""
+
+    database_url: str | None = Field(
+        default=None, description="Unused by smoke; validated when given"
+    )
+
+    @field_validator("database_url")
+    @classmethod
+    def _database_url(cls, value: str | None) -> str | None:
+        return None if value is None else check_database_url(value)
 
 
 # How every ``pinlog-ai`` command logs (``PINLOG_LOG_FORMAT``, ``PINLOG_LOG_LEVEL``).

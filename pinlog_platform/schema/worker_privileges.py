@@ -22,6 +22,8 @@ TABLE_PRIVILEGES: dict[str, frozenset[str]] = {
     "context_text_fingerprint": frozenset({"SELECT", "INSERT", "UPDATE"}),
     # The migration ledger, read by the worker's startup check (0019).
     "stub_migration": frozenset({"SELECT"}),
+    # The provider usage ledger the worker keeps (0030).
+    "provider_usage_daily": frozenset({"SELECT", "INSERT", "UPDATE"}),
 }
 
 COLUMN_UPDATES: dict[str, frozenset[str]] = {

@@ -76,6 +76,14 @@ async def test_retry_after_sleep_inside_the_sdk_is_cut_by_the_stage_deadline(
         assert await worker.metric(judge_calls, provider="judge", outcome="cancelled") == 1
         assert await worker.metric(judge_calls, provider="judge", outcome="error") == 0
 
+        # The 429 also cooled the judge down for its Retry-After (rate budgets): the gate says
+        # rate_limited until then, and a call before it would wait for the cooldown.
+        gate = worker.app.state.gates["judge"]
+        assert gate.reason == "rate_limited"
+        for _ in range(100):
+            if gate.available:
+                break
+            await asyncio.sleep(0.1)
         await backdate(engine, 1, seconds=EXPIRY_SECONDS + 1)
         await worker.process(1, NOTE)
 

@@ -40,6 +40,18 @@ EMPTY_MEANS_DEFAULT = {
     "shutdown_grace_seconds",
     "database_pool_size",
     "max_request_bytes",
+    "provider_prices",
+    "usage_flush_seconds",
+    "embedding_daily_token_cap",
+    "judge_daily_token_cap",
+    "embedding_requests_per_minute",
+    "embedding_tokens_per_minute",
+    "judge_requests_per_minute",
+    "judge_tokens_per_minute",
+    "worker_replicas",
+    "rate_budget_window_seconds",
+    "judge_votes",
+    "judge_fallbacks",
     "search_similarity_floor",
     "search_similarity_floor_word",
     "search_top_ratio",
@@ -50,7 +62,13 @@ EMPTY_MEANS_DEFAULT = {
     "head_timeout",
     "timeout_keep_alive",
 }
-EMPTY_MEANS_UNSET = {"embedding_api_key", "judge_api_key"}
+EMPTY_MEANS_UNSET = {
+    "embedding_api_key",
+    "judge_api_key",
+    "judge_fallback_1_api_key",
+    "judge_fallback_2_api_key",
+    "judge_fallback_3_api_key",
+}
 EMPTY_IS_REFUSED = set(Settings.model_fields) - EMPTY_MEANS_DEFAULT - EMPTY_MEANS_UNSET
 
 
@@ -109,12 +127,21 @@ def test_an_empty_url_secret_name_or_choice_is_refused(env, field, value):
     assert problems() == [f"PINLOG_{field.upper()}: is set but empty; give a value or unset it"]
 
 
-@pytest.mark.parametrize("field", sorted(EMPTY_MEANS_UNSET))
+@pytest.mark.parametrize("field", ["embedding_api_key", "judge_api_key"])
 def test_an_empty_api_key_is_not_set_and_therefore_required_for_openai(env, field):
     env({**VALID, f"PINLOG_{field.upper()}": ""})
 
     (line,) = problems()
     assert line.startswith(f"PINLOG_{field.upper()}: is required when")
+
+
+@pytest.mark.parametrize(
+    "field", sorted(EMPTY_MEANS_UNSET - {"embedding_api_key", "judge_api_key"})
+)
+def test_an_empty_fallback_key_is_not_set(env, field):
+    env({**VALID, f"PINLOG_{field.upper()}": ""})
+
+    assert getattr(Settings(), field) is None
 
 
 @pytest.mark.parametrize(
