@@ -11,7 +11,7 @@ from app.settings.costs import DEFAULT_PRICES, ModelPrice
 
 REQUIRED = {
     "PINLOG_DATABASE_URL": "postgresql+asyncpg://u:p@localhost/db",
-    "PINLOG_INTERNAL_SECRET": "s" * 20,
+    "PINLOG_INTERNAL_SECRET": "usage-test-internal-secret-0123456789",
     "PINLOG_OFFLINE": "true",
 }
 
