@@ -98,7 +98,8 @@ async def test_no_answer_at_all_keeps_the_classification_of_one_judge(fake_opena
 
 def test_votes_must_be_odd() -> None:
     with pytest.raises(ValidationError, match="must be odd"):
-        Settings(database_url="postgresql+asyncpg://u:p@h/d", internal_secret="s" * 20,
+        Settings(database_url="postgresql+asyncpg://u:p@localhost/d",
+                 internal_secret="judge-test-internal-secret-0123456789",
                  offline=True, judge_votes=2)  # fmt: skip
     with pytest.raises(ValueError, match="odd"):
         VotingJudge(object(), 2)  # type: ignore[arg-type]

@@ -112,7 +112,8 @@ async def test_without_fallbacks_the_configured_judge_is_named(engine, make_work
 def test_a_fallback_naming_an_unset_key_is_a_settings_error() -> None:
     with pytest.raises(ValidationError, match="PINLOG_JUDGE_FALLBACK_2_API_KEY, which is not set"):
         Settings(
-            database_url="postgresql+asyncpg://u:p@h/d", internal_secret="s" * 20, offline=True,
+            database_url="postgresql+asyncpg://u:p@localhost/d",
+            internal_secret="judge-test-internal-secret-0123456789", offline=True,
             judge_fallbacks='[{"base_url": "http://x:1/v1", "model": "m", '
             '"api_key_setting": "PINLOG_JUDGE_FALLBACK_2_API_KEY"}]',
         )  # fmt: skip
