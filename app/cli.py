@@ -1,4 +1,5 @@
-"""The ``pinlog-ai`` command: ``db upgrade``, ``presets load``, ``serve``, ``doctor``, ``demo``.
+"""The ``pinlog-ai`` command: ``db upgrade``, ``presets load``, ``serve``, ``smoke``, ``doctor``,
+``demo``.
 
 Startup problems end with one line on stderr and an exit code of
 ``pinlog_platform.cli.exit_codes`` (2 settings, 3 database unreachable, 4 database not ready, 5
@@ -16,27 +17,26 @@ from typing import NoReturn, TypeVar
 import typer
 
 from pinlog_platform.cli import exit_codes, startup
+from pinlog_platform.cli.version import add_version_option
 
 T = TypeVar("T")
 PROGRAM = "pinlog-ai"
 
-app = typer.Typer(no_args_is_help=True, add_completion=False, help="PinLog AI worker.")
-db_app = typer.Typer(no_args_is_help=True, help="Database schema (the ai migrations).")
-presets_app = typer.Typer(no_args_is_help=True, help="Keyword presets.")
+app = typer.Typer(no_args_is_help=True, add_completion=False, rich_markup_mode=None)
+add_version_option(app, PROGRAM, help_text="PinLog AI worker.")
+db_app = typer.Typer(
+    no_args_is_help=True, rich_markup_mode=None, help="Database schema (the ai migrations)."
+)
+presets_app = typer.Typer(no_args_is_help=True, rich_markup_mode=None, help="Keyword presets.")
 app.add_typer(db_app, name="db")
 app.add_typer(presets_app, name="presets")
 
 
-def _configure_logging(*, demo: bool = False) -> None:
-    """JSON lines or text per ``PINLOG_LOG_FORMAT`` / ``PINLOG_LOG_LEVEL``; the demo prints
-    readable text at WARNING so its table stays legible. A bad value falls back to text."""
-    from app.settings import LoggingSettings
+def _configure_demo_logging() -> None:
+    """The demo prints readable text at WARNING so its table stays legible."""
     from pinlog_platform import logging as log_output
 
-    if demo:
-        log_output.configure("text", "WARNING")
-        return
-    log_output.configure_from(LoggingSettings, "PINLOG_LOG_FORMAT or PINLOG_LOG_LEVEL")
+    log_output.configure("text", "WARNING")
 
 
 def _exit(code: int, lines: list[str]) -> NoReturn:
@@ -44,11 +44,14 @@ def _exit(code: int, lines: list[str]) -> NoReturn:
 
 
 def _settings(settings_class=None):
-    """Read ``Settings`` (or ``settings_class``) or exit 2 with one line per problem, every
-    problem at once (never a value, never a trace)."""
-    from app.settings import ENV_PREFIX, Settings
+    """Read ``Settings`` (or ``settings_class``) and the logging settings
+    (``PINLOG_LOG_FORMAT``, ``PINLOG_LOG_LEVEL``), then configure logging; or exit 2 with one
+    line per problem of either, every problem at once (never a value, never a trace)."""
+    from app.settings import ENV_PREFIX, LoggingSettings, Settings
 
-    return startup.load_settings(PROGRAM, settings_class or Settings, prefix=ENV_PREFIX)
+    return startup.load_settings(
+        PROGRAM, settings_class or Settings, prefix=ENV_PREFIX, logging_class=LoggingSettings
+    )
 
 
 def _run(step: Callable[[], Awaitable[T]]) -> T:
@@ -74,19 +77,22 @@ async def _check_database(url: str, *, transaction_pooling: bool = False) -> Non
 
 @db_app.command("upgrade")
 def db_upgrade(
-    migrations_dir: Path | None = typer.Option(None, help="Directory of ordered *.sql files"),
+    migrations_dir: Path | None = typer.Option(
+        None, metavar="DIR", help="Directory of ordered *.sql files"
+    ),
 ) -> None:
-    """Apply pending ``ai`` migrations to PINLOG_DATABASE_URL; a second run applies nothing.
+    """Apply pending ai migrations to PINLOG_DATABASE_URL; a second run applies nothing.
 
-    The ``core`` files are the core service's (``pinlog-core db upgrade``); the worker's role
-    needs privileges on ``ai`` only (§8). An applied file that changed exits 2.
+    The core files are the core service's (pinlog-core db upgrade); the worker's role needs
+    privileges on the ai schema only (§8). An applied file that changed exits 2. Run as the
+    worker's restricted role it checks what exists first: exit 0 when nothing is pending,
+    otherwise exit 4 with one line naming the missing privilege.
     """
     from app.settings import MigrationSettings
 
-    _configure_logging()
     database = _settings(MigrationSettings)
 
-    from app.repository.db import create_engine
+    from app.repository.db import MIGRATION_COMMAND_TIMEOUT_SECONDS, create_engine
     from pinlog_platform import schema as migrations
 
     async def run() -> list[str]:
@@ -94,6 +100,7 @@ def db_upgrade(
             database.database_url,
             with_vector_codec=False,
             transaction_pooling=database.database_transaction_pooling,
+            command_timeout_seconds=MIGRATION_COMMAND_TIMEOUT_SECONDS,
         )
         try:
             return await migrations.upgrade(
@@ -101,6 +108,8 @@ def db_upgrade(
             )
         except migrations.MigrationError as exc:
             _exit(exit_codes.CONFIGURATION, [f"migration error: {exc}"])
+        except migrations.MigrationPrivilegeError as exc:
+            _exit(exit_codes.DATABASE_NOT_READY, [f"migration error: {exc}"])
         finally:
             await engine.dispose()
 
@@ -112,10 +121,11 @@ def db_upgrade(
 
 @presets_app.command("load")
 def presets_load(
-    file: Path | None = typer.Option(None, "--file", help="Preset YAML (default: bundled list)"),
+    file: Path | None = typer.Option(
+        None, "--file", metavar="FILE", help="Preset YAML (default: bundled list)"
+    ),
 ) -> None:
     """Embed the preset list with the current profile and upsert it."""
-    _configure_logging()
     from app.settings import ToolSettings
 
     settings = _settings(ToolSettings)
@@ -157,18 +167,41 @@ def presets_load(
     )
 
 
-DEFAULT_KEEP_ALIVE_SECONDS = 30
-
-
 @app.command()
 def serve(
-    host: str = typer.Option("127.0.0.1", help="Interface to bind"),
-    port: int = typer.Option(8000, help="TCP port"),
-    timeout_keep_alive: int = typer.Option(
-        DEFAULT_KEEP_ALIVE_SECONDS,
+    host: str = typer.Option("127.0.0.1", metavar="HOST", help="Interface to bind"),
+    port: int = typer.Option(8000, metavar="PORT", help="TCP port"),
+    limit_concurrency: int | None = typer.Option(
+        None,
+        "--limit-concurrency",
         min=1,
+        metavar="N",
+        help="Open connections and running requests at once; beyond, 503 at once "
+        "(default: PINLOG_LIMIT_CONCURRENCY, 900)",
+    ),
+    max_header_bytes: int | None = typer.Option(
+        None,
+        "--max-header-bytes",
+        min=1024,
+        metavar="BYTES",
+        help="Largest request head; larger answers 431 (default: PINLOG_MAX_HEADER_BYTES, 16384)",
+    ),
+    head_timeout: float | None = typer.Option(
+        None,
+        "--head-timeout",
+        min=0.1,
+        metavar="SECONDS",
+        help="Seconds a client has to send a request head; then 408 and closed "
+        "(default: PINLOG_HEAD_TIMEOUT, 10)",
+    ),
+    timeout_keep_alive: int | None = typer.Option(
+        None,
+        "--timeout-keep-alive",
+        min=1,
+        metavar="SECONDS",
         help="Seconds an idle keep-alive connection stays open; keep it above every client's "
-        "idle expiry (a load balancer's idle timeout included)",
+        "idle expiry (a load balancer's idle timeout included) (default: "
+        "PINLOG_TIMEOUT_KEEP_ALIVE, 30)",
     ),
     proxy_headers: bool = typer.Option(
         False,
@@ -176,11 +209,14 @@ def serve(
         help="Trust X-Forwarded-For/-Proto from --forwarded-allow-ips (behind a proxy)",
     ),
     forwarded_allow_ips: str | None = typer.Option(
-        None, help="Comma-separated proxy addresses trusted for proxy headers ('*' for any)"
+        None,
+        metavar="ADDRESSES",
+        help="Comma-separated proxy addresses trusted for proxy headers ('*' for any)",
     ),
     timeout_graceful_shutdown: int | None = typer.Option(
         None,
         min=0,
+        metavar="SECONDS",
         help="Seconds open HTTP connections get to finish on SIGTERM before the worker pool's "
         "own PINLOG_SHUTDOWN_GRACE_SECONDS starts (default: wait for them)",
     ),
@@ -195,7 +231,6 @@ def serve(
 
     Scale with replicas, not with uvicorn workers: each process owns its queue and pool.
     """
-    _configure_logging()
     settings = _settings()
     pooling = settings.database_transaction_pooling
 
@@ -217,13 +252,19 @@ def serve(
     import uvicorn
 
     from app.main import create_app
+    from pinlog_platform.http.server import uvicorn_options
 
     uvicorn.run(
         create_app(settings),
         host=host,
         port=port,
         log_config=None,
-        timeout_keep_alive=timeout_keep_alive,
+        **uvicorn_options(
+            limit_concurrency=limit_concurrency or settings.limit_concurrency,
+            max_header_bytes=max_header_bytes or settings.max_header_bytes,
+            head_timeout=head_timeout or settings.head_timeout,
+            timeout_keep_alive=timeout_keep_alive or settings.timeout_keep_alive,
+        ),
         proxy_headers=proxy_headers,
         forwarded_allow_ips=forwarded_allow_ips,
         timeout_graceful_shutdown=timeout_graceful_shutdown,
@@ -231,20 +272,78 @@ def serve(
     )
 
 
+DEFAULT_SMOKE_LATENCY_SECONDS = 10.0
+
+
+@app.command()
+def smoke(
+    max_latency_seconds: float = typer.Option(
+        DEFAULT_SMOKE_LATENCY_SECONDS,
+        min=0.0,
+        metavar="SECONDS",
+        help="Longest acceptable time of each provider call",
+    ),
+) -> None:
+    """One real embedding call and one real judge call against the configured providers
+    (a deploy's release step): one line per check; exit 0 when all pass, 5 when a provider
+    check fails, 2 for settings. Nothing is written; the database is not contacted."""
+    from app.settings import SmokeSettings
+
+    settings = _settings(SmokeSettings)
+
+    from app.metrics import WorkerMetrics
+    from app.providers.factory import build_embedding_provider, build_judge
+    from app.providers.usage import CollectingSink
+    from app.service.smoke import run_smoke
+
+    async def run():
+        sink = CollectingSink()
+        embedder = build_embedding_provider(settings)
+        judge = build_judge(settings, WorkerMetrics())
+        for provider in (embedder, getattr(embedder, "inner", None), judge):
+            if hasattr(provider, "usage"):
+                provider.usage = sink
+        try:
+            return await run_smoke(
+                embedder,
+                judge,
+                sink,
+                model=settings.embedding_model,
+                dimension=settings.embedding_dimension,
+                vector_dimension=settings.vector_dimension,
+                max_latency_seconds=max_latency_seconds,
+            )
+        finally:
+            await embedder.aclose()
+            await judge.aclose()
+
+    report = _run(run)
+    for check in report.checks:
+        typer.echo(check.line)
+    typer.echo(f"smoke: {'passed' if report.passed else 'FAILED'}")
+    raise typer.Exit(0 if report.passed else exit_codes.PROVIDER)
+
+
 @app.command()
 def doctor() -> None:
     """Report contract invariant violations in the ai schema, read-only (exit 1 if any).
 
     Each check prints its count and up to 5 example ids; "info" lines are legal states
-    that do not change the exit code. Settings as for ``serve`` (PINLOG_*).
+    that do not change the exit code. Reads PINLOG_DATABASE_URL, PINLOG_EMBEDDING_PROFILE (or
+    PINLOG_OFFLINE), PINLOG_VECTOR_DIMENSION and PINLOG_PROCESSING_EXPIRY_SECONDS; no provider
+    keys, no secret.
     """
     from app.repository.db import create_engine
     from app.service.doctor import examine
-    from app.settings import ToolSettings
+    from app.settings import DoctorSettings
 
-    settings = _settings(ToolSettings)
+    settings = _settings(DoctorSettings)
 
     async def run():
+        # Reachable and migrated first: an unmigrated database is told to migrate.
+        await _check_database(
+            settings.database_url, transaction_pooling=settings.database_transaction_pooling
+        )
         engine = create_engine(
             settings.database_url,
             pool_size=1,
@@ -273,13 +372,21 @@ def doctor() -> None:
 
 @app.command()
 def demo(
-    port: int = typer.Option(8765, help="Worker's preferred port; a free one if taken"),
-    core_port: int = typer.Option(8766, help="Core service's preferred port; a free one if taken"),
+    port: int = typer.Option(
+        8765, metavar="PORT", help="Worker's preferred port; a free one if taken"
+    ),
+    core_port: int = typer.Option(
+        8766, metavar="PORT", help="Core service's preferred port; a free one if taken"
+    ),
     serve_after: bool = typer.Option(True, "--serve/--no-serve", help="Keep serving"),
-    data_dir: Path = typer.Option(Path(".pgdata"), help="Embedded PostgreSQL data directory"),
+    data_dir: Path = typer.Option(
+        Path(".pgdata"), metavar="DIR", help="Embedded PostgreSQL data directory"
+    ),
 ) -> None:
-    """Offline end-to-end run of both services on sample notes (see README). Development only:
-    needs a source checkout installed with the ``local`` extra (``make run``); exits 2 without."""
+    """Offline end-to-end run of both services on sample notes (see README).
+
+    Development only: needs a source checkout installed with the local extra (make run);
+    exits 2 without."""
     from app.embedded_postgres import MISSING_EXTRA, EmbeddedPostgresUnavailable
 
     try:
@@ -289,7 +396,7 @@ def demo(
         typer.echo(f"demo unavailable: {MISSING_EXTRA}, from a source checkout", err=True)
         raise typer.Exit(2) from None
 
-    _configure_logging(demo=True)
+    _configure_demo_logging()
     try:
         code = asyncio.run(
             run_demo(port=port, core_port=core_port, serve=serve_after, data_dir=data_dir.resolve())

@@ -14,22 +14,34 @@ from dataclasses import dataclass
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from app import failure_policy
 from app.metrics import WorkerMetrics
 from app.providers.base import EmbeddingProvider, KeywordJudge
 from app.providers.embedding_batcher import BatchingEmbedder
-from app.providers.factory import build_embedding_provider, build_judge
+from app.providers.factory import (
+    build_budgets,
+    build_embedding_provider,
+    build_fallback_judges,
+    build_judge,
+)
 from app.providers.metered import MeteredEmbedder, MeteredJudge
-from app.repository.db import create_engine
+from app.providers.rate_budget import RateBudget
+from app.providers.usage import StageTagged, StageTaggedJudge, attach_budget, attach_usage
+from app.repository.db import command_timeout_for, create_engine
 from app.repository.stage_pool import StagePool
 from app.service.embedding_stage import EmbeddingStage
 from app.service.health import Readiness
+from app.service.judge_chain import AnyJudgeGate, JudgeChain
+from app.service.judge_votes import VotingJudge
 from app.service.keyword_stage import KeywordStage
 from app.service.presets import PresetCache
 from app.service.processing import ContextProcessor
 from app.service.provider_gate import ProviderGate, ProviderRefusalPolicy
 from app.service.provider_probes import embedding_probe, judge_probe
 from app.service.search import SearchService
+from app.service.spend_guard import DailyTokenCap
 from app.service.stage_limits import StageLimits
+from app.service.usage_ledger import UsageLedger
 from app.service.vector_columns import check_vector_columns
 from app.service.worker_pool import WorkerPool
 from app.settings import (
@@ -38,6 +50,7 @@ from app.settings import (
     SUPPORT_CONNECTIONS,
     Settings,
 )
+from pinlog_platform.search import SearchCuts
 
 logger = logging.getLogger(__name__)
 
@@ -64,6 +77,7 @@ class Worker:
     search: SearchService
     gates: Mapping[str, ProviderGate]
     provider_refusals: ProviderRefusalPolicy
+    usage: UsageLedger
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,32 +99,94 @@ async def build_worker(settings: Settings, metrics: WorkerMetrics) -> AsyncItera
     async with AsyncExitStack() as stack:
         _warn_about_a_small_pool(settings)
         databases = await _open_databases(stack, settings)
+        # Closed after the worker pool (later callbacks run first): the stages' last calls are
+        # written on shutdown, on the support engine (never a stage's transaction).
+        ledger = UsageLedger(
+            databases.engine,
+            metrics,
+            settings.prices,
+            flush_seconds=settings.usage_flush_seconds,
+            watch_totals=bool(settings.embedding_daily_token_cap or settings.judge_daily_token_cap),
+        )
+        if settings.embedding_daily_token_cap or settings.judge_daily_token_cap:
+            await ledger.read_totals()  # a cap reached before this start holds at once
+        ledger.start()
+        stack.push_async_callback(ledger.aclose)
         embedder = MeteredEmbedder(
             build_embedding_provider(settings),
             metrics.providers["embedding"],
             batch_inputs=metrics.embedding_batch_inputs,
         )
         stack.push_async_callback(embedder.aclose)
+        attach_usage(embedder, ledger)
+        budgets = build_budgets(settings)
+        attach_budget(embedder, budgets["embedding"])
         # Concurrent embedding stages share provider requests; search is never delayed.
         stage_embedder = BatchingEmbedder(
-            embedder,
+            StageTagged(embedder, "embedding"),
             max_batch=settings.embedding_batch_size,
             max_wait_seconds=settings.embedding_batch_wait_ms / 1000,
+            max_batch_tokens=budgets["embedding"].token_limit,
         )
         stack.push_async_callback(stage_embedder.aclose)
         judge = MeteredJudge(build_judge(settings, metrics), metrics.providers["judge"])
         stack.push_async_callback(judge.aclose)
+        attach_usage(judge, ledger)
+        attach_budget(judge, budgets["judge"])
         # A column of another width would fail every save; refuse before serving (§5).
         await check_vector_columns(databases.engine, settings.vector_dimension)
         presets = PresetCache(databases.engine, settings.embedding_profile)
         await presets.reload()
         # One gate per provider, probing with the unbatched providers (H2 item 3).
         gates = {
-            "embedding": _gate("embedding", embedding_probe(embedder), settings, metrics),
-            "judge": _gate("judge", judge_probe(judge), settings, metrics),
+            "embedding": _gate(
+                "embedding",
+                embedding_probe(StageTagged(embedder, "probe")),
+                settings,
+                metrics,
+                DailyTokenCap(
+                    "embedding", settings.embedding_daily_token_cap, ledger, metrics.spend_capped
+                ),
+                budgets["embedding"].cooldown_seconds,
+            ),
         }
-        for gate in gates.values():
+        judge_cap = DailyTokenCap(
+            "judge", settings.judge_daily_token_cap, ledger, metrics.spend_capped
+        )
+        first_gate = _gate(
+            "judge",
+            judge_probe(StageTaggedJudge(judge, "probe")),
+            settings,
+            metrics,
+            judge_cap,
+            budgets["judge"].cooldown_seconds,
+        )
+        stack.push_async_callback(first_gate.aclose)
+        # PINLOG_JUDGE_FALLBACKS: each fallback judge behind its own circuit; the "judge" gate
+        # is available while any of them is.
+        links = [(judge, first_gate)]
+        for number, fallback in enumerate(build_fallback_judges(settings, metrics), start=1):
+            metered = MeteredJudge(fallback, metrics.providers["judge"])
+            stack.push_async_callback(metered.aclose)
+            attach_usage(metered, ledger)
+            budget = RateBudget(f"judge_fallback_{number}", requests=0, tokens=0)
+            attach_budget(metered, budget)
+            gate = _gate(
+                f"judge_fallback_{number}",
+                judge_probe(StageTaggedJudge(metered, "probe")),
+                settings,
+                metrics,
+                judge_cap,
+                budget.cooldown_seconds,
+            )
             stack.push_async_callback(gate.aclose)
+            links.append((metered, gate))
+        if len(links) > 1:
+            gates["judge"] = AnyJudgeGate([gate for _, gate in links])
+            judge = JudgeChain(links)
+        else:
+            gates["judge"] = first_gate
+        stack.push_async_callback(gates["embedding"].aclose)
         limits = StageLimits(
             expiry_seconds=settings.processing_expiry_seconds,
             max_input_chars=settings.embedding_max_input_chars,
@@ -122,7 +198,8 @@ async def build_worker(settings: Settings, metrics: WorkerMetrics) -> AsyncItera
             databases.stage_pool,
             embedder=stage_embedder,
             gates=gates,
-            judge=judge,
+            # Votes (PINLOG_JUDGE_VOTES) wrap the metered judge: each call is one provider call.
+            judge=StageTaggedJudge(VotingJudge(judge, settings.judge_votes), "keyword"),
             presets=presets,
         )
         pool = WorkerPool(
@@ -143,11 +220,17 @@ async def build_worker(settings: Settings, metrics: WorkerMetrics) -> AsyncItera
         stack.push_async_callback(readiness.aclose)
         search = SearchService(
             databases.search_engine,
-            embedder,
+            StageTagged(embedder, "search"),
             gates["embedding"],
             metrics=metrics,
             profile=settings.embedding_profile,
             max_input_chars=limits.max_input_chars,
+            cuts=SearchCuts(
+                floor=settings.search_similarity_floor,
+                floor_word=settings.search_similarity_floor_word,
+                top_ratio=settings.search_top_ratio,
+            ),
+            keyword_match_threshold=settings.search_keyword_match_threshold,
         )
         logger.info(
             "worker ready: mode=%s profile=%s judge=%s concurrency=%d",
@@ -169,6 +252,7 @@ async def build_worker(settings: Settings, metrics: WorkerMetrics) -> AsyncItera
                 settings.refuse_while_provider_unavailable,
                 metrics.rejected["provider_unavailable"],
             ),
+            usage=ledger,
         )
 
 
@@ -176,16 +260,21 @@ async def _open_databases(stack: AsyncExitStack, settings: Settings) -> _Databas
     """The stage pool and three engines, each closed by ``stack``."""
     # The stage statements (§3) run on a plain asyncpg pool; this engine serves the preset
     # cache and startup checks.
+    command_timeout = command_timeout_for(
+        failure_policy.stage_deadline_seconds(settings.processing_expiry_seconds)
+    )
     stage_pool = await StagePool.open(
         settings.database_url,
         size=settings.pool_size,
         transaction_pooling=settings.database_transaction_pooling,
+        command_timeout_seconds=command_timeout,
     )
     stack.push_async_callback(stage_pool.close)
     engine = create_engine(
         settings.database_url,
         pool_size=SUPPORT_CONNECTIONS,
         transaction_pooling=settings.database_transaction_pooling,
+        command_timeout_seconds=command_timeout,
     )
     stack.push_async_callback(engine.dispose)
     # Readiness has its own connection: a busy or exhausted worker pool must not make /readyz
@@ -196,6 +285,7 @@ async def _open_databases(stack: AsyncExitStack, settings: Settings) -> _Databas
         with_vector_codec=False,
         transaction_pooling=settings.database_transaction_pooling,
         pre_ping=True,
+        command_timeout_seconds=command_timeout,
     )
     stack.push_async_callback(probe_engine.dispose)
     # Search has its own small pool, so a burst of stage work never queues it (§7).
@@ -203,6 +293,7 @@ async def _open_databases(stack: AsyncExitStack, settings: Settings) -> _Databas
         settings.database_url,
         pool_size=SEARCH_CONNECTIONS,
         transaction_pooling=settings.database_transaction_pooling,
+        command_timeout_seconds=command_timeout,
     )
     stack.push_async_callback(search_engine.dispose)
     return _Databases(stage_pool, engine, probe_engine, search_engine)
@@ -264,7 +355,12 @@ def _warn_about_a_small_pool(settings: Settings) -> None:
 
 
 def _gate(
-    name: str, probe: Callable[[], Awaitable[object]], settings: Settings, metrics: WorkerMetrics
+    name: str,
+    probe: Callable[[], Awaitable[object]],
+    settings: Settings,
+    metrics: WorkerMetrics,
+    spend_cap: DailyTokenCap,
+    cooldown: Callable[[], float],
 ) -> ProviderGate:
     return ProviderGate(
         name,
@@ -272,4 +368,6 @@ def _gate(
         threshold=settings.breaker_threshold,
         cooldown_seconds=settings.breaker_cooldown_seconds,
         probe=probe,
+        spend_cap=spend_cap,
+        cooldown=cooldown,
     )

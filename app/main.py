@@ -31,6 +31,7 @@ from app.metrics import WorkerMetrics
 from app.settings import Settings
 from pinlog_platform.http.body_limit import BodySizeLimitMiddleware
 from pinlog_platform.http.probes import probes
+from pinlog_platform.http.request_deadline import RequestDeadlineMiddleware
 from pinlog_platform.http.request_timing import RequestTimingMiddleware
 from pinlog_platform.http.validation import validation_error
 
@@ -75,6 +76,13 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     # A middleware added later runs further out: the secret is checked before the body size,
     # so an unauthenticated caller learns nothing, not even the limit (§8).
     app.add_middleware(BodySizeLimitMiddleware, max_bytes=settings.max_request_bytes)
+    # Every request ends within REQUEST_TIMEOUT_SECONDS (503 + Retry-After).
+    app.add_middleware(
+        RequestDeadlineMiddleware,
+        seconds=settings.request_timeout_seconds,
+        retry_after=str(RETRY_AFTER_SECONDS),
+        on_expiry=metrics.request_deadlines.inc,
+    )
     app.add_middleware(InternalSecretMiddleware, secret=settings.internal_secret.get_secret_value())
     # Outermost of all: requests refused before routing (401, a declared 413) are timed too.
     app.add_middleware(RequestTimingMiddleware, histogram=metrics.http_requests)

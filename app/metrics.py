@@ -28,7 +28,7 @@ from pinlog_platform.states import Stage
 from pinlog_platform.states.failure_reasons import FailureReason
 
 STAGE_OUTCOMES = ("completed", "failed", "transient", "discarded", "not_claimed", "reused")
-CONTRACT_VIOLATION_KINDS = ("owner_mismatch", "owner_changed", "text_changed")
+CONTRACT_VIOLATION_KINDS = ("owner_mismatch", "owner_changed", "text_mismatch", "text_changed")
 REJECTION_REASONS = ("queue_full", "shutting_down", "provider_unavailable")
 PROVIDER_KINDS = ("embedding", "judge")
 # Most specific class first: the first match names the error.
@@ -159,6 +159,11 @@ class WorkerMetrics:
             ["stage"],
             registry=self.registry,
         )
+        self.request_deadlines = Counter(
+            "pinlog_request_deadlines_exceeded_total",
+            "HTTP requests answered 503 at their overall deadline",
+            registry=self.registry,
+        )
         self.stage_failures = Counter(
             "pinlog_stage_failures_total",
             "Stages this worker marked FAILED, by stage and failure reason code (H2)",
@@ -218,6 +223,21 @@ class WorkerMetrics:
             "pinlog_provider_errors_total",
             "Failed provider calls by provider kind and error class of app.errors",
             ["provider", "error"],
+            registry=self.registry,
+        )
+        self.provider_tokens = Counter(
+            "pinlog_provider_tokens_total",
+            "Tokens of answered provider calls (from the answer's usage, or estimated as UTF-8 "
+            "bytes / 3 when it has none), by provider kind, model, calling stage and kind "
+            "(prompt, completion, embedding) (H8)",
+            ["provider", "model", "stage", "kind"],
+            registry=self.registry,
+        )
+        self.spend_capped = Gauge(
+            "pinlog_provider_spend_capped",
+            "1 while a provider's daily token cap is reached (unavailable until the next UTC "
+            "day), else 0 (H8)",
+            ["provider"],
             registry=self.registry,
         )
         self.embedding_batch_inputs = Histogram(

@@ -32,6 +32,8 @@ SCHEMA_PRESENT = text(
     "to_regtype('vector') IS NOT NULL AS vector_type"
 )
 _NO_SCHEMA = "database schema is missing: run `pinlog-ai db upgrade`"
+# The core's tables come from the core's migrations, which the worker's upgrade skips.
+_NO_CORE_SCHEMA = "core tables are missing: run `pinlog-core db upgrade` (every migration)"
 
 # SQLSTATE classes and codes a command cannot get past, with what to tell the operator.
 _UNREACHABLE_STATES = {
@@ -71,6 +73,8 @@ def classify(exc: BaseException) -> StartupProblem | None:
         for prefix, message in _UNREACHABLE_STATES.items():
             if state.startswith(prefix):
                 return StartupProblem(exit_codes.DATABASE_UNREACHABLE, message)
+        if state == "42P01" and _names_a_core_relation(cause):
+            return StartupProblem(exit_codes.DATABASE_NOT_READY, _NO_CORE_SCHEMA)
         if state in _NOT_READY_STATES:
             return StartupProblem(exit_codes.DATABASE_NOT_READY, _NOT_READY_STATES[state])
     if isinstance(exc, DatabaseUnavailable | OSError | TimeoutError | sa_exc.InterfaceError):
@@ -87,6 +91,12 @@ def classify(exc: BaseException) -> StartupProblem | None:
     if isinstance(exc, WorkerError):  # our fixed messages: "embedding upstream 401", ...
         return StartupProblem(exit_codes.PROVIDER, f"embedding provider: {exc}")
     return None
+
+
+def _names_a_core_relation(exc: sa_exc.DBAPIError) -> bool:
+    """Whether an undefined-table error is about a ``core.`` relation (read, never printed:
+    the server's message names the relation, ``relation "core.context" does not exist``)."""
+    return '"core.' in str(getattr(exc, "orig", exc))
 
 
 def _root(exc: BaseException) -> BaseException:

@@ -8,34 +8,50 @@ from collections import Counter
 import typer
 
 from pinlog_platform.cli import exit_codes, startup
+from pinlog_platform.cli.version import add_version_option
 
-app = typer.Typer(no_args_is_help=True, add_completion=False, help="PinLog core service.")
-db_app = typer.Typer(no_args_is_help=True, help="Database schema (every migration).")
+app = typer.Typer(no_args_is_help=True, add_completion=False, rich_markup_mode=None)
+db_app = typer.Typer(
+    no_args_is_help=True, rich_markup_mode=None, help="Database schema (every migration)."
+)
 app.add_typer(db_app, name="db")
 
 PROGRAM = "pinlog-core"
-
-
-def _configure_logging() -> None:
-    """JSON lines or text per ``PINLOG_CORE_LOG_FORMAT`` (a bad value falls back to text)."""
-    from core_service.settings import LoggingSettings
-    from pinlog_platform import logging as log_output
-
-    log_output.configure_from(LoggingSettings, "PINLOG_CORE_LOG_FORMAT or PINLOG_CORE_LOG_LEVEL")
+add_version_option(app, PROGRAM, help_text="PinLog core service.")
 
 
 def _load(settings_class):
-    """Read settings or exit 2 with one line per problem (never a value, never a trace)."""
-    from core_service.settings import ENV_PREFIX
+    """Read the command's settings and the logging settings (``PINLOG_CORE_LOG_FORMAT``,
+    ``PINLOG_CORE_LOG_LEVEL``), then configure logging; or exit 2 with one line per problem of
+    either, all at once (never a value, never a trace)."""
+    from core_service.settings import ENV_PREFIX, LoggingSettings
 
-    return startup.load_settings(PROGRAM, settings_class, prefix=ENV_PREFIX)
+    return startup.load_settings(
+        PROGRAM, settings_class, prefix=ENV_PREFIX, logging_class=LoggingSettings
+    )
 
 
 def _classify(exc: BaseException) -> startup.StartupProblem | None:
-    """A database that cannot be reached is exit 3 with one line; anything else is a bug."""
-    from core_service.errors import UnavailableError
-    from pinlog_platform.db.sqlstates import is_transient
+    """A database that cannot be reached is exit 3 with one line; one reached but not usable
+    by this role (no schema, a missing privilege, a refused login) is exit 4 (3 for the
+    login); anything else is a bug."""
+    from core_service.errors import DatabaseFault, UnavailableError
+    from pinlog_platform.db.sqlstates import is_transient, sqlstate
+    from pinlog_platform.schema import MigrationPrivilegeError
 
+    if isinstance(exc, MigrationPrivilegeError):
+        return startup.StartupProblem(exit_codes.DATABASE_NOT_READY, f"migration error: {exc}")
+    cause = exc.__cause__ if isinstance(exc, UnavailableError) else exc
+    state = sqlstate(cause) if cause is not None else None
+    if state is None and isinstance(exc, DatabaseFault):
+        state = str(exc).removeprefix("database error ").split(" ")[0]
+    if state is not None and state.startswith("28"):
+        return startup.StartupProblem(
+            exit_codes.DATABASE_UNREACHABLE,
+            "database error: the database refused the login (PINLOG_CORE_DATABASE_URL)",
+        )
+    if state in _NOT_READY_STATES:
+        return startup.StartupProblem(exit_codes.DATABASE_NOT_READY, _NOT_READY_STATES[state])
     if isinstance(exc, UnavailableError):
         return startup.StartupProblem(
             exit_codes.DATABASE_UNREACHABLE, "database error: database unavailable"
@@ -45,7 +61,21 @@ def _classify(exc: BaseException) -> startup.StartupProblem | None:
             exit_codes.DATABASE_UNREACHABLE,
             f"database error: cannot reach the database ({type(exc).__name__})",
         )
+    if isinstance(exc, DatabaseFault):
+        return startup.StartupProblem(exit_codes.DATABASE_NOT_READY, f"database error: {exc}")
     return None
+
+
+_NO_SCHEMA = "database error: the schema is missing: run `pinlog-core db upgrade`"
+_NOT_READY_STATES = {
+    "42P01": _NO_SCHEMA,
+    "3F000": _NO_SCHEMA,
+    "3D000": "database error: the database named in PINLOG_CORE_DATABASE_URL does not exist",
+    "42501": (
+        "database error: the database role lacks privileges on schema core "
+        "(run the core as the schema owner or its own role, docs/deployment.md)"
+    ),
+}
 
 
 def _run_with_database(step):
@@ -60,12 +90,13 @@ def db_upgrade() -> None:
     from core_service.settings import CoreDatabaseSettings
     from pinlog_platform import schema as migrations
 
-    _configure_logging()
     database = _load(CoreDatabaseSettings)
 
     async def run() -> list[str]:
         engine = create_engine(
-            database.database_url, transaction_pooling=database.database_transaction_pooling
+            database.database_url,
+            transaction_pooling=database.database_transaction_pooling,
+            command_timeout_seconds=None,
         )
         try:
             return await migrations.upgrade(engine, scope=migrations.Scope.ALL)
@@ -83,25 +114,156 @@ def db_upgrade() -> None:
 
 @app.command()
 def serve(
-    host: str = typer.Option("127.0.0.1", help="Interface to bind"),
-    port: int = typer.Option(8080, help="TCP port"),
+    host: str = typer.Option("127.0.0.1", metavar="HOST", help="Interface to bind"),
+    port: int = typer.Option(8080, metavar="PORT", help="TCP port"),
     no_rescan: bool = typer.Option(False, "--no-rescan", help="Do not run the rescan loop"),
+    ops_port: int | None = typer.Option(
+        None,
+        min=0,
+        max=65535,
+        metavar="PORT",
+        help="Port of the operations listener (/metrics, detailed /readyz); overrides "
+        "PINLOG_CORE_OPS_PORT; none when neither is set",
+    ),
+    ops_host: str | None = typer.Option(
+        None,
+        metavar="HOST",
+        help="Interface of the operations listener (default PINLOG_CORE_OPS_HOST, loopback)",
+    ),
+    proxy_headers: bool = typer.Option(
+        False,
+        "--proxy-headers/--no-proxy-headers",
+        help="Trust X-Forwarded-For/-Proto from --forwarded-allow-ips (behind a proxy)",
+    ),
+    forwarded_allow_ips: str | None = typer.Option(
+        None,
+        metavar="ADDRESSES",
+        help="Comma-separated proxy addresses trusted for proxy headers ('*' for any)",
+    ),
+    limit_concurrency: int | None = typer.Option(
+        None,
+        "--limit-concurrency",
+        min=1,
+        metavar="N",
+        help="Open connections and running requests at once; beyond, 503 at once "
+        "(default: PINLOG_CORE_LIMIT_CONCURRENCY, 900)",
+    ),
+    max_header_bytes: int | None = typer.Option(
+        None,
+        "--max-header-bytes",
+        min=1024,
+        metavar="BYTES",
+        help="Largest request head; larger answers 431 "
+        "(default: PINLOG_CORE_MAX_HEADER_BYTES, 16384)",
+    ),
+    head_timeout: float | None = typer.Option(
+        None,
+        "--head-timeout",
+        min=0.1,
+        metavar="SECONDS",
+        help="Seconds a client has to send a request head; then 408 and closed "
+        "(default: PINLOG_CORE_HEAD_TIMEOUT, 10)",
+    ),
+    timeout_keep_alive: int | None = typer.Option(
+        None,
+        "--timeout-keep-alive",
+        min=1,
+        metavar="SECONDS",
+        help="Seconds an idle keep-alive connection stays open; keep it above every client's "
+        "idle expiry (a load balancer's idle timeout included) (default: "
+        "PINLOG_CORE_TIMEOUT_KEEP_ALIVE, 30)",
+    ),
+    access_log: bool = typer.Option(
+        False,
+        "--access-log/--no-access-log",
+        help="One INFO line per HTTP request (uvicorn.access); off by default, as for the "
+        "worker: GET /metrics counts requests by route and status",
+    ),
 ) -> None:
-    """Serve the client API and run the rescan loop (settings from PINLOG_CORE_*)."""
+    """Serve the client API and run the rescan loop (settings from PINLOG_CORE_*).
+
+    Checks the database first: unreachable exits 3, reachable without the schema exits 4, each
+    with one line (a database that goes away later is readiness, not an exit).
+    """
     import uvicorn
 
     from core_service.main import create_app
+    from core_service.ops import bind_ops_socket
     from core_service.settings import CoreSettings
 
-    _configure_logging()
     settings = _load(CoreSettings)
+    overrides = {"ops_port": ops_port, "ops_host": ops_host}
+    settings = settings.model_copy(update={k: v for k, v in overrides.items() if v is not None})
+    ops_socket = None
+    if settings.ops_port is not None:
+        # Bound before anything starts, so a port in use is one line and exit 2.
+        try:
+            ops_socket = bind_ops_socket(settings.ops_host, settings.ops_port)
+        except OSError as exc:
+            startup.fail(
+                PROGRAM,
+                exit_codes.CONFIGURATION,
+                [
+                    "configuration error: PINLOG_CORE_OPS_PORT (--ops-port): cannot listen on "
+                    f"{settings.ops_host}:{settings.ops_port} ({exc.strerror or exc})"
+                ],
+            )
+    problem = _run_with_database(lambda: _schema_problem(settings))
+    if problem is not None:
+        startup.fail(PROGRAM, exit_codes.DATABASE_NOT_READY, [f"database error: {problem}"])
+    from pinlog_platform.http.server import uvicorn_options
+
     uvicorn.run(
-        create_app(settings, run_rescan_loop=not no_rescan),
+        create_app(settings, run_rescan_loop=not no_rescan, ops_socket=ops_socket),
         host=host,
         port=port,
         log_config=None,
-        timeout_keep_alive=30,
+        **uvicorn_options(
+            limit_concurrency=limit_concurrency or settings.limit_concurrency,
+            max_header_bytes=max_header_bytes or settings.max_header_bytes,
+            head_timeout=head_timeout or settings.head_timeout,
+            timeout_keep_alive=timeout_keep_alive or settings.timeout_keep_alive,
+        ),
+        proxy_headers=proxy_headers,
+        forwarded_allow_ips=forwarded_allow_ips,
+        access_log=access_log,
     )
+
+
+async def _schema_problem(settings) -> str | None:
+    """Connect once: what keeps ``serve`` from working (no schema, no privileges on it), or
+    ``None``. Driver errors propagate (exit 3 or 4 through ``_classify``)."""
+    from sqlalchemy import text
+
+    from core_service.repository.db import autocommit, create_engine
+
+    engine = create_engine(
+        settings.database_url,
+        pool_size=1,
+        transaction_pooling=settings.database_transaction_pooling,
+    )
+    try:
+        async with autocommit(engine) as conn:
+            facts = (await conn.execute(text(SCHEMA_FACTS))).one()
+    finally:
+        await engine.dispose()
+    if facts.schemas and not facts.usage:
+        return _NOT_READY_STATES["42501"].removeprefix("database error: ")
+    if not facts.tables:
+        return "the schema is missing: run `pinlog-core db upgrade`"
+    return None
+
+
+# What ``serve`` needs (migrated by ``pinlog-core db upgrade``), and whether this role may use
+# it (without USAGE a table lookup reads as missing).
+SCHEMA_FACTS = (
+    "SELECT to_regnamespace('core') IS NOT NULL AND to_regnamespace('ai') IS NOT NULL "
+    "AS schemas, "
+    "CASE WHEN to_regnamespace('core') IS NULL THEN false "
+    "ELSE has_schema_privilege('core', 'USAGE') END AS usage, "
+    "to_regclass('core.context') IS NOT NULL AND to_regclass('ai.context_ai_state') IS NOT NULL "
+    "AS tables"
+)
 
 
 @app.command()
@@ -114,14 +276,13 @@ def rescan(once: bool = typer.Option(False, "--once", help="One finalize + resca
     )
     from core_service.metrics import CoreMetrics
     from core_service.repository.db import create_engine
-    from core_service.settings import CoreSettings
+    from core_service.settings import RescanSettings
 
     if not once:
         raise typer.BadParameter(
             "only --once is supported; `serve` runs the loop", param_hint="--once"
         )
-    _configure_logging()
-    settings = _load(CoreSettings)
+    settings = _load(RescanSettings)
 
     async def run():
         engine = create_engine(
@@ -156,7 +317,9 @@ def rescan(once: bool = typer.Option(False, "--once", help="One finalize + resca
 
 
 @app.command()
-def token(member: int = typer.Option(..., "--member", min=1, help="Member id")) -> None:
+def token(
+    member: int = typer.Option(..., "--member", min=1, metavar="N", help="Member id"),
+) -> None:
     """Print a bearer token for member N (created if it does not exist), on one line."""
     from core_service.repository import member as member_repository
     from core_service.repository.db import create_engine, transaction
@@ -224,7 +387,6 @@ def _set_pause(paused: bool) -> None:
     from core_service.service import pause as dispatch_pause
     from core_service.settings import CoreDatabaseSettings
 
-    _configure_logging()
     database = _load(CoreDatabaseSettings)
 
     async def run() -> bool:
@@ -284,15 +446,14 @@ def retry_failed(
     from core_service.metrics import CoreMetrics
     from core_service.repository.db import create_engine
     from core_service.service.failed_replacement import FailedReplacer, Selection
-    from core_service.settings import CoreSettings, StateClockSettings
+    from core_service.settings import RescanSettings, StateClockSettings
     from pinlog_platform.states.failure_reasons import FailureReason
 
     if reason is not None and reason not in {code.value for code in FailureReason}:
         raise typer.BadParameter(
             "one of " + ", ".join(code.value for code in FailureReason), param_hint="--reason"
         )
-    _configure_logging()
-    settings = _load(StateClockSettings if dry_run else CoreSettings)
+    settings = _load(StateClockSettings if dry_run else RescanSettings)
     selection = Selection(reason=reason, member_id=member, since_seconds=since, limit=limit)
 
     async def run():

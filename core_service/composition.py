@@ -18,13 +18,15 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from core_service.metrics import CoreMetrics
 from core_service.repository.context_ai_state import Expiries
-from core_service.repository.db import create_engine
+from core_service.repository.db import command_timeout_for, create_engine
 from core_service.service.dispatch import WorkerDispatcher
 from core_service.service.lifecycle import ContextLifecycle
+from core_service.service.member_quotas import MemberQuotas, QuotaSettings
 from core_service.service.member_tokens import TokenAuthenticator
 from core_service.service.pause import PauseSwitch
 from core_service.service.personal_search import PersonalSearch
 from core_service.service.process_requests import ProcessRequestSender
+from core_service.service.record_pages import RecordPages
 from core_service.service.record_reads import RecordReader
 from core_service.service.rescan import RescanScheduler
 from core_service.service.status import StatusGauges
@@ -55,8 +57,10 @@ class Core:
     pause: PauseSwitch
     lifecycle: ContextLifecycle
     reader: RecordReader
+    pages: RecordPages
     search: PersonalSearch
     authenticator: TokenAuthenticator
+    quotas: MemberQuotas
 
 
 def build_worker_endpoints(settings: CoreSettings) -> WorkerEndpoints:
@@ -122,10 +126,12 @@ async def build_core(
     rescans to the caller. On exit the loop stops, in-flight dispatches get
     ``DISPATCH_DRAIN_SECONDS``, then clients and engines close."""
     async with AsyncExitStack() as stack:
+        command_timeout = command_timeout_for(settings.request_timeout_seconds)
         engine = create_engine(
             settings.database_url,
             pool_size=settings.database_pool_size,
             transaction_pooling=settings.database_transaction_pooling,
+            command_timeout_seconds=command_timeout,
         )
         stack.push_async_callback(engine.dispose)
         endpoints = build_worker_endpoints(settings)
@@ -139,6 +145,7 @@ async def build_core(
             settings.database_url,
             pool_size=1,
             transaction_pooling=settings.database_transaction_pooling,
+            command_timeout_seconds=command_timeout,
         )
         stack.push_async_callback(probe_engine.dispose)
         core = Core(
@@ -148,8 +155,29 @@ async def build_core(
             pause=pause,
             lifecycle=ContextLifecycle(engine, dispatcher, metrics),
             reader=RecordReader(engine),
-            search=PersonalSearch(engine, endpoints, embedding_profile=settings.embedding_profile),
-            authenticator=TokenAuthenticator(engine, secret=settings.jwt_secret.get_secret_value()),
+            pages=RecordPages(engine),
+            search=PersonalSearch(
+                engine,
+                endpoints,
+                embedding_profile=settings.embedding_profile,
+                cuts=settings.search_cuts,
+            ),
+            authenticator=TokenAuthenticator(
+                engine,
+                secret=settings.jwt_secret.get_secret_value(),
+                previous_secrets=settings.previous_jwt_secrets,
+                max_lifetime_seconds=settings.token_max_lifetime_seconds,
+            ),
+            quotas=MemberQuotas(
+                engine,
+                QuotaSettings(
+                    writes_per_minute=settings.member_writes_per_minute,
+                    searches_per_minute=settings.member_searches_per_minute,
+                    burst=settings.member_burst,
+                    daily_notes=settings.member_daily_notes,
+                ),
+                metrics,
+            ),
         )
         gauges = StatusGauges(
             engine,

@@ -15,6 +15,10 @@ class InvalidBodyError(CoreError, ValueError):
     """A note body that cannot be stored (blank, too long, unencodable): HTTP 422."""
 
 
+class InvalidCursorError(CoreError, ValueError):
+    """A list cursor this service did not issue (malformed, or not a position): HTTP 422."""
+
+
 class NotFoundError(CoreError):
     """No such record or context for this member, or one of another member: HTTP 404.
 
@@ -38,6 +42,14 @@ class ConflictError(CoreError):
 
 class UnauthenticatedError(CoreError):
     """A missing, malformed, expired or revoked bearer token: HTTP 401."""
+
+
+class RateLimitedError(CoreError):
+    """The member is over a quota (issue 18 item 2): HTTP 429 with ``Retry-After``."""
+
+    def __init__(self, retry_after_seconds: int) -> None:
+        super().__init__("too many requests; retry later")
+        self.retry_after_seconds = retry_after_seconds
 
 
 class UnavailableError(CoreError):

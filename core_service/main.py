@@ -8,16 +8,15 @@ The rescan loop runs inside the service; ``pinlog-core rescan --once`` runs one 
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import logging
+import socket
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from sqlalchemy import text
 
 from core_service.api.routes import router
 from core_service.composition import Core, build_core
@@ -25,71 +24,99 @@ from core_service.errors import (
     ConflictError,
     CoreError,
     InvalidBodyError,
+    InvalidCursorError,
     NotFoundError,
+    RateLimitedError,
     UnauthenticatedError,
     UnavailableError,
     UpstreamError,
 )
 from core_service.metrics import CoreMetrics
+from core_service.ops import bind_ops_socket, readiness_problems, serving_ops
 from core_service.settings import CoreSettings
 from pinlog_platform.http.body_limit import BodySizeLimitMiddleware
-from pinlog_platform.http.probes import probes
+from pinlog_platform.http.probes import liveness
+from pinlog_platform.http.request_deadline import RequestDeadlineMiddleware
 from pinlog_platform.http.request_timing import RequestTimingMiddleware
+from pinlog_platform.http.security_headers import SecurityHeadersMiddleware
 from pinlog_platform.http.validation import validation_error
 
 logger = logging.getLogger(__name__)
 
 RETRY_AFTER_SECONDS = "5"
-READINESS_TIMEOUT_SECONDS = 1.0
+OPENAPI_PATH = "/api/v1/openapi.json"
 
 
-def create_app(settings: CoreSettings | None = None, *, run_rescan_loop: bool = True) -> FastAPI:
+def create_app(
+    settings: CoreSettings | None = None,
+    *,
+    run_rescan_loop: bool = True,
+    ops_socket: socket.socket | None = None,
+) -> FastAPI:
     """Build the core service. ``run_rescan_loop=False`` leaves rescans to the caller (tests,
-    deployments that run ``pinlog-core rescan --once`` from a scheduler instead)."""
+    deployments that run ``pinlog-core rescan --once`` from a scheduler instead).
+
+    ``ops_socket``: the operations listener's socket, bound by the caller (``pinlog-core serve``
+    binds it before anything else, so a port in use exits 2); when ``None`` and
+    ``settings.ops_port`` is set, the lifespan binds it. ``app.state.ops_base_url`` is its URL
+    once started, else ``None`` (``core_service/ops.py``).
+    """
     settings = settings or CoreSettings()
     metrics = CoreMetrics()
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        sock = ops_socket
+        if sock is None and settings.ops_port is not None:
+            sock = bind_ops_socket(settings.ops_host, settings.ops_port)
         async with build_core(settings, metrics, run_rescan_loop=run_rescan_loop) as core:
             _publish(app, core)
-            yield
+            async with serving_ops(app, sock) as ops_base_url:
+                app.state.ops_base_url = ops_base_url
+                yield
 
-    # No /docs, /redoc or /openapi.json: the schema is in docs/core-service.md, and the docs
-    # pages load their assets from a CDN (blank offline).
+    # No /docs or /redoc: the pages load their assets from a CDN (blank offline). The OpenAPI
+    # document is docs/openapi/core-client.json, served only with PINLOG_CORE_SERVE_OPENAPI.
     app = FastAPI(
         title="PinLog core service",
         lifespan=lifespan,
         docs_url=None,
         redoc_url=None,
-        openapi_url=None,
+        openapi_url=OPENAPI_PATH if settings.serve_openapi else None,
+        # No trailing-slash redirects: their Location would be built from the Host header.
+        redirect_slashes=False,
     )
     app.state.metrics = metrics
     app.state.metrics_registry = metrics.registry
-    app.include_router(probes)
+    app.state.ops_base_url = None
+    # Public: liveness only; /metrics and the detailed /readyz are on the ops listener.
+    app.include_router(liveness)
     app.include_router(router)
     # Added before the timing middleware, so inside it: a 413 is counted like any answer.
     app.add_middleware(BodySizeLimitMiddleware, max_bytes=settings.max_request_bytes)
+    # Every request ends within request_timeout_seconds (503 + Retry-After), except one that
+    # has begun to commit (docs/deployment.md, "Deadlines").
+    app.add_middleware(
+        RequestDeadlineMiddleware,
+        seconds=settings.request_timeout_seconds,
+        retry_after=RETRY_AFTER_SECONDS,
+        on_expiry=metrics.request_deadlines.inc,
+        on_commit_unknown=metrics.commits_outcome_unknown.inc,
+    )
 
     # Outermost: requests refused before routing (a declared 413) are timed too.
     app.add_middleware(RequestTimingMiddleware, histogram=metrics.http_requests)
-    app.add_exception_handler(RequestValidationError, validation_error)
+    # Around everything, so a 413 or a 500 carries them too (issue 18 item 8).
+    app.add_middleware(SecurityHeadersMiddleware, private_prefixes=(router.prefix,))
+    app.add_exception_handler(RequestValidationError, _path_or_body_error)
     app.add_exception_handler(CoreError, _core_error)
 
     @app.get("/readyz")
     async def readyz(request: Request) -> JSONResponse:
-        """Readiness: the database answers within 1 s. ``dispatch`` says whether dispatching is
-        paused; a pause keeps 200 (the client API still works)."""
-        try:
-            async with asyncio.timeout(READINESS_TIMEOUT_SECONDS):
-                async with request.app.state.probe_engine.connect() as conn:
-                    await conn.execute(text("SELECT 1"))
-        except Exception:
-            return JSONResponse(
-                {"status": "unavailable", "problems": ["database"]}, status_code=503
-            )
-        paused = await request.app.state.pause.paused()
-        return JSONResponse({"status": "ready", "dispatch": "paused" if paused else "running"})
+        """Readiness, public: ready or not, without reasons (those are on the ops listener)."""
+        if await readiness_problems(request.app.state.probe_engine):
+            return JSONResponse({"status": "unavailable"}, status_code=503)
+        return JSONResponse({"status": "ready"})
 
     return app
 
@@ -97,7 +124,9 @@ def create_app(settings: CoreSettings | None = None, *, run_rescan_loop: bool = 
 # The one place mapping the core's errors to HTTP statuses; anything else is a bug: 500.
 _ERROR_STATUSES: tuple[tuple[type[CoreError], int], ...] = (
     (InvalidBodyError, 422),
+    (InvalidCursorError, 422),
     (UnauthenticatedError, 401),
+    (RateLimitedError, 429),
     (NotFoundError, 404),
     (ConflictError, 409),
     (UpstreamError, 502),
@@ -113,6 +142,8 @@ async def _core_error(_request: Request, exc: Exception) -> JSONResponse:
                 headers["WWW-Authenticate"] = "Bearer"
             elif status == 503:
                 headers["Retry-After"] = RETRY_AFTER_SECONDS
+            elif isinstance(exc, RateLimitedError):
+                headers["Retry-After"] = str(exc.retry_after_seconds)
             body: dict[str, object] = {"detail": str(exc)}
             if isinstance(exc, ConflictError) and exc.replaced_by is not None:
                 body["replacedBy"] = exc.replaced_by
@@ -120,6 +151,23 @@ async def _core_error(_request: Request, exc: Exception) -> JSONResponse:
     # DatabaseFault and anything unmapped: a bug of ours. The message names only a SQLSTATE.
     logger.error("internal error: %s: %s", type(exc).__name__, exc)
     return JSONResponse({"detail": "internal error"}, status_code=500)
+
+
+# A path id that is not canonical names nothing: the not-found answer of that resource.
+_PATH_RESOURCES = {"record_id": "record", "context_id": "context"}
+
+
+async def _path_or_body_error(request: Request, exc: Exception) -> JSONResponse:
+    """422 for a body or query that fails validation; 404 for a path id that is not
+    canonical ASCII decimal within BIGINT, with the body a missing resource gets, so that
+    ``1_0`` or ``01`` reveals nothing the id ``10`` or ``1`` would not (issue 18 item 6)."""
+    assert isinstance(exc, RequestValidationError)
+    for error in exc.errors():
+        location = tuple(error.get("loc", ()))
+        if location[:1] == ("path",):
+            what = _PATH_RESOURCES.get(str(location[1]) if len(location) > 1 else "", "resource")
+            return await _core_error(request, NotFoundError(what))
+    return await validation_error(request, exc)
 
 
 def _publish(app: FastAPI, core: Core) -> None:

@@ -49,6 +49,16 @@ class CoreMetrics:
             ["route", "method", "status"],
             registry=self.registry,
         )
+        self.request_deadlines = Counter(
+            "pinlog_core_request_deadlines_exceeded_total",
+            "HTTP requests answered 503 at their overall deadline",
+            registry=self.registry,
+        )
+        self.commits_outcome_unknown = Counter(
+            "pinlog_core_commits_outcome_unknown_total",
+            "Commits of a request whose connection failed during COMMIT (answered 503)",
+            registry=self.registry,
+        )
         self.finalized = Counter(
             "pinlog_core_finalized_total",
             "State rows closed by the finalizer, by reason",
@@ -104,5 +114,12 @@ class CoreMetrics:
         self.status_refreshed = Gauge(
             "pinlog_core_status_refreshed_timestamp_seconds",
             "Unix time of the last refresh of the status gauges",
+            registry=self.registry,
+        )
+        self.member_quota = Counter(
+            "pinlog_core_member_quota_total",
+            "Member quota checks by kind (write, search, daily_notes) and outcome (admitted, "
+            "limited, failed_open)",
+            ["kind", "outcome"],
             registry=self.registry,
         )

@@ -6,21 +6,25 @@ default. Errors name the variable and never print a value.
 
 from __future__ import annotations
 
-from pydantic import Field, SecretStr, field_validator
+from pydantic import Field, SecretStr, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from pinlog_platform.search import SearchCuts, default_cuts
 from pinlog_platform.settings_rules import (
+    GENERATED_SECRET_MIN_LENGTH,
     check_database_url,
-    check_secret_length,
+    check_generated_secret,
     logging_settings,
     refuse_empty_or_padded,
+    refuse_placeholder_password,
 )
 
 # Every core setting is read from PINLOG_CORE_<FIELD>.
 ENV_PREFIX = "PINLOG_CORE_"
 
-INTERNAL_SECRET_MIN_LENGTH = 16
-JWT_SECRET_MIN_LENGTH = 32
+INTERNAL_SECRET_MIN_LENGTH = GENERATED_SECRET_MIN_LENGTH
+JWT_SECRET_MIN_LENGTH = GENERATED_SECRET_MIN_LENGTH
+DEFAULT_TOKEN_TTL_SECONDS = 7 * 24 * 3600
 # The smallest body cap that still admits every request valid after normalisation, even with
 # each character sent as an escaped surrogate pair (12 bytes): 500 + 100 + 200 characters.
 MAX_REQUEST_BYTES_FLOOR = 16 * 1024
@@ -29,6 +33,10 @@ MAX_REQUEST_BYTES_FLOOR = 16 * 1024
 # ai.context_ai_state.retry_count has CHECK (retry_count BETWEEN 0 AND 3) (§1): a larger
 # budget would make the rescan's increment abort its whole batch.
 RETRY_COUNT_CEILING = 3
+
+
+def _given(value: float | None, default: float) -> float:
+    return default if value is None else value
 
 
 class CoreDatabaseSettings(BaseSettings):
@@ -54,21 +62,67 @@ class CoreDatabaseSettings(BaseSettings):
     @field_validator("database_url")
     @classmethod
     def _database_url(cls, value: str) -> str:
-        return check_database_url(value)
+        return refuse_placeholder_password(check_database_url(value))
 
 
 class TokenSettings(CoreDatabaseSettings):
-    """What ``pinlog-core token`` needs: the database and the signing key."""
+    """What ``pinlog-core token`` needs: the database and the signing keys (rotation:
+    docs/operations.md "Signing keys")."""
 
-    jwt_secret: SecretStr = Field(description="HS256 key of member tokens, >= 32 characters")
+    jwt_secret: SecretStr = Field(
+        description="HS256 key that signs member tokens (the current key); generated, "
+        ">= 32 characters"
+    )
+    jwt_previous_secrets: SecretStr | None = Field(
+        default=None,
+        description="Earlier signing keys, comma-separated: tokens they signed still verify "
+        "(each validated like the current key)",
+    )
     token_ttl_seconds: int = Field(
-        default=7 * 24 * 3600, ge=60, description="Lifetime of tokens made by `token`"
+        default=DEFAULT_TOKEN_TTL_SECONDS, ge=60, description="Lifetime of tokens made by `token`"
+    )
+    token_max_lifetime_seconds: int = Field(
+        default=DEFAULT_TOKEN_TTL_SECONDS,
+        ge=60,
+        description="A token claiming to live longer than this from now is refused; at least "
+        "PINLOG_CORE_TOKEN_TTL_SECONDS",
     )
 
     @field_validator("jwt_secret")
     @classmethod
-    def _jwt_secret_length(cls, value: SecretStr) -> SecretStr:
-        return check_secret_length(value, JWT_SECRET_MIN_LENGTH)
+    def _jwt_secret(cls, value: SecretStr | None) -> SecretStr | None:
+        # None only in RescanSettings, where the key is optional.
+        return None if value is None else check_generated_secret(value)
+
+    @field_validator("jwt_previous_secrets", mode="before")
+    @classmethod
+    def _empty_means_none(cls, value: object) -> object:
+        # Compose passes ${PINLOG_CORE_JWT_PREVIOUS_SECRETS:-}: empty outside a rotation.
+        return None if value == "" else value
+
+    @field_validator("jwt_previous_secrets")
+    @classmethod
+    def _previous_secrets(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is not None:
+            for secret in value.get_secret_value().split(","):
+                check_generated_secret(SecretStr(secret.strip()))
+        return value
+
+    @field_validator("token_max_lifetime_seconds")
+    @classmethod
+    def _cap_covers_ttl(cls, value: int, info: ValidationInfo) -> int:
+        ttl = info.data.get("token_ttl_seconds")
+        if ttl is not None and value < ttl:
+            raise ValueError("must be at least PINLOG_CORE_TOKEN_TTL_SECONDS")
+        return value
+
+    @property
+    def previous_jwt_secrets(self) -> tuple[str, ...]:
+        """The previous keys, in the order given; empty when none."""
+        if self.jwt_previous_secrets is None:
+            return ()
+        raw = self.jwt_previous_secrets.get_secret_value()
+        return tuple(secret.strip() for secret in raw.split(","))
 
 
 class StateClockSettings(CoreDatabaseSettings):
@@ -132,6 +186,70 @@ class CoreSettings(TokenSettings, StateClockSettings):
         le=1024 * 1024,
         description="Larger request bodies answer 413, before or while they arrive",
     )
+    request_timeout_seconds: float = Field(
+        default=10.0, gt=0, description="Overall deadline of one HTTP request; then 503"
+    )
+    limit_concurrency: int = Field(
+        default=900, ge=1, description="Open connections and requests at once; beyond, 503"
+    )
+    max_header_bytes: int = Field(
+        default=16384, ge=1024, le=1024 * 1024, description="Larger request heads answer 431"
+    )
+    head_timeout: float = Field(
+        default=10.0, gt=0, description="Seconds to receive a request head; then closed"
+    )
+    timeout_keep_alive: int = Field(
+        default=30, ge=1, description="Seconds an idle keep-alive connection stays open"
+    )
+
+    member_writes_per_minute: int = Field(
+        default=600, ge=0, description="Client API writes per member and minute; 0 = off"
+    )
+    member_searches_per_minute: int = Field(
+        default=600, ge=0, description="Searches per member and minute; 0 = off"
+    )
+    member_burst: int = Field(
+        default=200, ge=0, description="Writes or searches a member may make at once; 0 = off"
+    )
+    member_daily_notes: int = Field(
+        default=0, ge=0, description="Notes a member may create in 24 hours; 0 = off"
+    )
+    ops_port: int | None = Field(
+        default=None,
+        ge=0,
+        le=65535,
+        description="Port of the operations listener (/metrics, detailed /readyz); none when unset",
+    )
+    ops_host: str = Field(
+        default="127.0.0.1", description="Interface of the operations listener (loopback)"
+    )
+    search_similarity_floor: float | None = Field(
+        default=None,
+        ge=0.0,
+        le=1.0,
+        description="Client search: results below this cosine are not shown; 0 = off "
+        "(default: 0.30, or as measured for the embedding profile, docs/offline-encoder.md)",
+    )
+    search_similarity_floor_word: float | None = Field(
+        default=None,
+        ge=0.0,
+        le=1.0,
+        description="Client search: the floor for a one-word query of <= 5 characters; 0 = off "
+        "(default: 0.24, or as measured for the embedding profile)",
+    )
+    search_top_ratio: float | None = Field(
+        default=None,
+        ge=0.0,
+        le=1.0,
+        description="Client search: results below this share of the best one's cosine are not "
+        "shown; 0 = off (default: 0.60, or as measured for the embedding profile)",
+    )
+
+    serve_openapi: bool = Field(
+        default=False,
+        description="Serve the client API's OpenAPI document at GET /api/v1/openapi.json "
+        "(no token needed; the same document as docs/openapi/core-client.json)",
+    )
 
     @field_validator("worker_base_url")
     @classmethod
@@ -143,13 +261,33 @@ class CoreSettings(TokenSettings, StateClockSettings):
 
     @field_validator("internal_secret")
     @classmethod
-    def _internal_secret_length(cls, value: SecretStr) -> SecretStr:
-        return check_secret_length(value, INTERNAL_SECRET_MIN_LENGTH)
+    def _internal_secret(cls, value: SecretStr) -> SecretStr:
+        return check_generated_secret(value)
+
+    @property
+    def search_cuts(self) -> SearchCuts:
+        """The client search's cuts: each setting given, else the profile's default
+        (``pinlog_platform.search.default_cuts``)."""
+        default = default_cuts(self.embedding_profile)
+        return SearchCuts(
+            floor=_given(self.search_similarity_floor, default.floor),
+            floor_word=_given(self.search_similarity_floor_word, default.floor_word),
+            top_ratio=_given(self.search_top_ratio, default.top_ratio),
+        )
 
     @property
     def worker_base_urls(self) -> tuple[str, ...]:
         """The worker instances, in round-robin order."""
         return tuple(self.worker_base_url.split(","))
+
+
+class RescanSettings(CoreSettings):
+    """What ``rescan --once`` reads: ``CoreSettings`` but the signing key of member tokens,
+    which only ``serve`` and ``token`` use (validated when given)."""
+
+    jwt_secret: SecretStr | None = Field(
+        default=None, description="HS256 key of member tokens; unused by rescan"
+    )
 
 
 # How every ``pinlog-core`` command logs (``PINLOG_CORE_LOG_FORMAT``, ``PINLOG_CORE_LOG_LEVEL``).

@@ -53,6 +53,7 @@ class ContextLine:
     context_id: int
     member_id: int
     place: str
+    text: str
     fate: str = "live"
 
     @property
@@ -122,7 +123,9 @@ class DemoClient:
             response.raise_for_status()
             created = response.json()
             outcome.record_ids.append(created["recordId"])
-            outcome.lines.append(ContextLine(created["contextId"], sample.user_id, sample.place))
+            outcome.lines.append(
+                ContextLine(created["contextId"], sample.user_id, sample.place, sample.text)
+            )
         for edit in changes.edits:
             await self._edit(outcome, samples, edit.context, edit.text)
         for index in changes.whitespace_only_edits:
@@ -161,7 +164,7 @@ class DemoClient:
             )
             return
         line.fate = f"replaced by {new_id}"
-        outcome.lines.append(ContextLine(new_id, line.member_id, line.place))
+        outcome.lines.append(ContextLine(new_id, line.member_id, line.place, text))
         outcome.record_ids.append(outcome.record_ids[index])
         outcome.events.append(f"edit context {line.context_id}: new contextId {new_id}")
 

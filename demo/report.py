@@ -4,6 +4,8 @@ both statuses and the chosen keywords of every context the demo touched, for the
 from __future__ import annotations
 
 import asyncio
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from sqlalchemy import text
@@ -13,9 +15,11 @@ from demo import table
 from demo.feed import ContextLine
 
 POLL_SECONDS = 0.2
+PROGRESS_SECONDS = 2.0
+NOTE_WIDTH = 28  # display columns of the note's text in the table
 
-# Unfinished stages among the given contexts.
-COUNT_UNFINISHED = text(
+# Contexts among the given ones with a stage still unfinished.
+COUNT_UNFINISHED_CONTEXTS = text(
     "SELECT count(*) FROM ai.context_ai_state WHERE context_id = ANY(CAST(:ids AS bigint[])) "
     "AND (embedding_status IN ('PENDING', 'PROCESSING') "
     "OR keyword_status IN ('PENDING', 'PROCESSING'))"
@@ -44,6 +48,7 @@ class ContextResult:
     context_id: int
     member_id: int
     place: str
+    note: str
     fate: str
     embedding_status: str
     keyword_status: str
@@ -51,14 +56,27 @@ class ContextResult:
 
 
 async def wait_until_finished(
-    engine: AsyncEngine, context_ids: list[int], *, limit_seconds: float
+    engine: AsyncEngine,
+    context_ids: list[int],
+    *,
+    limit_seconds: float,
+    say: Callable[[str], None] = print,
 ) -> None:
-    """Poll every 0.2 s until no stage of the contexts is unfinished; at most
-    ``limit_seconds`` (``TimeoutError`` then)."""
+    """Poll every 0.2 s until no stage of the contexts is unfinished, saying
+    ``worker: 40/64 processed`` whenever that count changes (at most every 2 s, and at the
+    end); at most ``limit_seconds`` (``TimeoutError`` then)."""
+    total, said, said_at = len(context_ids), -1, 0.0
     async with asyncio.timeout(limit_seconds):
         while True:
             async with engine.connect() as conn:
-                unfinished = (await conn.execute(COUNT_UNFINISHED, {"ids": context_ids})).scalar()
+                unfinished = (
+                    await conn.execute(COUNT_UNFINISHED_CONTEXTS, {"ids": context_ids})
+                ).scalar()
+            done = total - unfinished
+            now = time.monotonic()
+            if done != said and (not unfinished or now - said_at >= PROGRESS_SECONDS):
+                say(f"worker: {done}/{total} processed")
+                said, said_at = done, now
             if not unfinished:
                 return
             await asyncio.sleep(POLL_SECONDS)
@@ -74,6 +92,7 @@ async def load_results(engine: AsyncEngine, lines: list[ContextLine]) -> list[Co
             line.context_id,
             line.member_id,
             line.place,
+            line.text,
             line.fate,
             by_id[line.context_id].embedding_status,
             by_id[line.context_id].keyword_status,
@@ -89,6 +108,7 @@ def render_results(results: list[ContextResult]) -> str:
             str(r.context_id),
             str(r.member_id),
             r.place,
+            table.shorten(r.note, NOTE_WIDTH),
             r.fate,
             r.embedding_status,
             r.keyword_status,
@@ -96,5 +116,7 @@ def render_results(results: list[ContextResult]) -> str:
         ]
         for r in results
     ]
-    headers = ["context", "member", "place", "context is", "embedding", "keyword", "keywords"]
+    headers = [
+        "context", "member", "place", "note", "context is", "embedding", "keyword", "keywords"
+    ]  # fmt: skip
     return table.render(headers, rows)

@@ -15,7 +15,7 @@ import asyncio
 import secrets
 import socket
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,6 +37,12 @@ from demo.report import ContextResult, load_results, render_results, wait_until_
 from pinlog_platform import schema as migrations
 
 WAIT_SECONDS = 300.0
+Say = Callable[[str], None]
+
+
+def say_now(line: str) -> None:
+    """One progress line, shown at once."""
+    print(line, flush=True)
 
 
 def offline_settings(
@@ -73,20 +79,27 @@ def free_port(preferred: int) -> int:
         return probe.getsockname()[1]
 
 
-async def prepare_database(settings: Settings) -> None:
-    """Apply every migration (core and ai) and load presets with the settings' profile."""
+async def prepare_database(settings: Settings, *, say: Say = print) -> None:
+    """Apply every migration (core and ai) and load presets with the settings' profile,
+    saying one line for each step."""
     engine = create_engine(settings.database_url, with_vector_codec=False)
     try:
-        await migrations.upgrade(engine, scope=migrations.Scope.ALL)
+        applied = await migrations.upgrade(engine, scope=migrations.Scope.ALL)
     finally:
         await engine.dispose()
+    say(f"migrations: {len(applied)} applied" + ("" if applied else " (already up to date)"))
+    say("presets: loading the offline encoder and embedding the preset list ...")
     engine = create_engine(settings.database_url)
     embedder = build_embedding_provider(settings)
     try:
-        await load_presets(engine, embedder, read_preset_file(), settings.embedding_profile)
+        report = await load_presets(
+            engine, embedder, read_preset_file(), settings.embedding_profile
+        )
     finally:
         await embedder.aclose()
         await engine.dispose()
+    state = "embedded and stored" if report.changed else "already stored"
+    say(f"presets: {report.presets} {state} (list version {report.version})")
 
 
 @dataclass
@@ -143,7 +156,7 @@ async def _serving(app: FastAPI, port: int) -> AsyncIterator[tuple[uvicorn.Serve
 
 
 async def feed_and_report(
-    services: RunningServices, *, wait_seconds: float = WAIT_SECONDS
+    services: RunningServices, *, wait_seconds: float = WAIT_SECONDS, say: Say = print
 ) -> tuple[FeedOutcome, list[ContextResult], list[str]]:
     """Send the samples through the core's API, wait for the worker, read everything back.
 
@@ -163,7 +176,13 @@ async def feed_and_report(
             client = DemoClient(http, tokens)
             outcome = await client.feed(samples, changes)
             live = [line.context_id for line in outcome.lines if line.live]
-            await wait_until_finished(engine, live, limit_seconds=wait_seconds)
+            say(
+                f"notes sent: {len(samples)} created by {len(members)} members, "
+                f"{len(changes.edits) + len(changes.whitespace_only_edits)} edited, "
+                f"{len(changes.context_deletes) + len(changes.record_deletes)} deletions; "
+                f"{len(live)} live contexts for the worker"
+            )
+            await wait_until_finished(engine, live, limit_seconds=wait_seconds, say=say)
             views = []
             for index in changes.views:
                 owner = samples[index].user_id
@@ -185,17 +204,22 @@ async def run_demo(*, port: int, core_port: int, serve: bool, data_dir: Path) ->
     given = DatabaseSettings()
     database_url = given.database_url
     if database_url is None:
-        print(f"starting embedded PostgreSQL in {data_dir} ...", flush=True)
+        say_now(f"database: starting embedded PostgreSQL in {data_dir} ...")
         database_url = embedded_postgres.start(data_dir)
+        say_now(f"database: ready ({time.monotonic() - started:.1f} s)")
+    else:
+        say_now("database: PINLOG_DATABASE_URL")
     secret = given.internal_secret.get_secret_value() if given.internal_secret else None
     settings = offline_settings(database_url, secret)
-    await prepare_database(settings)
+    await prepare_database(settings, say=say_now)
 
     jwt_secret = secrets.token_urlsafe(32)
     async with both_services(
         settings, worker_port=port, core_port=core_port, jwt_secret=jwt_secret
     ) as services:
-        outcome, results, views = await feed_and_report(services)
+        say_now(f"services: worker on {services.worker_url}, core service on {services.core_url}")
+        outcome, results, views = await feed_and_report(services, say=say_now)
+        print()
         print(render_results(results))
         print()
         for line in (*outcome.events, *views):

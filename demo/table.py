@@ -10,6 +10,19 @@ def display_width(value: str) -> int:
     return sum(2 if unicodedata.east_asian_width(char) in "WF" else 1 for char in value)
 
 
+def shorten(value: str, width: int) -> str:
+    """``value`` on one line, cut to ``width`` display columns with a trailing "…"."""
+    flat = " ".join(value.split())
+    if display_width(flat) <= width:
+        return flat
+    kept = ""
+    for char in flat:
+        if display_width(kept + char) > width - 1:
+            break
+        kept += char
+    return kept + "…"
+
+
 def _pad(value: str, width: int) -> str:
     return value + " " * (width - display_width(value))
 

@@ -57,6 +57,7 @@ CLEANED_TABLES = (
     "ai.context_ai_state",
     "ai.context_text_fingerprint",
     "ai.keyword_preset",
+    "ai.provider_usage_daily",
     "core.context",
     "core.dispatch_control",
     "core.record",

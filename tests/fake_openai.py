@@ -17,6 +17,9 @@ whose key, quota or model is wrong: ``error_body`` speaks OpenAI's error shape w
 holds a marker (one bad note among good ones); ``set_judge_reasoning`` makes the default
 judgment speak like a reasoning model (a ``<think>`` block before the verdict, a
 ``reasoning_content`` field, ``usage.completion_tokens_details.reasoning_tokens``).
+Default answers carry a ``usage`` of about four characters per token (``set_usage(False)``
+omits it, as some OpenAI-compatible servers do); ``usage_sent`` lists the usage of each default
+answer sent, per endpoint, for the ledger's tests.
 Every control is guarded by one lock: the server thread and the pytest thread both touch them.
 """
 
@@ -210,6 +213,8 @@ class FakeOpenAI:
             self._faults: dict[str, Scripted | None] = {"embeddings": None, "judge": None}
             self._input_faults: list[tuple[str, Scripted]] = []
             self._reasoning: dict[str, Any] | None = None
+            self._usage = True
+            self._usage_sent: dict[str, list[dict[str, int]]] = {"embeddings": [], "judge": []}
 
     def script_embeddings(self, *responses: Scripted) -> None:
         with self._lock:
@@ -251,6 +256,26 @@ class FakeOpenAI:
                 }
             )
 
+    def set_usage(self, present: bool) -> None:
+        """Default answers with (``True``, the default) or without a ``usage`` object."""
+        with self._lock:
+            self._usage = present
+
+    @property
+    def usage_sent(self) -> dict[str, list[dict[str, int]]]:
+        """The ``usage`` of each default answer sent, by endpoint (``embeddings``, ``judge``)."""
+        with self._lock:
+            return {endpoint: list(sent) for endpoint, sent in self._usage_sent.items()}
+
+    def _with_usage(self, endpoint: str, body: dict, usage: dict[str, int]) -> dict:
+        with self._lock:
+            present = self._usage
+            if present:
+                self._usage_sent[endpoint].append(usage)
+        if present:
+            return {**body, "usage": usage}
+        return {key: value for key, value in body.items() if key != "usage"}
+
     def set_embedding_dimension(self, dimension: int) -> None:
         with self._lock:
             self._dimension = dimension
@@ -281,6 +306,12 @@ class FakeOpenAI:
             return list(self._requests["judge"])
 
     @property
+    def embedding_arrivals(self) -> list[float]:
+        """``time.monotonic()`` of each embedding request's arrival, in order."""
+        with self._lock:
+            return list(self._arrivals["embeddings"])
+
+    @property
     def judge_arrivals(self) -> list[float]:
         """``time.monotonic()`` of each judge request's arrival, in order."""
         with self._lock:
@@ -290,15 +321,25 @@ class FakeOpenAI:
         payload, scripted = await self._arrive("embeddings", request)
         with self._lock:
             dimension = self._dimension
-        return await self._answer(scripted, lambda: _default_embeddings(payload, dimension))
+        return await self._answer(
+            scripted,
+            lambda: self._with_usage(
+                "embeddings",
+                _default_embeddings(payload, dimension),
+                _embedding_usage(payload),
+            ),
+        )
 
     async def _chat(self, request: Request) -> Response:
         payload, scripted = await self._arrive("judge", request)
         with self._lock:
             selection, reasoning = self._selection, self._reasoning
-        return await self._answer(
-            scripted, lambda: _default_judgment(payload, selection, reasoning)
-        )
+
+        def answer() -> dict:
+            body = _default_judgment(payload, selection, reasoning)
+            return self._with_usage("judge", body, _chat_usage(payload, body))
+
+        return await self._answer(scripted, answer)
 
     async def _arrive(self, endpoint: str, request: Request) -> tuple[Any, Scripted | None]:
         payload = json.loads(await request.body())
@@ -371,6 +412,27 @@ def _default_judgment(
     else:
         selected = [{"keywordId": ids[0], "confidence": 0.9}] if ids else []
     return judge_body(selected, model=payload.get("model", "fake-chat"), **(reasoning or {}))
+
+
+def _tokens(text: str) -> int:
+    return max(1, len(text) // 4)
+
+
+def _embedding_usage(payload: Mapping[str, Any]) -> dict[str, int]:
+    inputs = payload["input"]
+    texts: Sequence[str] = [inputs] if isinstance(inputs, str) else inputs
+    tokens = sum(_tokens(text) for text in texts)
+    return {"prompt_tokens": tokens, "total_tokens": tokens}
+
+
+def _chat_usage(payload: Mapping[str, Any], body: Mapping[str, Any]) -> dict[str, int]:
+    prompt = sum(_tokens(str(m.get("content", ""))) for m in payload.get("messages", []))
+    completion = _tokens(body["choices"][0]["message"]["content"] or "")
+    return {
+        "prompt_tokens": prompt,
+        "completion_tokens": completion,
+        "total_tokens": prompt + completion,
+    }
 
 
 def _input_fault(payload: Any, faults: list[tuple[str, Scripted]]) -> Scripted | None:

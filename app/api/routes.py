@@ -9,6 +9,7 @@ from fastapi import APIRouter, Depends, Request, status
 from fastapi.responses import JSONResponse
 from prometheus_client import CollectorRegistry
 
+from app.api import responses
 from app.api.schemas import ProcessContextBody, SearchBody, SearchResponse, SearchResult
 from app.service.health import Readiness
 from app.service.provider_gate import ProviderGate, ProviderRefusalPolicy
@@ -57,7 +58,11 @@ ProviderRefusals = Annotated[ProviderRefusalPolicy, Depends(_refusals)]
 router = APIRouter()
 
 
-@router.post("/internal/v1/context/process", status_code=status.HTTP_202_ACCEPTED)
+@router.post(
+    "/internal/v1/context/process",
+    status_code=status.HTTP_202_ACCEPTED,
+    responses=responses.PROCESS,
+)
 async def process_context(
     body: ProcessContextBody, pool: Pool, gates: Gates, refusals: ProviderRefusals
 ) -> JSONResponse:
@@ -93,7 +98,12 @@ async def process_context(
     return JSONResponse({"contextId": body.context_id}, status_code=status.HTTP_202_ACCEPTED)
 
 
-@router.post("/internal/v1/search", response_model=SearchResponse, response_model_by_alias=True)
+@router.post(
+    "/internal/v1/search",
+    response_model=SearchResponse,
+    response_model_by_alias=True,
+    responses=responses.SEARCH,
+)
 async def search(body: SearchBody, service: Search) -> SearchResponse:
     """Personal search (§7): 200, or 422 / 502 / 503 mapped in ``main.py`` (§6)."""
     hits = await service.search(
@@ -104,7 +114,12 @@ async def search(body: SearchBody, service: Search) -> SearchResponse:
     )
     return SearchResponse(
         results=[
-            SearchResult(record_id=h.record_id, context_id=h.context_id, similarity=h.similarity)
+            SearchResult(
+                record_id=h.record_id,
+                context_id=h.context_id,
+                similarity=h.similarity,
+                keyword_matched=h.keyword_matched,
+            )
             for h in hits
         ]
     )

@@ -43,6 +43,7 @@ class SearchResult(BaseModel):
     record_id: int = Field(serialization_alias="recordId")
     context_id: int = Field(serialization_alias="contextId")
     similarity: float
+    keyword_matched: bool = Field(serialization_alias="keywordMatched")
 
 
 class SearchResponse(BaseModel):

@@ -50,6 +50,9 @@ class JudgeVerdict:
 
     selected: tuple[object, ...]
     unmatched_concepts: tuple[object, ...]
+    # The judge that answered (its ``model_profile``), when a chain of judges chose among
+    # several; ``None``: the configured judge's profile.
+    profile: str | None = None
 
 
 class EmbeddingProvider(Protocol):

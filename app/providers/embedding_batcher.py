@@ -14,6 +14,11 @@ them in input order). Failure of the batched request:
   for every input and is never re-sent once per input: each waiting stage gets it and
   classifies it as before (§6, H2).
 
+With ``max_batch_tokens`` (this process's share of ``PINLOG_EMBEDDING_TOKENS_PER_MINUTE``) a
+batch is also sent before an input would take its estimated tokens (UTF-8 bytes ÷ 3) over it:
+batches are split by tokens as well as by count, so none exceeds what the budget can ever grant
+(pgai #481).
+
 A stage that stops waiting (its deadline fired) leaves the batch; the others are unaffected.
 Search queries and preset loading call the wrapped provider directly and are never delayed.
 """
@@ -30,14 +35,16 @@ import numpy as np
 from app import failure_policy
 from app.errors import PermanentError
 from app.providers.base import EmbeddingProvider
+from app.providers.usage import estimate_tokens
 
 logger = logging.getLogger(__name__)
 
 
 class _Batch:
-    __slots__ = ("full", "texts", "waiters")
+    __slots__ = ("full", "texts", "tokens", "waiters")
 
     def __init__(self) -> None:
+        self.tokens = 0
         self.texts: list[str] = []
         self.waiters: list[asyncio.Future[np.ndarray]] = []
         self.full = asyncio.Event()
@@ -52,11 +59,17 @@ class BatchingEmbedder:
     """
 
     def __init__(
-        self, provider: EmbeddingProvider, *, max_batch: int, max_wait_seconds: float
+        self,
+        provider: EmbeddingProvider,
+        *,
+        max_batch: int,
+        max_wait_seconds: float,
+        max_batch_tokens: int | None = None,
     ) -> None:
         self.provider = provider
         self.dimension = provider.dimension
         self._max_batch = max_batch
+        self._max_tokens = max_batch_tokens
         self._max_wait = max_wait_seconds
         self._open: _Batch | None = None
         self._tasks: set[asyncio.Task[None]] = set()
@@ -66,13 +79,20 @@ class BatchingEmbedder:
         if len(texts) != 1 or self._max_batch == 1:
             return await self.provider.embed(texts)
         waiter: asyncio.Future[np.ndarray] = asyncio.get_running_loop().create_future()
+        tokens = estimate_tokens(texts[0]) if self._max_tokens is not None else 0
         batch = self._open
+        over = self._max_tokens is not None and batch is not None and batch.texts
+        if over and batch.tokens + tokens > self._max_tokens:  # send it, open another
+            self._open = None
+            batch.full.set()
+            batch = None
         if batch is None:
             batch = self._open = _Batch()
             task = asyncio.create_task(self._send_when_ready(batch))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
         batch.texts.append(texts[0])
+        batch.tokens += tokens
         batch.waiters.append(waiter)
         if len(batch.texts) >= self._max_batch:
             self._open = None

@@ -15,8 +15,10 @@ from app.providers.base import EmbeddingProvider, KeywordJudge
 from app.providers.hashing import HashingEmbedder
 from app.providers.openai_compatible import OpenAIEmbedder, OpenAIJudge
 from app.providers.padding import ZeroPaddedEmbedder
+from app.providers.rate_budget import RateBudget, per_process
 from app.providers.similarity_judge import SimilarityJudge
 from app.settings import LEARNED_JUDGE_REVISION, Settings
+from app.settings.profiles import openai_judge_profile
 
 
 def build_embedding_provider(settings: Settings) -> EmbeddingProvider:
@@ -59,3 +61,44 @@ def build_judge(settings: Settings, metrics: WorkerMetrics) -> KeywordJudge:
             revision=LEARNED_JUDGE_REVISION,
         )
     raise ConfigurationError(f"unknown judge provider {settings.judge_provider!r}")
+
+
+def build_budgets(settings: Settings) -> dict[str, RateBudget]:
+    """Each provider's rate budget: its ``*_PER_MINUTE`` settings divided by
+    ``PINLOG_WORKER_REPLICAS`` (H8 item 2, docs/scaling.md)."""
+    replicas = settings.worker_replicas
+    window = settings.rate_budget_window_seconds
+    return {
+        "embedding": RateBudget(
+            "embedding",
+            requests=per_process(settings.embedding_requests_per_minute, replicas),
+            tokens=per_process(settings.embedding_tokens_per_minute, replicas),
+            window_seconds=window,
+        ),
+        "judge": RateBudget(
+            "judge",
+            requests=per_process(settings.judge_requests_per_minute, replicas),
+            tokens=per_process(settings.judge_tokens_per_minute, replicas),
+            window_seconds=window,
+        ),
+    }
+
+
+def build_fallback_judges(settings: Settings, metrics: WorkerMetrics) -> list[KeywordJudge]:
+    """The OpenAI-compatible judges of ``PINLOG_JUDGE_FALLBACKS``, in order; each reads its
+    key from the setting it names (``PINLOG_JUDGE_FALLBACK_<n>_API_KEY``)."""
+    judges: list[KeywordJudge] = []
+    for fallback in settings.judge_fallbacks:
+        key = getattr(settings, fallback.api_key_setting.removeprefix("PINLOG_").lower())
+        judges.append(
+            OpenAIJudge(
+                base_url=fallback.base_url,
+                api_key=key.get_secret_value(),
+                model=fallback.model,
+                profile=openai_judge_profile(fallback.model),
+                timeout_seconds=settings.provider_timeout_seconds,
+                max_retries=settings.provider_max_retries,
+                metrics=metrics,
+            )
+        )
+    return judges

@@ -28,7 +28,20 @@ from app.errors import ConfigurationError, InvalidOutputError
 from app.metrics import WorkerMetrics
 from app.providers import openai_wire
 from app.providers.base import JudgeCandidate, JudgeVerdict
-from app.providers.openai_http import JsonEndpointClient
+from app.providers.openai_http import (
+    DEFAULT_MAX_ANSWER_BYTES,
+    JsonEndpointClient,
+    embedding_answer_cap,
+    judge_answer_cap,
+)
+from app.providers.rate_budget import Grant, RateBudget
+from app.providers.usage import (
+    UsageSink,
+    chat_usage,
+    current_stage,
+    embedding_usage,
+    estimate_tokens,
+)
 from app.settings import Settings
 
 JUDGE_SYSTEM_PROMPT = (
@@ -53,8 +66,31 @@ logger = logging.getLogger(__name__)
 class _ClientOwner:
     """Owns one HTTP client (connection pool); ``aclose()`` releases its connections."""
 
-    def __init__(self, base_url: str, api_key: str, timeout_seconds: float, retries: int) -> None:
-        self._client = JsonEndpointClient(base_url, api_key, timeout_seconds, retries)
+    def __init__(
+        self,
+        base_url: str,
+        api_key: str,
+        timeout_seconds: float,
+        retries: int,
+        max_answer_bytes: int = DEFAULT_MAX_ANSWER_BYTES,
+    ) -> None:
+        self._client = JsonEndpointClient(
+            base_url, api_key, timeout_seconds, retries, max_answer_bytes=max_answer_bytes
+        )
+        self.usage: UsageSink | None = None  # told each answered call's tokens (H8 item 1)
+        self.budget: RateBudget | None = None  # waited for before each request (H8 item 2)
+
+    def use_budget(self, budget: RateBudget) -> None:
+        """Wait for ``budget`` before each request; it reads every answer's headers."""
+        self.budget = budget
+        self._client.on_answer = budget.observe
+
+    async def _acquire(self, *sent: str) -> Grant | None:
+        if self.budget is None:
+            return None
+        # The estimate costs a pass over the text: only when tokens are budgeted.
+        limited = self.budget.token_limit is not None
+        return await self.budget.acquire(estimate_tokens(*sent) if limited else 0)
 
     async def aclose(self) -> None:
         await self._client.aclose()
@@ -102,11 +138,19 @@ class OpenAIEmbedder(_ClientOwner):
         """Embed ``texts`` exactly as given (no normalisation here) in one request."""
         if not texts:
             return []
+        grant = await self._acquire(*texts)
         body = await self._client.post(
             "embedding",
             "embeddings",
             {"model": self.model, "input": list(texts), "encoding_format": self.encoding},
+            # The answer cap follows this request's batch (openai_http).
+            max_answer_bytes=embedding_answer_cap(len(texts), self.dimension),
         )
+        usage = embedding_usage(self.model, body, texts)
+        if grant is not None:
+            grant.settle(usage.total)
+        if self.usage is not None:
+            self.usage.record(current_stage.get(), usage)
         return openai_wire.parse_embeddings(body, len(texts), self.dimension)
 
 
@@ -129,8 +173,9 @@ class OpenAIJudge(_ClientOwner):
         timeout_seconds: float,
         max_retries: int,
         metrics: WorkerMetrics,
+        top_k: int = 10,
     ) -> None:
-        super().__init__(base_url, api_key, timeout_seconds, max_retries)
+        super().__init__(base_url, api_key, timeout_seconds, max_retries, judge_answer_cap(top_k))
         self.model = model
         self.profile = profile
         self._reasks = metrics.judge_reasks
@@ -145,6 +190,7 @@ class OpenAIJudge(_ClientOwner):
             profile=settings.judge_profile,
             timeout_seconds=settings.provider_timeout_seconds,
             max_retries=settings.provider_max_retries,
+            top_k=settings.keyword_top_k,
         )
 
     async def judge(self, text: str, candidates: Sequence[JudgeCandidate]) -> JudgeVerdict:
@@ -163,6 +209,8 @@ class OpenAIJudge(_ClientOwner):
             {"role": "user", "content": openai_wire.judge_user_message(text, candidates)},
         ]
         for reask in range(failure_policy.JUDGE_REASKS + 1):
+            sent = [message["content"] for message in messages]
+            grant = await self._acquire(*sent)
             body = await self._client.post(
                 "judge",
                 "chat/completions",
@@ -180,6 +228,11 @@ class OpenAIJudge(_ClientOwner):
                     },
                 },
             )
+            usage = chat_usage(self.model, body, sent)
+            if grant is not None:
+                grant.settle(usage.total)
+            if self.usage is not None:
+                self.usage.record(current_stage.get(), usage)
             try:
                 return openai_wire.parse_verdict(body)
             except InvalidOutputError:

@@ -16,6 +16,16 @@ Errors: ``TransientError`` ("<layer> upstream timeout" / "unreachable", or a tra
 the ``failure_policy.status_error`` class of an HTTP error answer (read from its ``error.code``,
 ``error.type`` and ``error.param``), ``ProviderProtocolError`` for a 2xx body that is not JSON.
 Messages never quote the upstream body, the URL or the key.
+
+What the client trusts (issue H4 item 4): a 307/308 to the same origin (scheme, host, port) is
+followed with the same body, at most ``MAX_REDIRECTS`` times; any redirect to another origin,
+and any 301/302/303 (which would turn the POST into a GET), is ``ProviderUnavailableError``
+with reason ``protocol`` (provider-wide, H2's class: the endpoint is misconfigured, every call
+would meet it). An answer larger
+than ``max_answer_bytes`` after decompression (declared by ``Content-Length`` or counted while
+it streams, so a gzip answer never inflates past the cap in memory) is
+``ProviderProtocolError``; the caps are derived from the settings (``embedding_answer_cap``,
+``judge_answer_cap``). Error answers are read up to ``ERROR_BODY_BYTES`` only.
 """
 
 from __future__ import annotations
@@ -25,21 +35,54 @@ import json
 import math
 import random
 import re
+from collections.abc import Callable
 from typing import Any
 
 import aiohttp
 import orjson
+from yarl import URL
 
 from app import failure_policy
-from app.errors import TransientError
+from app.errors import ProviderProtocolError, ProviderUnavailableError, TransientError
 from app.providers import openai_wire
+
+MAX_REDIRECTS = 3
+REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
+ERROR_BODY_BYTES = 65536
+# Bytes one JSON float takes at most in an embeddings answer ("-0.012345678901234567, "), and
+# room for the envelope (model, usage, object names).
+JSON_FLOAT_BYTES = 24
+ENVELOPE_BYTES = 16384
+DEFAULT_MAX_ANSWER_BYTES = 4 * 1024 * 1024
+
+
+def embedding_answer_cap(batch_size: int, dimension: int) -> int:
+    """The largest embeddings answer accepted: batch size x dimension x 24 bytes per JSON
+    float, twice over (indentation, per-item fields), plus the envelope."""
+    return batch_size * dimension * JSON_FLOAT_BYTES * 2 + ENVELOPE_BYTES
+
+
+def judge_answer_cap(top_k: int) -> int:
+    """The largest judge answer accepted: 1 MiB for the chat envelope and a verbose answer
+    (reasoning text, escapes; hostile shapes must still reach the parser and be classified
+    there), plus 16 KiB per candidate."""
+    return 2**20 + top_k * 16384
 
 
 class JsonEndpointClient:
     """POSTs JSON to ``{base_url}/<path>`` with a bearer key; one connection pool per client."""
 
-    def __init__(self, base_url: str, api_key: str, timeout_seconds: float, retries: int) -> None:
+    def __init__(
+        self,
+        base_url: str,
+        api_key: str,
+        timeout_seconds: float,
+        retries: int,
+        *,
+        max_answer_bytes: int = DEFAULT_MAX_ANSWER_BYTES,
+    ) -> None:
         self._base_url = base_url.rstrip("/")
+        self._max_answer_bytes = max_answer_bytes
         self._headers = {
             "Authorization": f"Bearer {api_key}",
             "Content-Type": "application/json",
@@ -48,30 +91,61 @@ class JsonEndpointClient:
         self._timeout = aiohttp.ClientTimeout(total=timeout_seconds)
         self._retries = retries
         self._session: aiohttp.ClientSession | None = None
+        # Told every answer's status, headers and error (None for a 2xx): the rate budget
+        # reads the rate-limit headers and 429s there (H8 item 2).
+        self.on_answer: Callable[[int, Any, Exception | None], None] | None = None
 
-    async def post(self, layer: str, path: str, payload: dict[str, Any]) -> Any:
-        """The parsed JSON body of a 2xx answer to ``payload``; raises as the module says."""
+    async def post(
+        self,
+        layer: str,
+        path: str,
+        payload: dict[str, Any],
+        *,
+        max_answer_bytes: int | None = None,
+    ) -> Any:
+        """The parsed JSON body of a 2xx answer to ``payload``; raises as the module says.
+        ``max_answer_bytes`` overrides the client's cap for this call (an embeddings batch)."""
+        cap = self._max_answer_bytes if max_answer_bytes is None else max_answer_bytes
         # orjson: UTF-8 without escapes, like json.dumps(ensure_ascii=False), at a tenth of the
         # CPU (the judge request carries ten candidates with their examples).
         body = orjson.dumps(payload)
-        url = f"{self._base_url}/{path}"
-        for attempt in range(self._retries + 1):
-            last = attempt == self._retries
+        url = URL(f"{self._base_url}/{path}")
+        redirects = 0
+        attempt = 0
+        while True:
+            last = attempt >= self._retries
             try:
-                async with self._client().post(url, data=body, timeout=self._timeout) as answer:
-                    raw = await answer.read()
+                async with self._client().post(
+                    url, data=body, timeout=self._timeout, allow_redirects=False
+                ) as answer:
                     status, headers = answer.status, answer.headers
+                    if status in REDIRECT_STATUSES:
+                        url = _same_origin_redirect(layer, url, status, headers)
+                        redirects += 1
+                        if redirects > MAX_REDIRECTS:
+                            raise _redirect_error(layer, status, "redirects too often")
+                        continue
+                    raw = await _read_capped(
+                        layer,
+                        answer,
+                        cap if status < 400 else ERROR_BODY_BYTES,
+                        truncate=status >= 400,
+                    )
             except (TimeoutError, aiohttp.ServerTimeoutError):
                 if last:
                     raise TransientError(f"{layer} upstream timeout") from None
                 await asyncio.sleep(_backoff(attempt))
+                attempt += 1
                 continue
             except aiohttp.ClientError:
                 if last:
                     raise TransientError(f"{layer} upstream unreachable") from None
                 await asyncio.sleep(_backoff(attempt))
+                attempt += 1
                 continue
             if status < 400:
+                if self.on_answer is not None:
+                    self.on_answer(status, headers, None)
                 return _json(layer, raw)
             retry_after = _retry_after(headers)
             code, error_type, param = error_fields(raw)
@@ -83,10 +157,12 @@ class JsonEndpointClient:
                 param=param,
                 retry_after=retry_after,
             )
+            if self.on_answer is not None:
+                self.on_answer(status, headers, error)
             if last or not _should_retry(error, headers, retry_after):
                 raise error
             await asyncio.sleep(_wait(attempt, retry_after))
-        raise AssertionError("unreachable: the last attempt returns or raises")
+            attempt += 1
 
     async def aclose(self) -> None:
         if self._session is not None:
@@ -100,6 +176,47 @@ class JsonEndpointClient:
                 headers=self._headers, connector=aiohttp.TCPConnector(limit=100)
             )
         return self._session
+
+
+def _same_origin_redirect(layer: str, url: URL, status: int, headers: Any) -> URL:
+    """Where a 307/308 to the same origin points; anything else is provider-wide (module
+    docstring). The message names the status, never the location."""
+    location = headers.get("Location")
+    if status not in (307, 308) or not location:
+        raise _redirect_error(layer, status, f"answered redirect {status}")
+    target = url.join(URL(location))
+    if (target.scheme, target.host, target.port) != (url.scheme, url.host, url.port):
+        raise _redirect_error(layer, status, f"redirected {status} to another origin")
+    return target
+
+
+def _redirect_error(layer: str, status: int, what: str) -> ProviderUnavailableError:
+    return ProviderUnavailableError(
+        f"{layer} upstream {what}", layer=layer, reason="protocol", status=status
+    )
+
+
+async def _read_capped(
+    layer: str, answer: aiohttp.ClientResponse, cap: int, *, truncate: bool
+) -> bytes:
+    """The (decompressed) body, at most ``cap`` bytes: beyond, the rest is dropped when
+    ``truncate``, else ``ProviderProtocolError``."""
+    declared = answer.content_length
+    if declared is not None and declared > cap and not truncate:
+        raise ProviderProtocolError(f"{layer} upstream answer larger than {cap} bytes", layer=layer)
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in answer.content.iter_chunked(65536):
+        size += len(chunk)
+        if size > cap:
+            if truncate:
+                chunks.append(chunk[: len(chunk) - (size - cap)])
+                break
+            raise ProviderProtocolError(
+                f"{layer} upstream answer larger than {cap} bytes", layer=layer
+            )
+        chunks.append(chunk)
+    return b"".join(chunks)
 
 
 def _json(layer: str, raw: bytes) -> Any:

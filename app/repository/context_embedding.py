@@ -12,21 +12,41 @@ import numpy as np
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from pinlog_platform.search import clamp_similarity
+
 
 @dataclass(frozen=True, slots=True)
 class SearchHit:
-    """One record's best context for a query; ``similarity`` is cosine, -1..1."""
+    """One record's best context for a query; ``similarity`` is cosine clamped to -1..1;
+    ``keyword_matched``: the record has a keyword its owner sees (§9) whose preset vector's
+    cosine to the query is above the threshold (§7)."""
 
     record_id: int
     context_id: int
     similarity: float
+    keyword_matched: bool = False
 
 
 # Exact cosine over one user's live, completed vectors of one profile; the best context per
 # record; the limit applied after de-duplication (§7). NaN (a zero vector) never qualifies (FC-04).
+# keyword_matched: a live context of the record (the user's, not deleted) with COMPLETED
+# keywords has an active PUBLIC or PRIVATE_ONLY preset (the owner's view, §9) of this profile
+# whose cosine to the query exceeds :keyword_threshold.
 SEARCH_SIMILAR = text(
     """
-    SELECT record_id, context_id, similarity FROM (
+    SELECT record_id, context_id, similarity, EXISTS (
+        SELECT 1
+        FROM ai.context_embedding AS ke
+        JOIN ai.context_ai_state AS ks ON ks.context_id = ke.context_id
+        JOIN ai.context_keyword AS ck ON ck.context_id = ke.context_id
+        JOIN ai.keyword_preset AS kp ON kp.id = ck.keyword_id
+        WHERE ke.user_id = :user_id AND ke.record_id = best.record_id AND ke.is_deleted = false
+          AND ks.keyword_status = 'COMPLETED'
+          AND kp.is_active AND kp.visibility IN ('PUBLIC', 'PRIVATE_ONLY')
+          AND kp.embedding_profile = :profile
+          AND 1 - (kp.embedding <=> CAST(:query AS vector)) > :keyword_threshold
+    ) AS keyword_matched
+    FROM (
         SELECT DISTINCT ON (e.record_id) e.record_id, e.context_id,
                1 - (e.embedding <=> CAST(:query AS vector)) AS similarity
         FROM ai.context_embedding AS e
@@ -43,11 +63,28 @@ SEARCH_SIMILAR = text(
 
 
 async def search_similar(
-    conn: AsyncConnection, *, user_id: int, query: np.ndarray, profile: str, limit: int
+    conn: AsyncConnection,
+    *,
+    user_id: int,
+    query: np.ndarray,
+    profile: str,
+    limit: int,
+    keyword_match_threshold: float,
 ) -> list[SearchHit]:
     """Records of ``user_id`` closest to ``query`` (float32 ``(dimension,)``), best first."""
-    result = await conn.execute(
-        SEARCH_SIMILAR,
-        {"user_id": user_id, "query": query, "profile": profile, "limit": limit},
-    )
-    return [SearchHit(row.record_id, row.context_id, float(row.similarity)) for row in result]
+    params = {
+        "user_id": user_id,
+        "query": query,
+        "profile": profile,
+        "limit": limit,
+        "keyword_threshold": keyword_match_threshold,
+    }
+    return [
+        SearchHit(
+            row.record_id,
+            row.context_id,
+            clamp_similarity(float(row.similarity)),
+            bool(row.keyword_matched),
+        )
+        for row in await conn.execute(SEARCH_SIMILAR, params)
+    ]

@@ -22,7 +22,8 @@ from pinlog_platform.states import CLAIMABLE, Status
 
 # Pre-check + owner/text check + embedding start or reclaim (§2, §3.1), in one statement.
 # The owner reference is the core's user_id/record_id (0006) when written, else the first
-# claiming request's (seen_*); a request naming another owner claims nothing.
+# claiming request's (seen_*); a request naming another owner claims nothing. A request whose
+# text differs from the digest the core wrote (0020) claims nothing either.
 START_CONTEXT = compile_named("""
     WITH previous AS (
         SELECT s.context_id, s.embedding_status, s.keyword_status,
@@ -32,7 +33,8 @@ START_CONTEXT = compile_named("""
                     WHEN s.seen_user_id IS NOT NULL
                         THEN s.seen_user_id = :user_id AND s.seen_record_id = :record_id
                     ELSE true END AS same_owner,
-               s.text_sha256 IS NULL OR s.text_sha256 = :text_sha256 AS same_text
+               s.text_sha256 IS NULL OR s.text_sha256 = :text_sha256 AS same_text,
+               s.text_sha256_from_core AS text_from_core
         FROM ai.context_ai_state AS s
         WHERE s.context_id = :context_id
         FOR UPDATE
@@ -47,12 +49,14 @@ START_CONTEXT = compile_named("""
         FROM previous AS p
         WHERE s.context_id = p.context_id
           AND p.same_owner
+          AND (p.same_text OR NOT p.text_from_core)
           AND s.embedding_status IN ('PENDING', 'PROCESSING')
           AND (s.embedding_status = 'PENDING'
                OR s.updated_at < now() - make_interval(secs => :expiry_seconds))
         RETURNING s.embedding_attempt AS attempt
     )
     SELECT p.embedding_status, p.keyword_status, p.owner_from_core, p.same_owner, p.same_text,
+           p.text_from_core,
            (SELECT attempt FROM claimed) AS embedding_attempt,
            e.embedding, e.embedding_profile
     FROM previous AS p
@@ -70,6 +74,9 @@ class ContextStart:
     ``(dimension,)``) and ``embedding_profile`` are the stored vector when the embedding stage
     was ``COMPLETED``. ``same_owner`` is false when the request names another user or record
     than the reference (``owner_from_core``: the core's columns; else the first request's).
+    ``same_text`` is false when the request's text digest differs from the row's;
+    ``text_from_core``: that digest is the one the core committed (0020), so the request is
+    refused, else it is the first claiming request's and the mismatch is only reported.
     """
 
     embedding_status: Status
@@ -77,6 +84,7 @@ class ContextStart:
     owner_from_core: bool
     same_owner: bool
     same_text: bool
+    text_from_core: bool
     embedding_attempt: int | None
     embedding: np.ndarray | None
     embedding_profile: str | None
@@ -123,6 +131,7 @@ async def start(
         owner_from_core=bool(row["owner_from_core"]),
         same_owner=bool(row["same_owner"]),
         same_text=bool(row["same_text"]),
+        text_from_core=bool(row["text_from_core"]),
         embedding_attempt=None if attempt is None else int(attempt),
         embedding=to_array(row["embedding"]),
         embedding_profile=row["embedding_profile"],

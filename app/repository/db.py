@@ -33,15 +33,33 @@ SESSION_SETTINGS = MappingProxyType(
 )
 
 # asyncpg waits 60 s for a connection by default; an unreachable host should fail sooner.
-CONNECT_TIMEOUT_SECONDS = 10
+CONNECT_TIMEOUT_SECONDS = 5
+
+# The deadline of every command (statement, COMMIT) by default; the worker's pools use the
+# smaller of this and a quarter of the stage deadline (``command_timeout_for``). On it the
+# statement fails as a transient error (§6): cancelled by the server (statement_timeout), or,
+# when the server does not answer, its connection terminated
+# (pinlog_platform.db.connection.with_command_deadline).
+COMMAND_TIMEOUT_SECONDS = 5.0
+
+# Migrations run DDL that may legitimately take longer than a request's budget.
+MIGRATION_COMMAND_TIMEOUT_SECONDS: float | None = None
 
 # The worker's engine parameters, all in one place. No pre-ping by default: see create_engine.
 ENGINE_PARAMETERS = engines.EngineParameters(
     session_settings=SESSION_SETTINGS,
-    pool_timeout_seconds=30,
+    pool_timeout_seconds=5,
     pre_ping=False,
     connect_timeout_seconds=CONNECT_TIMEOUT_SECONDS,
+    command_timeout_seconds=COMMAND_TIMEOUT_SECONDS,
 )
+
+
+def command_timeout_for(stage_deadline_seconds: float) -> float:
+    """The worker's command deadline: ``COMMAND_TIMEOUT_SECONDS``, or a quarter of the stage
+    deadline (``app.failure_policy.stage_deadline_seconds``) when that is smaller: a stage's
+    statements end well before the stage must. Derived, never a reason to refuse startup."""
+    return max(0.1, min(COMMAND_TIMEOUT_SECONDS, stage_deadline_seconds / 4))
 
 
 def create_engine(
@@ -51,6 +69,7 @@ def create_engine(
     with_vector_codec: bool = True,
     transaction_pooling: bool = False,
     pre_ping: bool = False,
+    command_timeout_seconds: float | None = COMMAND_TIMEOUT_SECONDS,
 ) -> AsyncEngine:
     """Build the worker's async engine for a ``postgresql+asyncpg://`` URL.
 
@@ -62,6 +81,7 @@ def create_engine(
     engines off the hot path (readiness, tooling). Without it a connection that died while
     pooled fails its statement as a transient error (§6), and SQLAlchemy then recycles every
     connection pooled before the failure, so one stage pays for a lost database session.
+    ``command_timeout_seconds``: the deadline of every command (``None``: none, migrations).
     """
     engine = engines.create_engine(
         database_url,
@@ -69,6 +89,7 @@ def create_engine(
         pool_size=pool_size,
         transaction_pooling=transaction_pooling,
         pre_ping=pre_ping,
+        command_timeout_seconds=command_timeout_seconds,
     )
     if with_vector_codec:
 
@@ -100,8 +121,9 @@ VECTOR_TYPE_MISSING = (
 )
 
 
-# Cheapest round trip that proves the database answers.
-PING = text("SELECT 1")
+# Cheapest round trip that proves the database answers and accepts writes (a standby, or
+# default_transaction_read_only after a failover, answers false).
+PING = text(engines.ACCEPTS_WRITES)
 
 
 def to_array(value: Vector | np.ndarray | None) -> np.ndarray | None:
@@ -131,10 +153,9 @@ read_only_snapshot = partial(transactions.read_only_snapshot, translate=translat
 
 
 async def ping(engine: AsyncEngine) -> bool:
-    """True when the database answers a trivial query; never raises."""
+    """True when the database answers and accepts writes; never raises."""
     try:
         async with autocommit(engine) as conn:
-            await conn.execute(PING)
+            return bool((await conn.execute(PING)).scalar())
     except Exception:
         return False
-    return True

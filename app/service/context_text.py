@@ -6,12 +6,14 @@ variation selectors are kept: emoji sequences need them (FC-10).
 
 from __future__ import annotations
 
-import hashlib
 import re
 import unicodedata
 
 from app.errors import InvalidInputError
 from pinlog_platform.states.failure_reasons import FailureReason
+from pinlog_platform.text_fingerprint import fingerprint
+
+__all__ = ["fingerprint", "has_content", "normalize", "prepare_for_embedding"]
 
 # Characters that render as nothing and carry no meaning in a note.
 _INVISIBLE = dict.fromkeys(
@@ -61,9 +63,3 @@ def prepare_for_embedding(text: str, *, max_chars: int) -> str:
             "text is blank after normalisation", reason=FailureReason.INPUT_BLANK
         )
     return normalized
-
-
-def fingerprint(text: str) -> bytes:
-    """SHA-256 (32 bytes) of the NFC text, so NFC and NFD forms of one note agree (§3)."""
-    nfc = unicodedata.normalize("NFC", text)
-    return hashlib.sha256(nfc.encode("utf-8", "surrogatepass")).digest()

@@ -88,11 +88,13 @@ class KeywordStage:
         if vector is None:
             vector = self._stored_vector(start, snapshot.profile)
         candidates = snapshot.candidates(vector, top_k=self._top_k, floor=self._similarity_floor)
+        profile = self._judge.profile
         if candidates:
             text = context_text.prepare_for_embedding(
                 request.text, max_chars=self._limits.max_input_chars
             )
             verdict = await self._gate.call(lambda: self._judge.judge(text, candidates))
+            profile = verdict.profile or profile  # the judge that answered (a fallback's)
             judgment = map_verdict(verdict, {candidate.id for candidate in candidates})
             if judgment.dropped:
                 for reason, count in judgment.dropped.items():
@@ -113,7 +115,7 @@ class KeywordStage:
             selections=selections,
             preset_version=snapshot.version,
             unmatched_concepts=unmatched,
-            model_profile=self._judge.profile,
+            model_profile=profile,
         )
         if not saved:
             self._counts.discarded.inc()

@@ -109,7 +109,8 @@ class ContextProcessor:
         return start
 
     def _acceptable(self, request: ProcessRequest, start: ContextStart) -> bool:
-        """Contract checks on the caller (§3): owner refused, text change only reported."""
+        """Contract checks on the caller (§3): owner refused; a text other than the core's
+        refused; a text change against the first request's only reported."""
         context_id = request.context_id
         if not start.same_owner:
             if start.owner_from_core:
@@ -130,6 +131,16 @@ class ContextProcessor:
                     "request ignored: context_id=%d",
                     context_id,
                 )
+            return False
+        if not start.same_text and start.text_from_core:
+            # The core committed another text for this context: the request is refused and
+            # claimed nothing, so the genuine one still runs (§3 scenario 5, Deviation).
+            self._violations["text_mismatch"].inc()
+            logger.warning(
+                "contract violation: text differs from the one the core side committed, "
+                "request refused: context_id=%d",
+                context_id,
+            )
             return False
         if not start.same_text:
             # A caller bug: never treated as an edit, nothing is reset (§3, scenario 5).

@@ -18,9 +18,15 @@ candidate and the production parameters; ``service/provider_probes.py``). A prob
 succeeds, or whose answer is about its input, closes the gate ("available" again); any other
 outcome keeps it open for another cooldown.
 
-Later reasons to refuse (a 429 cooldown, a spend cap) belong here as well, so that
-``/readyz``, the routes and the stages keep asking one object. Gauge
-``pinlog_circuit_open{provider}``: 1 while open.
+A 429 rate limit (``cooldown``: the seconds left of the provider's rate-budget cooldown,
+``providers/rate_budget.py``) makes it unavailable with reason ``rate_limited`` for those
+seconds: process requests are refused with that ``Retry-After``, calls already accepted are
+delayed by the budget, not refused. A daily token cap (``spend_cap``, H8 item 3,
+``service/spend_guard.py``) is one more reason: while it is reached the gate is unavailable
+with reason ``daily_token_cap`` and a ``Retry-After`` of the seconds to the next UTC day,
+whatever the circuit says; no probe runs for it. ``/readyz``, the routes and the stages keep
+asking one object. Gauge ``pinlog_circuit_open{provider}``: 1
+while the circuit is open; ``pinlog_provider_spend_capped{provider}``: 1 while capped.
 """
 
 from __future__ import annotations
@@ -39,10 +45,13 @@ from prometheus_client import Counter
 from app import failure_policy
 from app.errors import PermanentError, ProviderGateClosed
 from app.metrics import WorkerMetrics
+from app.service.spend_guard import REASON as SPEND_CAP_REASON
+from app.service.spend_guard import DailyTokenCap
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
 
+RATE_LIMITED_REASON = "rate_limited"
 # Seconds between probes at least, whatever the cooldown (a cooldown of 0 must not spin).
 MIN_PROBE_INTERVAL_SECONDS = 0.1
 
@@ -71,8 +80,12 @@ class ProviderGate:
         cooldown_seconds: float,
         probe: Callable[[], Awaitable[object]],
         clock: Callable[[], float] = time.monotonic,
+        spend_cap: DailyTokenCap | None = None,
+        cooldown: Callable[[], float] | None = None,
     ) -> None:
         self.name = name
+        self._spend_cap = spend_cap
+        self._cooldown = cooldown
         self._threshold = threshold
         self._interval = max(cooldown_seconds, MIN_PROBE_INTERVAL_SECONDS)
         self._probe = probe
@@ -87,21 +100,50 @@ class ProviderGate:
 
     @property
     def available(self) -> bool:
-        """False while the gate is open (calls refused until a probe succeeds)."""
-        return self._next_probe_at is None
+        """False while the gate is open (calls refused until a probe succeeds) or the daily
+        token cap is reached."""
+        return self._next_probe_at is None and not self._capped() and not self._cooling()
 
     @property
     def reason(self) -> str | None:
-        """While open, the reason label of the fault that opened it
-        (``failure_policy.PROVIDER_WIDE_REASONS``); ``None`` while available."""
+        """While unavailable, ``daily_token_cap`` or the reason label of the fault that
+        opened it (``failure_policy.PROVIDER_WIDE_REASONS``); ``None`` while available."""
+        if self._capped():
+            return SPEND_CAP_REASON
+        if self._reason is None and self._cooling():
+            return RATE_LIMITED_REASON
         return self._reason
 
     def retry_after_seconds(self) -> int | None:
-        """Whole seconds until the next probe (at least 1) while open; ``None`` while
-        available."""
-        if self._next_probe_at is None:
-            return None
-        return max(1, math.ceil(self._next_probe_at - self._clock()))
+        """Whole seconds (at least 1) until the next probe while open, or until the next UTC
+        day while capped (the later of both); ``None`` while available."""
+        waits = []
+        if self._next_probe_at is not None:
+            waits.append(max(1, math.ceil(self._next_probe_at - self._clock())))
+        if self._spend_cap is not None and self._capped():
+            waits.append(self._spend_cap.retry_after_seconds())
+        if self._cooldown is not None and (cooling := self._cooldown()) > 0:
+            waits.append(max(1, math.ceil(cooling)))
+        return max(waits) if waits else None
+
+    def _capped(self) -> bool:
+        return self._spend_cap is not None and self._spend_cap.reached()
+
+    def _cooling(self) -> bool:
+        return self._cooldown is not None and self._cooldown() > 0
+
+    def _refuse_while_open(self) -> None:
+        """Refuses while the circuit is open or the cap is reached; a 429 cooldown refuses
+        nothing here (the rate budget delays the call instead)."""
+        waits = []
+        if self._next_probe_at is not None:
+            waits.append(max(1, math.ceil(self._next_probe_at - self._clock())))
+        if self._spend_cap is not None and self._capped():
+            waits.append(self._spend_cap.retry_after_seconds())
+        if waits:
+            raise ProviderGateClosed(
+                f"{self.name} provider unavailable", retry_after_seconds=max(waits)
+            )
 
     async def call(self, operation: Callable[[], Awaitable[T]]) -> T:
         """Run ``operation`` under the rules of the module docstring; raises
@@ -121,13 +163,6 @@ class ProviderGate:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._prober
             self._prober = None
-
-    def _refuse_while_open(self) -> None:
-        retry_after = self.retry_after_seconds()
-        if retry_after is not None:
-            raise ProviderGateClosed(
-                f"{self.name} provider unavailable", retry_after_seconds=retry_after
-            )
 
     async def _counted(self, operation: Callable[[], Awaitable[T]]) -> T:
         try:

@@ -29,6 +29,8 @@ from app.repository.context_embedding import SearchHit
 from app.repository.db import autocommit
 from app.service import context_text
 from app.service.provider_gate import ProviderGate
+from pinlog_platform.db.sqlstates import worth_one_retry
+from pinlog_platform.search import SearchCuts
 
 logger = logging.getLogger(__name__)
 
@@ -46,6 +48,8 @@ class SearchService:
         metrics: WorkerMetrics,
         profile: str,
         max_input_chars: int,
+        cuts: SearchCuts,
+        keyword_match_threshold: float,
     ) -> None:
         self._engine = engine
         self._provider = provider
@@ -53,12 +57,16 @@ class SearchService:
         self._profile = profile
         self._max_input_chars = max_input_chars
         self._latency = metrics.search
+        self._cuts = cuts
+        self._keyword_match_threshold = keyword_match_threshold
 
     async def search(
         self, *, user_id: int, query: str, limit: int, embedding_profile: str
     ) -> list[SearchHit]:
         """Up to ``limit`` records of ``user_id``, one per record (its best context), by
-        descending cosine similarity. Raises as described in the module docstring.
+        descending cosine similarity clamped to [-1, 1], then the configured cuts (none by
+        default: §7's exact set); each says whether a keyword visible to the owner matches the
+        query (``keyword_matched``). Raises as described in the module docstring.
         """
         started = time.perf_counter()
         try:
@@ -68,6 +76,17 @@ class SearchService:
             raise
         self._latency["ok"].observe(time.perf_counter() - started)
         return hits
+
+    async def _nearest(self, user_id: int, vector, limit: int) -> list[SearchHit]:
+        async with autocommit(self._engine) as conn:
+            return await context_embedding.search_similar(
+                conn,
+                user_id=user_id,
+                query=vector,
+                profile=self._profile,
+                limit=limit,
+                keyword_match_threshold=self._keyword_match_threshold,
+            )
 
     async def _search(
         self, user_id: int, query: str, limit: int, embedding_profile: str
@@ -113,11 +132,16 @@ class SearchService:
             logger.error("search embedding permanent failure: cause=%s", exc)
             raise PermanentError("embedding upstream failed") from None
         try:
-            async with autocommit(self._engine) as conn:
-                return await context_embedding.search_similar(
-                    conn, user_id=user_id, query=vector, profile=self._profile, limit=limit
-                )
+            try:
+                hits = await self._nearest(user_id, vector, limit)
+            except TransientError as exc:
+                if not worth_one_retry(exc):
+                    raise
+                # A read on a connection that could not serve (it died while pooled, or sits
+                # on a read-only server): once more on a fresh one (§6).
+                hits = await self._nearest(user_id, vector, limit)
         except TransientError as exc:
             # The log names the cause (lock timeout or unavailable); the body stays fixed (§6).
             logger.warning("search database transient failure: cause=%s", type(exc).__name__)
             raise TransientError("database unavailable") from None
+        return self._cuts.apply(text, hits)

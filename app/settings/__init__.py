@@ -25,9 +25,11 @@ from app.settings.worker import (
     ENV_PREFIX,
     INTERNAL_SECRET_MIN_LENGTH,
     DatabaseSettings,
+    DoctorSettings,
     LoggingSettings,
     MigrationSettings,
     Settings,
+    SmokeSettings,
     ToolSettings,
 )
 
@@ -47,8 +49,10 @@ __all__ = [
     "USE_EMBEDDING_MODEL",
     "USE_PROFILE",
     "DatabaseSettings",
+    "DoctorSettings",
     "LoggingSettings",
     "MigrationSettings",
     "Settings",
+    "SmokeSettings",
     "ToolSettings",
 ]

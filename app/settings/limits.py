@@ -40,21 +40,50 @@ class LimitSettings(BaseModel):
         default=2, ge=0, le=5, description="Short retries inside one call (§6); x timeout < expiry"
     )
 
+    embedding_requests_per_minute: int = Field(
+        default=0, ge=0, description="Embedding requests per minute, all replicas (0: no limit)"
+    )
+    embedding_tokens_per_minute: int = Field(
+        default=0,
+        ge=0,
+        description="Embedding tokens per minute, all replicas (0: no limit); also splits "
+        "embedding batches",
+    )
+    judge_requests_per_minute: int = Field(
+        default=0, ge=0, description="Judge requests per minute, all replicas (0: no limit)"
+    )
+    judge_tokens_per_minute: int = Field(
+        default=0,
+        ge=0,
+        description="Judge tokens (prompt + completion) per minute, all replicas (0: no limit)",
+    )
+    worker_replicas: int = Field(
+        default=1,
+        ge=1,
+        description="Worker processes sharing the per-minute budgets: each takes its share",
+    )
+    rate_budget_window_seconds: float = Field(
+        default=60.0,
+        gt=0,
+        le=3600,
+        description="The window of the *_PER_MINUTE budgets in seconds (60; shorter in tests)",
+    )
+
     breaker_threshold: int = Field(
         default=5,
         ge=1,
-        description="Consecutive provider-wide faults that make a provider unavailable (H2)",
+        description="Consecutive provider-wide faults that make a provider unavailable",
     )
     breaker_cooldown_seconds: float = Field(
         default=60.0,
         ge=0,
-        description="Seconds between the worker's own probes of an unavailable provider (H2)",
+        description="Seconds between the worker's own probes of an unavailable provider",
     )
     refuse_while_provider_unavailable: bool = Field(
         default=True,
         description=(
             "Answer process requests 503 + Retry-After while a provider is unavailable; turn "
-            "off only for a core that spends a retry per refused dispatch (H2)"
+            "off only for a core that spends a retry per refused dispatch"
         ),
     )
 
@@ -67,6 +96,33 @@ class LimitSettings(BaseModel):
     keyword_top_k: int = Field(default=10, ge=1, le=100, description="Candidates per judgment")
     keyword_similarity_floor: float = Field(
         default=0.2, ge=-1.0, le=1.0, description="Minimum cosine of a candidate (§4)"
+    )
+
+    search_similarity_floor: float = Field(
+        default=0.0,
+        ge=0.0,
+        le=1.0,
+        description="Internal search: hits below this cosine are dropped; 0 = off (§7's set)",
+    )
+    search_similarity_floor_word: float = Field(
+        default=0.0,
+        ge=0.0,
+        le=1.0,
+        description="Internal search: the floor for a one-word query of <= 5 characters; 0 = off",
+    )
+    search_top_ratio: float = Field(
+        default=0.0,
+        ge=0.0,
+        le=1.0,
+        description="Internal search: hits below this share of the best hit's cosine are "
+        "dropped; 0 = off",
+    )
+    search_keyword_match_threshold: float = Field(
+        default=0.30,
+        ge=-1.0,
+        le=1.0,
+        description="keywordMatched: a visible keyword's preset cosine to the query above this "
+        "(§7; measured on the offline encoder, docs/offline-encoder.md)",
     )
 
     worker_concurrency: int = Field(
@@ -85,6 +141,21 @@ class LimitSettings(BaseModel):
     )
     max_request_bytes: int = Field(
         default=65536, ge=1024, le=16 * 1024 * 1024, description="Larger bodies answer 413"
+    )
+    request_timeout_seconds: float = Field(
+        default=10.0, gt=0, description="Overall deadline of one HTTP request; then 503"
+    )
+    limit_concurrency: int = Field(
+        default=900, ge=1, description="Open connections and requests at once; beyond, 503"
+    )
+    max_header_bytes: int = Field(
+        default=16384, ge=1024, le=1024 * 1024, description="Larger request heads answer 431"
+    )
+    head_timeout: float = Field(
+        default=10.0, gt=0, description="Seconds to receive a request head; then closed"
+    )
+    timeout_keep_alive: int = Field(
+        default=30, ge=1, description="Seconds an idle keep-alive connection stays open"
     )
 
     @field_validator("processing_expiry_seconds")

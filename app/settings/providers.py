@@ -7,9 +7,11 @@ the encoder it was trained on. How long and how often a provider is called is a 
 
 from __future__ import annotations
 
-from typing import Literal
+import json
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, Field, SecretStr, ValidationInfo, field_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationInfo, field_validator
+from pydantic_settings import NoDecode
 
 from app.settings.profiles import (
     MODEL_PROFILE_MAX_LENGTH,
@@ -21,6 +23,7 @@ from app.settings.profiles import (
     judge_profile,
     openai_judge_profile,
 )
+from pinlog_platform.settings_rules import refuse_placeholder
 
 
 def _http_url(value: str) -> str:
@@ -34,7 +37,8 @@ def _key_for_openai(value: SecretStr | None, info: ValidationInfo) -> SecretStr 
     provider_field = info.field_name.replace("_api_key", "_provider")
     if info.data.get(provider_field) == "openai" and value is None:
         raise ValueError(f"is required when PINLOG_{provider_field.upper()} is openai")
-    return value
+    # Only the shipped placeholder: local servers (vLLM, Ollama) take dummy keys ("EMPTY").
+    return value if value is None else refuse_placeholder(value)
 
 
 class EmbeddingProviderSettings(BaseModel):
@@ -104,6 +108,36 @@ class EmbeddingProviderSettings(BaseModel):
         return value
 
 
+FALLBACK_KEY_SETTINGS = (
+    "PINLOG_JUDGE_FALLBACK_1_API_KEY",
+    "PINLOG_JUDGE_FALLBACK_2_API_KEY",
+    "PINLOG_JUDGE_FALLBACK_3_API_KEY",
+)
+
+
+class JudgeFallback(BaseModel):
+    """One fallback judge: an OpenAI-compatible chat endpoint, its model, and which setting
+    holds its key."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    base_url: str
+    model: str = Field(min_length=1)
+    api_key_setting: Literal[FALLBACK_KEY_SETTINGS]  # type: ignore[valid-type]
+
+    @field_validator("base_url")
+    @classmethod
+    def _http(cls, value: str) -> str:
+        return _http_url(value)
+
+    @field_validator("model")
+    @classmethod
+    def _fits(cls, value: str) -> str:
+        if len(openai_judge_profile(value)) > MODEL_PROFILE_MAX_LENGTH:
+            raise ValueError(f"is too long for a {MODEL_PROFILE_MAX_LENGTH}-character profile")
+        return value
+
+
 class JudgeProviderSettings(BaseModel):
     """Who chooses keywords among the candidates (§4); validated after the embedding
     provider's settings, which the learned judge depends on."""
@@ -124,6 +158,60 @@ class JudgeProviderSettings(BaseModel):
         le=1.0,
         description="Similarity judge, and the learned judge's rule for untrained presets",
     )
+
+    judge_votes: int = Field(
+        default=1,
+        ge=1,
+        le=9,
+        description="Concurrent judge calls per keyword stage, odd; a keyword is kept when a "
+        "strict majority selects it (N x the judge's tokens)",
+    )
+
+    judge_fallback_1_api_key: SecretStr | None = Field(
+        default=None, description="Key of a fallback judge naming it; never logged"
+    )
+    judge_fallback_2_api_key: SecretStr | None = Field(
+        default=None, description="Key of a fallback judge naming it; never logged"
+    )
+    judge_fallback_3_api_key: SecretStr | None = Field(
+        default=None, description="Key of a fallback judge naming it; never logged"
+    )
+    judge_fallbacks: Annotated[list[JudgeFallback], NoDecode] = Field(
+        default=[],
+        description='JSON [{"base_url": ..., "model": ..., "api_key_setting": '
+        '"PINLOG_JUDGE_FALLBACK_1_API_KEY"}, ...] (up to 3): judges asked in order when the '
+        "one before is unavailable, fails or answers invalidly",
+    )
+
+    @field_validator("judge_fallbacks", mode="before")
+    @classmethod
+    def _fallbacks_json(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            if not value.strip():
+                return []
+            try:
+                return json.loads(value)
+            except ValueError:
+                raise ValueError("must be a JSON list of fallback judges") from None
+        return value
+
+    @field_validator("judge_fallbacks")
+    @classmethod
+    def _fallback_keys_given(
+        cls, value: list[JudgeFallback], info: ValidationInfo
+    ) -> list[JudgeFallback]:
+        for fallback in value:
+            field = fallback.api_key_setting.removeprefix("PINLOG_").lower()
+            if info.data.get(field) is None:
+                raise ValueError(f"names {fallback.api_key_setting}, which is not set")
+        return value
+
+    @field_validator("judge_votes")
+    @classmethod
+    def _odd_votes(cls, value: int) -> int:
+        if value % 2 == 0:
+            raise ValueError("must be odd (a strict majority must exist)")
+        return value
 
     @field_validator("judge_provider")
     @classmethod

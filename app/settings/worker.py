@@ -22,28 +22,39 @@ from pydantic import (
 )
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from app.settings.costs import CostSettings
 from app.settings.limits import LimitSettings
 from app.settings.profiles import OFFLINE_DEFAULTS, ProfileSettings
 from app.settings.providers import EmbeddingProviderSettings, JudgeProviderSettings
 from pinlog_platform.settings_rules import (
+    GENERATED_SECRET_MIN_LENGTH,
     check_database_url,
-    check_secret_length,
+    check_generated_secret,
     is_empty,
     logging_settings,
     refuse_empty_or_padded,
+    refuse_placeholder_password,
 )
 
 # Every worker setting is read from PINLOG_<FIELD>.
 ENV_PREFIX = "PINLOG_"
 
-INTERNAL_SECRET_MIN_LENGTH = 16
+INTERNAL_SECRET_MIN_LENGTH = GENERATED_SECRET_MIN_LENGTH
 
 # Empty values (``PINLOG_X=``, as templates and ``${X:-}`` produce them), decided per setting:
 # numeric settings (``_EMPTY_MEANS_DEFAULT``, below ``Settings``) mean "the default"; API keys
 # mean "not set" (then required for the openai provider); everything else (URLs, secrets,
 # names, choices, the profile) is refused, so that an empty endpoint can never silently become
 # api.openai.com and an empty name never a guessed one. tests/unit pins each group.
-_EMPTY_MEANS_UNSET = frozenset({"embedding_api_key", "judge_api_key"})
+_EMPTY_MEANS_UNSET = frozenset(
+    {
+        "embedding_api_key",
+        "judge_api_key",
+        "judge_fallback_1_api_key",
+        "judge_fallback_2_api_key",
+        "judge_fallback_3_api_key",
+    }
+)
 
 
 class DeploymentSettings(BaseModel):
@@ -93,7 +104,7 @@ class DeploymentSettings(BaseModel):
     @field_validator("database_url")
     @classmethod
     def _database_url(cls, value: str) -> str:
-        return check_database_url(value)
+        return refuse_placeholder_password(check_database_url(value))
 
     @field_validator("internal_secret")
     @classmethod
@@ -101,10 +112,11 @@ class DeploymentSettings(BaseModel):
         # None only in ToolSettings, where the secret is optional.
         if value is None:
             return value
-        return check_secret_length(value, INTERNAL_SECRET_MIN_LENGTH)
+        return check_generated_secret(value)
 
 
 class Settings(
+    CostSettings,
     LimitSettings,
     JudgeProviderSettings,
     ProfileSettings,
@@ -118,7 +130,7 @@ class Settings(
     fields declared before them, so they run even when an unrelated field is wrong.
 
     Fields are declared, validated and reported in the reverse order of the bases:
-    deployment, embedding provider, profile, judge, limits; each part's rules read only
+    deployment, embedding provider, profile, judge, limits, costs; each part's rules read only
     fields of the parts before it.
     """
 
@@ -136,7 +148,7 @@ _EMPTY_MEANS_DEFAULT = frozenset(
     name
     for name, field in Settings.model_fields.items()
     if field.annotation in (int, float, int | None)
-)
+) | {"provider_prices", "judge_fallbacks"}  # empty: the defaults
 
 
 class ToolSettings(Settings):
@@ -146,6 +158,20 @@ class ToolSettings(Settings):
     internal_secret: SecretStr | None = Field(
         default=None, description="Shared X-Internal-Secret value (§8); unused by these commands"
     )
+
+
+class SmokeSettings(ToolSettings):
+    """What ``smoke`` reads: the providers and the profile. It never contacts the database,
+    so ``PINLOG_DATABASE_URL`` is optional (validated when given)."""
+
+    database_url: str | None = Field(
+        default=None, description="Unused by smoke; validated when given"
+    )
+
+    @field_validator("database_url")
+    @classmethod
+    def _database_url(cls, value: str | None) -> str | None:
+        return None if value is None else check_database_url(value)
 
 
 # How every ``pinlog-ai`` command logs (``PINLOG_LOG_FORMAT``, ``PINLOG_LOG_LEVEL``).
@@ -170,6 +196,22 @@ class MigrationSettings(BaseSettings):
         if isinstance(value, str):
             check_database_url(value)
         return value
+
+
+class DoctorSettings(MigrationSettings):
+    """What ``doctor`` reads: the database, the profile and column dimension it checks, and
+    the expiry that makes a PROCESSING stage stale (``PINLOG_OFFLINE=true`` selects the offline
+    profile, as for ``Settings``). No provider settings, no secret: doctor calls nobody."""
+
+    offline: bool = DeploymentSettings.model_fields["offline"]
+    embedding_profile: str = ProfileSettings.model_fields["embedding_profile"]
+    vector_dimension: int = ProfileSettings.model_fields["vector_dimension"]
+    processing_expiry_seconds: int = LimitSettings.model_fields["processing_expiry_seconds"]
+
+    @model_validator(mode="before")
+    @classmethod
+    def _apply_offline_switch(cls, data: Any) -> Any:
+        return DeploymentSettings._apply_offline_switch(data)
 
 
 class DatabaseSettings(BaseSettings):

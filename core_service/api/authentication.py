@@ -18,20 +18,43 @@ from fastapi.routing import APIRoute
 from fastapi.security.utils import get_authorization_scheme_param
 
 from core_service.errors import UnauthenticatedError
+from core_service.service.member_quotas import MemberQuotas, QuotaKind
 from core_service.service.member_tokens import TokenAuthenticator
 
 
 class AuthenticatedRoute(APIRoute):
-    """A route whose handler authenticates the caller before FastAPI reads the body."""
+    """A route whose handler authenticates the caller, then takes the member's quota (issue 18
+    item 2: 429 before the body is read), before FastAPI reads the body."""
 
     def get_route_handler(self) -> Callable[[Request], Awaitable[Response]]:
         handler = super().get_route_handler()
+        kind = quota_kind(self.path_format, self.methods)
+        new_note = self.methods == {"POST"} and self.path_format.endswith(NEW_NOTE_SUFFIXES)
 
         async def authenticated_handler(request: Request) -> Response:
-            request.state.member_id = await authenticate(request)
+            member_id = await authenticate(request)
+            request.state.member_id = member_id
+            quotas: MemberQuotas = request.app.state.quotas
+            if kind is not None:
+                await quotas.admit(member_id, kind)
+            if new_note:
+                await quotas.admit_new_note(member_id)
             return await handler(request)
 
         return authenticated_handler
+
+
+# Routes that create a note (POST /records, POST /records/{recordId}/contexts).
+NEW_NOTE_SUFFIXES = ("/records", "/contexts")
+
+
+def quota_kind(path: str, methods: set[str]) -> QuotaKind | None:
+    """Searches take the search bucket; every other non-GET route a write token; reads none."""
+    if path.endswith("/search"):
+        return QuotaKind.SEARCH
+    if methods & {"POST", "PUT", "PATCH", "DELETE"}:
+        return QuotaKind.WRITE
+    return None
 
 
 async def authenticate(request: Request) -> int:

@@ -8,6 +8,7 @@ from fastapi import Depends, Request
 
 from core_service.service.lifecycle import ContextLifecycle
 from core_service.service.personal_search import PersonalSearch
+from core_service.service.record_pages import RecordPages
 from core_service.service.record_reads import RecordReader
 
 
@@ -17,6 +18,10 @@ def _lifecycle(request: Request) -> ContextLifecycle:
 
 def _reader(request: Request) -> RecordReader:
     return request.app.state.reader
+
+
+def _pages(request: Request) -> RecordPages:
+    return request.app.state.pages
 
 
 def _search(request: Request) -> PersonalSearch:
@@ -31,5 +36,6 @@ async def _member_id(request: Request) -> int:
 
 Lifecycle = Annotated[ContextLifecycle, Depends(_lifecycle)]
 Reader = Annotated[RecordReader, Depends(_reader)]
+Pages = Annotated[RecordPages, Depends(_pages)]
 Search = Annotated[PersonalSearch, Depends(_search)]
 MemberId = Annotated[int, Depends(_member_id)]

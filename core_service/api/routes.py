@@ -6,11 +6,22 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import Annotated
 
-from fastapi import APIRouter, Path, Response, status
+from fastapi import APIRouter, Path, Query, Response, status
 from fastapi.responses import JSONResponse
+from pydantic import BeforeValidator
 
 from core_service.api.authentication import AuthenticatedRoute
-from core_service.api.dependencies import Lifecycle, MemberId, Reader, Search
+from core_service.api.dependencies import Lifecycle, MemberId, Pages, Reader, Search
+from core_service.api.responses import (
+    COMMON,
+    CONFLICT,
+    LIST_EXAMPLE,
+    NOT_FOUND,
+    RECORD_EXAMPLE,
+    SEARCH_EXAMPLE,
+    UPSTREAM,
+    ok,
+)
 from core_service.api.schemas import (
     BIGINT_MAX,
     AiItem,
@@ -21,20 +32,48 @@ from core_service.api.schemas import (
     CreateRecordBody,
     KeywordItem,
     PlaceItem,
+    RecordAi,
     RecordItem,
+    RecordList,
+    RecordListItem,
     SearchBody,
     SearchResultItem,
     SearchResults,
 )
 from core_service.service.record_reads import summarize
+from pinlog_platform.canonical_ids import parse_canonical_id
 
-Id = Annotated[int, Path(ge=1, le=BIGINT_MAX)]
+
+def _canonical_id(value: object) -> object:
+    """A path id spelled canonically (``[1-9][0-9]*`` within BIGINT); anything else fails
+    validation, which ``main.py`` answers 404 for a path (issue 18 item 6)."""
+    if parse_canonical_id(value) is None:
+        raise ValueError("not a canonical id")
+    return value
+
+
+# Ids in paths: ``1_0``, ``01``, ``+1``, `` 1``, ``1.0`` and other scripts' digits name nothing.
+Id = Annotated[int, Path(ge=1, le=BIGINT_MAX), BeforeValidator(_canonical_id)]
+PageSize = Annotated[int, Query(ge=1, le=100)]
+Cursor = Annotated[str | None, Query(min_length=1, max_length=200)]
 
 # Every route authenticates the caller before its body is read (401 before 422 or any work).
 router = APIRouter(prefix="/api/v1", route_class=AuthenticatedRoute)
 
 
-@router.post("/records", status_code=status.HTTP_201_CREATED)
+@router.post(
+    "/records",
+    status_code=status.HTTP_201_CREATED,
+    responses={
+        **ok(201, "A new record", {"recordId": 65, "contextId": 67}),
+        **ok(
+            200,
+            "The note joined the member's active record for the place",
+            {"recordId": 65, "contextId": 68},
+        ),
+        **COMMON,
+    },
+)
 async def create_record(
     body: CreateRecordBody, member_id: MemberId, lifecycle: Lifecycle
 ) -> JSONResponse:
@@ -55,6 +94,7 @@ async def create_record(
 @router.post(
     "/records/{record_id}/contexts",
     status_code=status.HTTP_201_CREATED,
+    responses={**ok(201, "The new context", {"contextId": 68}), **COMMON, **NOT_FOUND, **CONFLICT},
     response_model=ContextIdOnly,
     response_model_by_alias=True,
 )
@@ -67,7 +107,17 @@ async def add_context(
     return ContextIdOnly(context_id=context_id)
 
 
-@router.put("/contexts/{context_id}", response_model=ContextIdOnly, response_model_by_alias=True)
+@router.put(
+    "/contexts/{context_id}",
+    response_model=ContextIdOnly,
+    response_model_by_alias=True,
+    responses={
+        **ok(200, "The contextId to use from now on", {"contextId": 69}),
+        **COMMON,
+        **NOT_FOUND,
+        **CONFLICT,
+    },
+)
 async def modify_context(
     context_id: Id, body: ContextBody, member_id: MemberId, lifecycle: Lifecycle
 ) -> ContextIdOnly:
@@ -78,22 +128,62 @@ async def modify_context(
     return ContextIdOnly(context_id=modified.context_id)
 
 
-@router.delete("/contexts/{context_id}", status_code=status.HTTP_204_NO_CONTENT)
+@router.delete(
+    "/contexts/{context_id}",
+    status_code=status.HTTP_204_NO_CONTENT,
+    responses={**COMMON, **NOT_FOUND, **CONFLICT},
+)
 async def delete_context(context_id: Id, member_id: MemberId, lifecycle: Lifecycle) -> Response:
     await lifecycle.delete_context(member_id=member_id, context_id=context_id)
     return Response(status_code=status.HTTP_204_NO_CONTENT)
 
 
-@router.delete("/records/{record_id}", status_code=status.HTTP_204_NO_CONTENT)
+@router.delete(
+    "/records/{record_id}",
+    status_code=status.HTTP_204_NO_CONTENT,
+    responses={**COMMON, **NOT_FOUND, **CONFLICT},
+)
 async def delete_record(record_id: Id, member_id: MemberId, lifecycle: Lifecycle) -> Response:
     await lifecycle.delete_record(member_id=member_id, record_id=record_id)
     return Response(status_code=status.HTTP_204_NO_CONTENT)
 
 
-@router.delete("/members/me", status_code=status.HTTP_204_NO_CONTENT)
+@router.delete("/members/me", status_code=status.HTTP_204_NO_CONTENT, responses=COMMON)
 async def withdraw(member_id: MemberId, lifecycle: Lifecycle) -> Response:
     await lifecycle.withdraw_member(member_id)
     return Response(status_code=status.HTTP_204_NO_CONTENT)
+
+
+@router.get(
+    "/records",
+    response_model=RecordList,
+    response_model_by_alias=True,
+    responses={**ok(200, "One page of the member's records", LIST_EXAMPLE), **COMMON},
+)
+async def list_records(
+    member_id: MemberId, pages: Pages, limit: PageSize = 20, cursor: Cursor = None
+) -> RecordList:
+    """The member's own active records, newest first; ``nextCursor`` asks for the next page."""
+    page = await pages.page(member_id=member_id, limit=limit, cursor=cursor)
+    return RecordList(
+        records=[
+            RecordListItem(
+                record_id=r.summary.record_id,
+                place=PlaceItem(
+                    external_place_id=r.summary.external_place_id, name=r.summary.place_name
+                ),
+                context_count=r.summary.context_count,
+                keywords=[
+                    KeywordItem(code=k.code, display_name=k.display_name, category=k.category)
+                    for k in r.summary.keywords
+                ],
+                created_at=r.summary.created_at,
+                ai=RecordAi(state=r.ai_state, **r.summary.ai_counts),
+            )
+            for r in page.records
+        ],
+        next_cursor=page.next_cursor,
+    )
 
 
 @router.get(
@@ -101,6 +191,11 @@ async def withdraw(member_id: MemberId, lifecycle: Lifecycle) -> Response:
     response_model=RecordItem,
     response_model_by_alias=True,
     response_model_exclude_none=True,
+    responses={
+        **ok(200, "The record as the caller may see it", RECORD_EXAMPLE),
+        **COMMON,
+        **NOT_FOUND,
+    },
 )
 async def get_record(record_id: Id, member_id: MemberId, reader: Reader) -> RecordItem:
     """Owner: bodies and PUBLIC + PRIVATE_ONLY keywords; others: neither bodies nor private."""
@@ -124,14 +219,26 @@ async def get_record(record_id: Id, member_id: MemberId, reader: Reader) -> Reco
     )
 
 
-@router.post("/search", response_model=SearchResults, response_model_by_alias=True)
+@router.post(
+    "/search",
+    response_model=SearchResults,
+    response_model_by_alias=True,
+    responses={
+        **ok(200, "The member's closest records, best first", SEARCH_EXAMPLE),
+        **COMMON,
+        **UPSTREAM,
+    },
+)
 async def search(body: SearchBody, member_id: MemberId, service: Search) -> SearchResults:
     """The member's own records closest to the query (§7), best first."""
     hits = await service.search(member_id=member_id, query=body.query, limit=body.limit)
     return SearchResults(
         results=[
             SearchResultItem(
-                record_id=h.record_id, context_id=h.context_id, similarity=h.similarity
+                record_id=h.record_id,
+                context_id=h.context_id,
+                similarity=h.similarity,
+                keyword_matched=h.keyword_matched,
             )
             for h in hits
         ]

@@ -9,7 +9,7 @@ body is only bounded so that a huge payload is refused before any work.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr
 
@@ -90,10 +90,37 @@ class RecordItem(BaseModel):
     keywords: list[KeywordItem]
 
 
+class RecordAi(BaseModel):
+    """A record's AI state over its live contexts, and how many contexts are in each state."""
+
+    state: Literal["pending", "processing", "completed", "failed"]
+    pending: int
+    processing: int
+    completed: int
+    failed: int
+
+
+class RecordListItem(BaseModel):
+    """One item of ``GET /api/v1/records``; field names shared with ``RecordItem``."""
+
+    record_id: int = Field(serialization_alias="recordId")
+    place: PlaceItem
+    context_count: int = Field(serialization_alias="contextCount")
+    keywords: list[KeywordItem]
+    created_at: datetime = Field(serialization_alias="createdAt")
+    ai: RecordAi
+
+
+class RecordList(BaseModel):
+    records: list[RecordListItem]
+    next_cursor: str | None = Field(serialization_alias="nextCursor")
+
+
 class SearchResultItem(BaseModel):
     record_id: int = Field(serialization_alias="recordId")
     context_id: int = Field(serialization_alias="contextId")
     similarity: float
+    keyword_matched: bool = Field(serialization_alias="keywordMatched")
 
 
 class SearchResults(BaseModel):

@@ -71,7 +71,7 @@ LOAD_FOR_DISPATCH = text(
     """
     SELECT c.id AS context_id, c.member_id, c.record_id, c.body,
            c.deleted_at IS NOT NULL AS deleted,
-           p.external_place_id, p.name AS place_name,
+           p.external_place_id, coalesce(r.place_name, p.name) AS place_name,
            s.embedding_status, s.keyword_status
     FROM core.context AS c
     JOIN core.record AS r ON r.id = c.record_id

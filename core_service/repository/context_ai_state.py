@@ -26,13 +26,17 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from pinlog_platform.states.failure_reasons import FailureReason
+from pinlog_platform.text_fingerprint import fingerprint
 
-# Create: both stages PENDING, no retries spent, the owner as the core knows it (§9 Create).
+# Create: both stages PENDING, no retries spent, the owner as the core knows it and the digest
+# of the text it committed, marked as the core's (§9 Create; §3 scenario 5, Deviation).
 INSERT_PENDING_STATE = text(
     """
     INSERT INTO ai.context_ai_state
-        (context_id, embedding_status, keyword_status, retry_count, updated_at, user_id, record_id)
-    VALUES (:context_id, 'PENDING', 'PENDING', 0, now(), :user_id, :record_id)
+        (context_id, embedding_status, keyword_status, retry_count, updated_at, user_id, record_id,
+         text_sha256, text_sha256_from_core)
+    VALUES (:context_id, 'PENDING', 'PENDING', 0, now(), :user_id, :record_id,
+            :text_sha256, true)
     """
 )
 
@@ -268,10 +272,16 @@ class Expiries:
 
 
 async def insert_pending(
-    conn: AsyncConnection, *, context_id: int, user_id: int, record_id: int
+    conn: AsyncConnection, *, context_id: int, user_id: int, record_id: int, body: str
 ) -> None:
-    """The new context's state row: ``PENDING``/``PENDING``/0 (§9 Create)."""
-    params = {"context_id": context_id, "user_id": user_id, "record_id": record_id}
+    """The new context's state row: ``PENDING``/``PENDING``/0 (§9 Create), with the digest of
+    ``body`` (the stored text every dispatch sends) that the worker checks requests against."""
+    params = {
+        "context_id": context_id,
+        "user_id": user_id,
+        "record_id": record_id,
+        "text_sha256": fingerprint(body),
+    }
     await conn.execute(INSERT_PENDING_STATE, params)
 
 

@@ -27,14 +27,27 @@ SESSION_SETTINGS = MappingProxyType(
     }
 )
 
-# The core's engine parameters, all in one place: a user request waits at most 10 s for a
-# pooled connection, and every checkout is pinged (a dead connection costs no request).
+# The core's engine parameters, all in one place: a user request waits at most 5 s for a
+# pooled connection, 5 s to connect and 5 s for each command (COMMIT included); every reused
+# checkout is checked (a dead connection, or one left on a read-only server, costs no
+# request: pinlog_platform.db.engines). The request deadline (CoreSettings.
+# request_timeout_seconds, 10 s) bounds the whole request (docs/deployment.md, "Deadlines").
+COMMAND_TIMEOUT_SECONDS = 5.0
 ENGINE_PARAMETERS = engines.EngineParameters(
     session_settings=SESSION_SETTINGS,
-    pool_timeout_seconds=10,
+    pool_timeout_seconds=5,
     pre_ping=True,
-    connect_timeout_seconds=10,
+    connect_timeout_seconds=5,
+    command_timeout_seconds=COMMAND_TIMEOUT_SECONDS,
 )
+
+
+def command_timeout_for(request_timeout_seconds: float) -> float:
+    """The service's command deadline: ``COMMAND_TIMEOUT_SECONDS``, or half the request
+    deadline when that is smaller, so that a statement that hits it still answers (503) within
+    the request's budget. Derived, never a reason to refuse startup."""
+    return max(0.1, min(COMMAND_TIMEOUT_SECONDS, request_timeout_seconds / 2))
+
 
 # The CHECK that guards stored note bodies
 # (pinlog_platform/schema/sql/0007_core_context_body_check.sql).
@@ -42,17 +55,23 @@ BODY_CONSTRAINT = "context_body_normalised"
 
 
 def create_engine(
-    database_url: str, *, pool_size: int = 10, transaction_pooling: bool = False
+    database_url: str,
+    *,
+    pool_size: int = 10,
+    transaction_pooling: bool = False,
+    command_timeout_seconds: float | None = COMMAND_TIMEOUT_SECONDS,
 ) -> AsyncEngine:
     """The core's async engine for a ``postgresql+asyncpg://`` URL (``ENGINE_PARAMETERS``).
     ``transaction_pooling`` is for PgBouncer in transaction mode: no startup parameters but
     ``application_name``, timeouts by ``SET LOCAL`` per transaction, no prepared-statement
-    reuse (``pinlog_platform.db.connection``)."""
+    reuse (``pinlog_platform.db.connection``). ``command_timeout_seconds=None`` is for
+    migrations (DDL may take longer than a request)."""
     return engines.create_engine(
         database_url,
         ENGINE_PARAMETERS,
         pool_size=pool_size,
         transaction_pooling=transaction_pooling,
+        command_timeout_seconds=command_timeout_seconds,
     )
 
 

@@ -12,33 +12,39 @@ from dataclasses import dataclass
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-# Create the member's active record for a place unless one exists (partial unique index).
+# Create the member's active record for a place, with the place name this member gave,
+# unless one exists (partial unique index).
 INSERT_RECORD = text(
     """
-    INSERT INTO core.record (member_id, place_id) VALUES (:member_id, :place_id)
+    INSERT INTO core.record (member_id, place_id, place_name)
+    VALUES (:member_id, :place_id, :place_name)
     ON CONFLICT (member_id, place_id) WHERE deleted_at IS NULL DO NOTHING
     RETURNING id
     """
 )
 
-# Lock the member's active record for a place (it exists: the insert above conflicted).
+# Lock the member's active record for a place (it exists: the insert above conflicted); its
+# id and the name its owner gave (the place's own for a row written before 0024).
 TOUCH_ACTIVE_RECORD_OF_PLACE = text(
     """
-    UPDATE core.record SET updated_at = now()
-    WHERE member_id = :member_id AND place_id = :place_id AND deleted_at IS NULL
-    RETURNING id
+    UPDATE core.record AS r SET updated_at = now()
+    FROM core.place AS p
+    WHERE r.member_id = :member_id AND r.place_id = :place_id AND r.deleted_at IS NULL
+      AND p.id = r.place_id
+    RETURNING r.id, coalesce(r.place_name, p.name) AS name
     """
 )
 
 # Lock one active record of this member (per-record operations; also the ownership check)
-# and return its place for the dispatch; the place row itself is not locked.
+# and return its place for the dispatch, with the name the owner gave; the place row itself
+# is not locked.
 TOUCH_ACTIVE_RECORD = text(
     """
     UPDATE core.record AS r SET updated_at = now()
     FROM core.place AS p
     WHERE r.id = :record_id AND r.member_id = :member_id AND r.deleted_at IS NULL
       AND p.id = r.place_id
-    RETURNING p.external_place_id, p.name
+    RETURNING p.external_place_id, coalesce(r.place_name, p.name) AS name
     """
 )
 
@@ -61,20 +67,30 @@ DELETE_MEMBER_RECORDS = text(
 )
 
 
-async def insert_if_absent(conn: AsyncConnection, *, member_id: int, place_id: int) -> int | None:
-    """The new record's id, or ``None`` when the member already has one for the place."""
-    params = {"member_id": member_id, "place_id": place_id}
+async def insert_if_absent(
+    conn: AsyncConnection, *, member_id: int, place_id: int, place_name: str
+) -> int | None:
+    """The new record's id, or ``None`` when the member already has one for the place.
+    ``place_name``: the name this member gave, the one the record shows."""
+    params = {"member_id": member_id, "place_id": place_id, "place_name": place_name}
     created = (await conn.execute(INSERT_RECORD, params)).scalar_one_or_none()
     return None if created is None else int(created)
 
 
+@dataclass(frozen=True, slots=True)
+class OwnRecord:
+    record_id: int
+    place_name: str
+
+
 async def touch_active_of_place(
     conn: AsyncConnection, *, member_id: int, place_id: int
-) -> int | None:
-    """Lock the member's active record for the place; ``None`` if it was deleted meanwhile."""
+) -> OwnRecord | None:
+    """Lock the member's active record for the place: its id and the place name its owner
+    gave; ``None`` if it was deleted meanwhile."""
     params = {"member_id": member_id, "place_id": place_id}
-    found = (await conn.execute(TOUCH_ACTIVE_RECORD_OF_PLACE, params)).scalar_one_or_none()
-    return None if found is None else int(found)
+    row = (await conn.execute(TOUCH_ACTIVE_RECORD_OF_PLACE, params)).one_or_none()
+    return None if row is None else OwnRecord(int(row.id), row.name)
 
 
 @dataclass(frozen=True, slots=True)

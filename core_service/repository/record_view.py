@@ -19,9 +19,33 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from pinlog_platform.states import Stage, Status
 
+# The keywords of record ``r`` that ``:viewer_id`` may see (§9 "Keyword read rules"), best
+# first, as a JSON array; one fragment for the record read and the owner's list of records.
+VISIBLE_KEYWORDS = """
+       coalesce((
+           SELECT json_agg(json_build_object(
+                      'code', k.code, 'displayName', k.display_name, 'category', k.category)
+                  ORDER BY k.best DESC, k.code)
+           FROM (
+               SELECT kp.code, kp.display_name, kp.category, max(ck.confidence) AS best
+               FROM core.context AS c
+               JOIN ai.context_ai_state AS s ON s.context_id = c.id
+               JOIN ai.context_keyword AS ck ON ck.context_id = c.id
+               JOIN ai.keyword_preset AS kp ON kp.id = ck.keyword_id
+               WHERE c.record_id = r.id AND c.deleted_at IS NULL
+                 AND s.keyword_status = 'COMPLETED'
+                 AND kp.is_active
+                 AND (kp.visibility = 'PUBLIC'
+                      OR (kp.visibility = 'PRIVATE_ONLY' AND r.member_id = :viewer_id))
+               GROUP BY kp.code, kp.display_name, kp.category
+           ) AS k
+       ), '[]') AS keywords
+"""
+
 LOAD_RECORD_VIEWS = text(
     """
-    SELECT r.id AS record_id, r.member_id, p.external_place_id, p.name AS place_name,
+    SELECT r.id AS record_id, r.member_id, p.external_place_id,
+           coalesce(r.place_name, p.name) AS place_name,
            coalesce((
                SELECT json_agg(json_build_object(
                           'contextId', c.id,
@@ -37,25 +61,9 @@ LOAD_RECORD_VIEWS = text(
                       ORDER BY c.created_at, c.id)
                FROM core.context AS c
                WHERE c.record_id = r.id AND c.deleted_at IS NULL
-           ), '[]') AS contexts,
-           coalesce((
-               SELECT json_agg(json_build_object(
-                          'code', k.code, 'displayName', k.display_name, 'category', k.category)
-                      ORDER BY k.best DESC, k.code)
-               FROM (
-                   SELECT kp.code, kp.display_name, kp.category, max(ck.confidence) AS best
-                   FROM core.context AS c
-                   JOIN ai.context_ai_state AS s ON s.context_id = c.id
-                   JOIN ai.context_keyword AS ck ON ck.context_id = c.id
-                   JOIN ai.keyword_preset AS kp ON kp.id = ck.keyword_id
-                   WHERE c.record_id = r.id AND c.deleted_at IS NULL
-                     AND s.keyword_status = 'COMPLETED'
-                     AND kp.is_active
-                     AND (kp.visibility = 'PUBLIC'
-                          OR (kp.visibility = 'PRIVATE_ONLY' AND r.member_id = :viewer_id))
-                   GROUP BY kp.code, kp.display_name, kp.category
-               ) AS k
-           ), '[]') AS keywords
+           ), '[]') AS contexts,"""  # noqa: S608 (constant fragments)
+    + VISIBLE_KEYWORDS
+    + """
     FROM core.record AS r
     JOIN core.place AS p ON p.id = r.place_id
     WHERE r.id = ANY(CAST(:record_ids AS bigint[])) AND r.deleted_at IS NULL
@@ -106,7 +114,7 @@ class RecordView:
     keywords: tuple[KeywordView, ...]
 
 
-def _decode(value: object) -> list[dict]:
+def decode_json_list(value: object) -> list[dict]:
     # asyncpg returns json as text unless a codec is registered.
     return json.loads(value) if isinstance(value, str) else list(value or [])
 
@@ -136,11 +144,11 @@ async def load(
                 created_at=datetime.fromisoformat(item["createdAt"]),
                 ai=_statuses(item["ai"]),
             )
-            for item in _decode(row.contexts)
+            for item in decode_json_list(row.contexts)
         )
         keywords = tuple(
             KeywordView(item["code"], item["displayName"], item["category"])
-            for item in _decode(row.keywords)
+            for item in decode_json_list(row.keywords)
         )
         views.append(
             RecordView(

@@ -83,3 +83,17 @@ def is_same_body(stored: str, requested: str) -> bool:
     for a ``requested`` body that could not be stored.
     """
     return normalize_body(requested) == stored
+
+
+# C0 and C1 controls (ESC, BEL, CR, LF, DEL included) and the bidirectional formatting
+# characters: marks, embeddings, overrides and isolates.
+_CONTROL_OR_BIDI = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+
+
+def refuse_control_characters(value: str, *, field: str) -> str:
+    """``value`` unless it holds a control or bidirectional formatting character, which could
+    reorder or hide what a name shows (issue 18 item 5): ``InvalidBodyError`` (HTTP 422) naming
+    ``field``. For names and external ids only; note bodies keep their line breaks."""
+    if _CONTROL_OR_BIDI.search(value):
+        raise InvalidBodyError(f"{field} contains control or bidirectional formatting characters")
+    return value

@@ -99,9 +99,10 @@ class WorkerDispatcher:
         """0 when the workers may be asked now, else the seconds the gate stays closed."""
         return self._gate.seconds_until_open()
 
-    async def paused(self) -> bool:
-        """Dispatching is paused (``pinlog-core pause``; the state at most 1 s old)."""
-        return self._pause is not None and await self._pause.paused()
+    async def paused(self, *, strict: bool = False) -> bool:
+        """Dispatching is paused (``pinlog-core pause``; the state at most 1 s old).
+        ``strict``: a database fault raises ``UnavailableError`` (``PauseSwitch.paused``)."""
+        return self._pause is not None and await self._pause.paused(strict=strict)
 
     @property
     def ready(self) -> bool:

@@ -31,7 +31,12 @@ from core_service.repository import (
     record,
 )
 from core_service.repository.db import transaction
-from core_service.service.context_body import is_same_body, normalize_body, normalize_text
+from core_service.service.context_body import (
+    is_same_body,
+    normalize_body,
+    normalize_text,
+    refuse_control_characters,
+)
 from core_service.service.dispatch import DispatchRequest, WorkerDispatcher
 
 logger = logging.getLogger(__name__)
@@ -84,6 +89,9 @@ class ContextLifecycle:
         ``UnavailableError`` (503).
         """
         stored_body = normalize_body(body)
+        # On the values as sent: trimming must not hide a line break at an edge.
+        refuse_control_characters(external_place_id, field="externalPlaceId")
+        refuse_control_characters(place_name, field="placeName")
         external_place_id = normalize_text(
             external_place_id, field="externalPlaceId", max_characters=PLACE_ID_CHARACTERS
         )
@@ -96,15 +104,16 @@ class ContextLifecycle:
             stored_place = await place.get_or_create(
                 conn, external_place_id=external_place_id, name=place_name
             )
-            record_id, record_created = await self._active_record(
-                conn, member_id, stored_place.place_id
+            record_id, record_created, record_place_name = await self._active_record(
+                conn, member_id, stored_place.place_id, place_name
             )
             context_id = await insert_context(conn, member_id, record_id, stored_body)
         self._count("create", "record_created" if record_created else "context_added")
-        # The stored name (the first given for this place), as every later dispatch sends it.
+        # The name the record's owner gave, as every later dispatch sends it (never a name
+        # another member registered first for the place).
         self._dispatcher.dispatch_soon(
             DispatchRequest(
-                context_id, member_id, record_id, stored_body, external_place_id, stored_place.name
+                context_id, member_id, record_id, stored_body, external_place_id, record_place_name
             )
         )
         return CreatedContext(record_id, context_id, record_created)
@@ -231,17 +240,21 @@ class ContextLifecycle:
         return len(context_ids)
 
     async def _active_record(
-        self, conn: AsyncConnection, member_id: int, place_id: int
-    ) -> tuple[int, bool]:
+        self, conn: AsyncConnection, member_id: int, place_id: int, place_name: str
+    ) -> tuple[int, bool, str]:
+        """``(record_id, created, the record's place name)``: a new record keeps
+        ``place_name``; an existing one keeps the name its owner gave first."""
         for _attempt in range(_RECORD_RACE_ATTEMPTS):
-            created = await record.insert_if_absent(conn, member_id=member_id, place_id=place_id)
+            created = await record.insert_if_absent(
+                conn, member_id=member_id, place_id=place_id, place_name=place_name
+            )
             if created is not None:
-                return created, True
+                return created, True, place_name
             existing = await record.touch_active_of_place(
                 conn, member_id=member_id, place_id=place_id
             )
             if existing is not None:
-                return existing, False
+                return existing.record_id, False, existing.place_name
         raise UnavailableError("record is changing concurrently; try again")
 
     @staticmethod
@@ -271,7 +284,7 @@ async def insert_context(
         origin_created_at=origin_created_at,
     )
     await context_ai_state.insert_pending(
-        conn, context_id=context_id, user_id=member_id, record_id=record_id
+        conn, context_id=context_id, user_id=member_id, record_id=record_id, body=body
     )
     return context_id
 

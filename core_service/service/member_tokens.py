@@ -1,52 +1,154 @@
-"""Member bearer tokens: HS256 JWTs (PyJWT) whose ``sub`` is the member id.
+"""Member bearer tokens: HS256 JWTs (PyJWT) whose ``sub`` is the member id, with rotating keys.
 
-A token is accepted only while it is well-signed, unexpired and its member is active, so a
-withdrawn member's tokens stop working at once.
+A token is accepted only while it is well-signed, unexpired, claims no longer a lifetime than
+the cap, names this service as issuer and audience, and its member is active (a withdrawn
+member's tokens stop working at once).
+
+Keys rotate without logging anyone out (docs/operations.md "Signing keys"): every token carries
+``kid``, derived from the key that signed it (``key_id``), so replicas agree on which key is
+which without configuration; the core signs with the current key and verifies against the
+current and the previous keys. Clocks of replicas may differ by seconds: ``CLOCK_LEEWAY_SECONDS``.
+
+A token without ``kid`` (the format before issue 18) verifies against the current key only, and
+only while the database clock is before the moment this database switched format
+(``core.token_format.upgraded_at``, 0021) plus the lifetime cap: by then every such token a
+replica could have issued has expired or claims more than the cap.
 """
 
 from __future__ import annotations
 
+import base64
+import hashlib
+import hmac
 import time
+from collections.abc import Sequence
+from dataclasses import dataclass
 
 import jwt
+from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from core_service.errors import UnauthenticatedError
 from core_service.repository import member
 from core_service.repository.db import autocommit
 from core_service.repository.member import MemberState
+from pinlog_platform.canonical_ids import parse_canonical_id
 
 ALGORITHM = "HS256"
+ISSUER = "pinlog-core"
+AUDIENCE = "pinlog-client-api"
+KID_CHARACTERS = 8
+# Replicas' clocks differ by seconds: iat in the future and exp in the past are forgiven this.
+CLOCK_LEEWAY_SECONDS = 60
+_REFUSED = "invalid or expired token"
+
+# Whether a token without kid may still be accepted (module docstring), by the database clock.
+LEGACY_TOKENS_ACCEPTED = text(
+    "SELECT now() < upgraded_at + make_interval(secs => :cap_seconds) FROM core.token_format"
+)
+
+
+def key_id(secret: str) -> str:
+    """The ``kid`` of a signing key: base64url of its SHA-256, first 8 characters. Public: it
+    reveals nothing usable about the key, and every replica derives the same one."""
+    digest = hashlib.sha256(secret.encode("utf-8")).digest()
+    return base64.urlsafe_b64encode(digest).decode("ascii")[:KID_CHARACTERS]
 
 
 def issue_token(member_id: int, *, secret: str, ttl_seconds: int) -> str:
-    """A signed token for ``member_id`` valid for ``ttl_seconds`` seconds."""
+    """A token for ``member_id`` signed with ``secret`` (the current key), valid for
+    ``ttl_seconds`` seconds, with ``kid``, ``iss`` and ``aud``."""
     now = int(time.time())
-    claims = {"sub": str(member_id), "iat": now, "exp": now + ttl_seconds}
-    return jwt.encode(claims, secret, algorithm=ALGORITHM)
+    claims = {
+        "sub": str(member_id),
+        "iat": now,
+        "exp": now + ttl_seconds,
+        "iss": ISSUER,
+        "aud": AUDIENCE,
+    }
+    return jwt.encode(claims, secret, algorithm=ALGORITHM, headers={"kid": key_id(secret)})
+
+
+@dataclass(frozen=True, slots=True)
+class SigningKeys:
+    """The current key (signs and verifies) and previous keys (verify only), by ``kid``."""
+
+    current: str
+    previous: tuple[str, ...] = ()
+
+    def by_kid(self, kid: str) -> str | None:
+        """The key whose ``key_id`` is ``kid``; ``None`` when no configured key has it."""
+        for secret in (self.current, *self.previous):
+            if hmac.compare_digest(key_id(secret), kid):
+                return secret
+        return None
 
 
 class TokenAuthenticator:
-    def __init__(self, engine: AsyncEngine, *, secret: str) -> None:
+    """Checks bearer tokens (module docstring); ``max_lifetime_seconds`` is the cap on
+    ``exp - now`` a token may claim."""
+
+    def __init__(
+        self,
+        engine: AsyncEngine,
+        *,
+        secret: str,
+        previous_secrets: Sequence[str] = (),
+        max_lifetime_seconds: int = 7 * 24 * 3600,
+    ) -> None:
         self._engine = engine
-        self._secret = secret
+        self._keys = SigningKeys(secret, tuple(previous_secrets))
+        self._max_lifetime_seconds = max_lifetime_seconds
 
     async def member_id(self, token: str) -> int:
         """The active member a token names. Raises ``UnauthenticatedError`` (401) for a bad
-        signature, a missing or expired claim, or a member that is unknown or withdrawn."""
+        signature, an unknown ``kid``, a missing, expired or non-numeric claim, a lifetime over
+        the cap, another issuer or audience, a non-canonical ``sub``, or a member that is
+        unknown or withdrawn. Every refusal has the same message."""
         try:
-            claims = jwt.decode(
-                token,
-                self._secret,
-                algorithms=[ALGORITHM],
-                options={"require": ["sub", "exp", "iat"]},
-            )
-            member_id = int(claims["sub"])
+            kid = jwt.get_unverified_header(token).get("kid")
+            claims = self._decode(token, kid)
         except (jwt.PyJWTError, ValueError, TypeError) as exc:
-            raise UnauthenticatedError("invalid or expired token") from exc
-        if not 0 < member_id < 2**63:
-            raise UnauthenticatedError("invalid or expired token")
+            raise UnauthenticatedError(_REFUSED) from exc
+        member_id = parse_canonical_id(claims["sub"])
+        if member_id is None or not self._within_cap(claims):
+            raise UnauthenticatedError(_REFUSED)
         async with autocommit(self._engine) as conn:
+            if kid is None and not await self._legacy_accepted(conn):
+                raise UnauthenticatedError(_REFUSED)
             if await member.state(conn, member_id) is not MemberState.ACTIVE:
-                raise UnauthenticatedError("invalid or expired token")
+                raise UnauthenticatedError(_REFUSED)
         return member_id
+
+    def _decode(self, token: str, kid: object) -> dict:
+        if kid is None:
+            # The format before issue 18: the current key only, no iss/aud to check.
+            return jwt.decode(
+                token,
+                self._keys.current,
+                algorithms=[ALGORITHM],
+                leeway=CLOCK_LEEWAY_SECONDS,
+                options={"require": ["sub", "exp", "iat"], "verify_aud": False},
+            )
+        if not isinstance(kid, str) or (secret := self._keys.by_kid(kid)) is None:
+            raise jwt.InvalidKeyError("unknown kid")
+        return jwt.decode(
+            token,
+            secret,
+            algorithms=[ALGORITHM],
+            issuer=ISSUER,
+            audience=AUDIENCE,
+            leeway=CLOCK_LEEWAY_SECONDS,
+            options={"require": ["sub", "exp", "iat", "iss", "aud"]},
+        )
+
+    def _within_cap(self, claims: dict) -> bool:
+        """``exp`` (an integer: PyJWT refused anything else) at most the cap from now."""
+        exp = claims["exp"]
+        if isinstance(exp, bool) or not isinstance(exp, int | float):
+            return False
+        return exp - time.time() <= self._max_lifetime_seconds + CLOCK_LEEWAY_SECONDS
+
+    async def _legacy_accepted(self, conn) -> bool:
+        params = {"cap_seconds": float(self._max_lifetime_seconds)}
+        return bool((await conn.execute(LEGACY_TOKENS_ACCEPTED, params)).scalar_one_or_none())

@@ -19,6 +19,7 @@ from core_service.repository import context
 from core_service.repository.db import autocommit
 from core_service.service.context_body import normalize_body
 from core_service.service.worker_endpoints import WorkerEndpoints
+from pinlog_platform.search import SearchCuts, clamp_similarity
 
 logger = logging.getLogger(__name__)
 
@@ -31,18 +32,25 @@ SEARCH_DEADLINE_SECONDS = 12.0
 
 @dataclass(frozen=True, slots=True)
 class SearchHit:
-    """One record's best context; ``similarity`` is cosine in -1..1."""
+    """One record's best context; ``similarity`` is cosine clamped to -1..1;
+    ``keyword_matched`` as the worker says (§7), false when it does not say."""
 
     record_id: int
     context_id: int
     similarity: float
+    keyword_matched: bool = False
 
 
 def _parsed_hits(response: httpx.Response) -> list[SearchHit]:
     """The worker's hits; ``UpstreamError`` (502) for an answer not of §7's shape."""
     try:
         hits = [
-            SearchHit(int(item["recordId"]), int(item["contextId"]), float(item["similarity"]))
+            SearchHit(
+                int(item["recordId"]),
+                int(item["contextId"]),
+                clamp_similarity(float(item["similarity"])),
+                item.get("keywordMatched", False) is True,
+            )
             for item in response.json()["results"]
         ]
     except (ValueError, KeyError, TypeError) as exc:
@@ -56,14 +64,21 @@ def _parsed_hits(response: httpx.Response) -> list[SearchHit]:
 
 class PersonalSearch:
     def __init__(
-        self, engine: AsyncEngine, endpoints: WorkerEndpoints, *, embedding_profile: str
+        self,
+        engine: AsyncEngine,
+        endpoints: WorkerEndpoints,
+        *,
+        embedding_profile: str,
+        cuts: SearchCuts,
     ) -> None:
         self._engine = engine
         self._endpoints = endpoints
         self._profile = embedding_profile
+        self._cuts = cuts
 
     async def search(self, *, member_id: int, query: str, limit: int) -> list[SearchHit]:
-        """Up to ``limit`` of the member's own live records, best first.
+        """Up to ``limit`` of the member's own live records, best first, after the cuts
+        (``pinlog_platform.search``; the Deviation of docs/contract.md §7).
 
         Raises ``InvalidBodyError`` (422: blank or over-long query), ``UnavailableError``
         (503: worker or database unavailable), ``UpstreamError`` (502: the worker refused).
@@ -89,7 +104,7 @@ class PersonalSearch:
             if (hit.context_id, hit.record_id) in allowed and hit.record_id not in seen_records:
                 seen_records.add(hit.record_id)
                 shown.append(hit)
-        return shown
+        return self._cuts.apply(normalised, shown)
 
     async def _ask_a_worker(self, payload: dict[str, object]) -> httpx.Response:
         """The first 200 from the worker instances in turn; an instance that is unreachable or

@@ -109,7 +109,7 @@ class RescanScheduler:
     async def run_once(self) -> RescanReport:
         """One finalize + rescan pass; nothing while dispatching is paused. Raises
         ``UnavailableError`` if the database is down."""
-        if await self._dispatcher.paused():
+        if await self._dispatcher.paused(strict=True):
             return RescanReport(paused=True)
         blocked_closed = await self._finalize_in_batches(self._close_blocked)
         finalized = await self._finalize_in_batches(self._finalize_exhausted)

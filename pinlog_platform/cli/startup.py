@@ -16,11 +16,12 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
-from typing import NoReturn, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 import typer
 from pydantic import ValidationError
 
+from pinlog_platform import logging as log_output
 from pinlog_platform.cli import exit_codes
 from pinlog_platform.settings_rules import describe_errors
 
@@ -45,17 +46,35 @@ def fail(program: str, exit_code: int, lines: Iterable[str]) -> NoReturn:
     raise typer.Exit(exit_code)
 
 
-def load_settings(program: str, settings_class: Callable[[], T], *, prefix: str) -> T:
+def load_settings(
+    program: str,
+    settings_class: Callable[[], T],
+    *,
+    prefix: str,
+    logging_class: Callable[[], Any] | None = None,
+) -> T:
     """``settings_class()``, or exit 2 with one ``configuration error`` line per problem, all
-    at once, each naming the ``{prefix}*`` variable and never its value."""
+    at once, each naming the ``{prefix}*`` variable and never its value.
+
+    With ``logging_class`` (the service's ``LOG_FORMAT`` / ``LOG_LEVEL`` settings), its problems
+    are reported together with the command's, like any other bad setting (exit 2, no fallback),
+    and the log output is configured from it before the command goes on."""
+    problems: list[str] = []
+    chosen_logging, settings = None, None
+    if logging_class is not None:
+        try:
+            chosen_logging = logging_class()
+        except ValidationError as exc:
+            problems += describe_errors(exc, prefix=prefix)
     try:
-        return settings_class()
+        settings = settings_class()
     except ValidationError as exc:
-        fail(
-            program,
-            exit_codes.CONFIGURATION,
-            [f"configuration error: {line}" for line in describe_errors(exc, prefix=prefix)],
-        )
+        problems += describe_errors(exc, prefix=prefix)
+    if problems:
+        fail(program, exit_codes.CONFIGURATION, [f"configuration error: {p}" for p in problems])
+    if chosen_logging is not None:
+        log_output.configure(chosen_logging.log_format, chosen_logging.log_level)
+    return settings
 
 
 def run_step(program: str, step: Callable[[], Awaitable[T]], classify: Classify) -> T:

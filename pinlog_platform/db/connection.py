@@ -21,6 +21,7 @@ Statement Name with PGBouncer") and asyncpg's FAQ:
 
 from __future__ import annotations
 
+import socket
 import uuid
 import weakref
 from typing import Any
@@ -38,28 +39,109 @@ _POOLED_ENGINES: weakref.WeakSet = weakref.WeakSet()
 
 
 def driver_connect_args(
-    session_settings: dict[str, str], *, transaction_pooling: bool
+    session_settings: dict[str, str],
+    *,
+    transaction_pooling: bool,
+    command_timeout_seconds: float | None = None,
 ) -> dict[str, Any]:
     """Keyword arguments of ``asyncpg.connect`` / ``asyncpg.create_pool``.
 
     ``session_settings`` maps PostgreSQL parameters to values (``{"lock_timeout": "3s"}``).
+    ``command_timeout_seconds``: the deadline of every command of the connection (statements,
+    ``COMMIT`` included); ``None`` for none (migrations). See ``with_command_deadline``.
     """
+    args: dict[str, Any]
     if not transaction_pooling:
-        return {"server_settings": dict(session_settings)}
-    return {
-        "server_settings": {
-            name: value
-            for name, value in session_settings.items()
-            if name in POOLER_STARTUP_PARAMETERS
-        },
-        "statement_cache_size": 0,
-    }
+        args = {"server_settings": dict(session_settings)}
+    else:
+        args = {
+            "server_settings": {
+                name: value
+                for name, value in session_settings.items()
+                if name in POOLER_STARTUP_PARAMETERS
+            },
+            "statement_cache_size": 0,
+        }
+    if command_timeout_seconds is not None:
+        args["command_timeout"] = client_deadline(command_timeout_seconds)
+    return args
 
 
-def connect_args(session_settings: dict[str, str], *, transaction_pooling: bool) -> dict[str, Any]:
+def with_command_deadline(
+    session_settings: dict[str, str], command_timeout_seconds: float | None
+) -> dict[str, str]:
+    """``session_settings`` plus the server's side of the command deadline.
+
+    The deadline has two sides. The server's ``statement_timeout`` (this) cancels a statement
+    that runs or waits on a lock too long: it fails cleanly (57014, transient), nothing it did
+    stays, and the connection goes on serving. The driver's ``command_timeout``
+    (``client_deadline``, a little later) ends the wait when the server does not answer at
+    all (a silent peer): the connection is then terminated, never cancelled through the path
+    that stopped answering (``pinlog_platform.db.engines``).
+    """
+    settings = dict(session_settings)
+    if command_timeout_seconds is not None:
+        settings["statement_timeout"] = f"{max(1, int(command_timeout_seconds * 1000))}ms"
+    return settings
+
+
+def client_deadline(command_timeout_seconds: float) -> float:
+    """The driver's deadline for a command: the server's ``statement_timeout`` plus a margin
+    for its answer to arrive (a quarter of it, between 0.2 s and 1 s)."""
+    return command_timeout_seconds + min(1.0, max(0.2, command_timeout_seconds / 4))
+
+
+# TCP keepalive of every database socket: the first probe after this many idle seconds, then
+# one every KEEPALIVE_INTERVAL_SECONDS, KEEPALIVE_PROBES unanswered probes end the connection.
+KEEPALIVE_IDLE_SECONDS = 10
+KEEPALIVE_INTERVAL_SECONDS = 5
+KEEPALIVE_PROBES = 3
+
+
+def configure_socket(driver_connection: Any, *, user_timeout_seconds: float) -> None:
+    """TCP keepalive and ``TCP_USER_TIMEOUT`` on an asyncpg connection's socket.
+
+    asyncpg has no keepalive option, so a database host that stops answering (half-open TCP
+    after a failover, a partition, a NAT that dropped its state) would leave an idle pooled
+    connection open forever and a busy one waiting until the command deadline. Keepalive
+    probes end an idle one within ``KEEPALIVE_IDLE_SECONDS + KEEPALIVE_INTERVAL_SECONDS *
+    KEEPALIVE_PROBES`` (25 s); ``TCP_USER_TIMEOUT`` ends one whose sent data stays
+    unacknowledged for ``user_timeout_seconds``. Options the platform lacks are skipped (only
+    Linux has all of them); a Unix socket has none.
+    """
+    transport = getattr(driver_connection, "_transport", None)
+    sock = None if transport is None else transport.get_extra_info("socket")
+    if sock is None or sock.family not in (socket.AF_INET, socket.AF_INET6):
+        return
+    options = [
+        (socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1),
+        (socket.IPPROTO_TCP, getattr(socket, "TCP_KEEPIDLE", None), KEEPALIVE_IDLE_SECONDS),
+        (socket.IPPROTO_TCP, getattr(socket, "TCP_KEEPINTVL", None), KEEPALIVE_INTERVAL_SECONDS),
+        (socket.IPPROTO_TCP, getattr(socket, "TCP_KEEPCNT", None), KEEPALIVE_PROBES),
+        (
+            socket.IPPROTO_TCP,
+            getattr(socket, "TCP_USER_TIMEOUT", None),
+            max(1, int(user_timeout_seconds * 1000)),
+        ),
+    ]
+    for level, option, value in options:
+        if option is not None:
+            sock.setsockopt(level, option, value)
+
+
+def connect_args(
+    session_settings: dict[str, str],
+    *,
+    transaction_pooling: bool,
+    command_timeout_seconds: float | None = None,
+) -> dict[str, Any]:
     """The asyncpg ``connect_args`` for ``create_async_engine``: the driver's, plus SQLAlchemy's
     own statement cache off under a pooler (see the module docstring)."""
-    args = driver_connect_args(session_settings, transaction_pooling=transaction_pooling)
+    args = driver_connect_args(
+        session_settings,
+        transaction_pooling=transaction_pooling,
+        command_timeout_seconds=command_timeout_seconds,
+    )
     if transaction_pooling:
         args["prepared_statement_cache_size"] = 0
         args["prepared_statement_name_func"] = _unique_statement_name

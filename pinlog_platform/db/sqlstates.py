@@ -2,17 +2,38 @@
 
 Transient means a later attempt may succeed without anyone changing anything: connection
 exceptions (class 08), serialization failure (40001), deadlock (40P01), lock not available
-(55P03), query cancelled by a statement or lock timeout (57014), server shutting down (57P0x)
-and insufficient resources (class 53). Pool exhaustion, socket errors and timeouts are
-transient too. Everything else is a bug of ours or the operator's to fix.
+(55P03), query cancelled by a statement or lock timeout (57014), server shutting down (57P0x),
+a write refused by a read-only server (25006: a standby after a failover, or
+``default_transaction_read_only``) and insufficient resources (class 53). Pool exhaustion,
+socket errors and timeouts are transient too. Everything else is a bug of ours or the
+operator's to fix.
+
+Some of them also say the connection can no longer serve (``discards_connection``): a
+connection-level error, a command deadline, 57P0x (the server is going away) and 25006 (the
+session sits on a read-only server, and stays there). Every pool of both services throws such
+a connection away instead of handing it to the next request.
 """
 
 from __future__ import annotations
 
 from sqlalchemy import exc as sa_exc
 
-TRANSIENT_SQLSTATE_PREFIXES = ("08", "40001", "40P01", "55P03", "57014", "57P0", "53")
+TRANSIENT_SQLSTATE_PREFIXES = (
+    "08",
+    "25006",
+    "40001",
+    "40P01",
+    "55P03",
+    "57014",
+    "57P0",
+    "53",
+)
 LOCK_NOT_AVAILABLE = "55P03"
+READ_ONLY_TRANSACTION = "25006"
+
+# SQLSTATEs after which the session cannot serve: connection exceptions, the server shutting
+# down or terminating the backend (57P01..57P05), a read-only server.
+DISCARD_SQLSTATE_PREFIXES = ("08", "57P0", READ_ONLY_TRANSACTION)
 
 # What a driver call can raise: SQLAlchemy's wrappers, and raw socket errors and timeouts.
 DRIVER_ERRORS: tuple[type[BaseException], ...] = (
@@ -50,4 +71,40 @@ def is_transient(exc: BaseException) -> bool:
         if state is None:
             return isinstance(exc, sa_exc.OperationalError | sa_exc.InterfaceError)
         return state.startswith(TRANSIENT_SQLSTATE_PREFIXES)
+    return False
+
+
+def discards_connection(exc: BaseException) -> bool:
+    """True when the connection that raised ``exc`` must not be reused (module docstring):
+    a socket error, a command deadline, a closed connection, or a SQLSTATE of
+    ``DISCARD_SQLSTATE_PREFIXES``. Works on SQLAlchemy's wrappers and on asyncpg's errors."""
+    orig = getattr(exc, "orig", None) or exc
+    for candidate in (exc, orig, getattr(orig, "__cause__", None)):
+        if isinstance(candidate, OSError | ConnectionError | TimeoutError):
+            return True
+        state = getattr(candidate, "sqlstate", None)
+        if state is not None and str(state).startswith(DISCARD_SQLSTATE_PREFIXES):
+            return True
+        if type(candidate).__name__ in _CLOSED_CONNECTION_ERRORS:
+            return True
+    return isinstance(exc, sa_exc.DBAPIError) and exc.connection_invalidated
+
+
+# asyncpg's errors for a connection that is closed or was lost mid-command (matched by name:
+# this module does not import the driver).
+_CLOSED_CONNECTION_ERRORS = frozenset({"ConnectionDoesNotExistError", "ConnectionFailureError"})
+
+
+def worth_one_retry(exc: BaseException) -> bool:
+    """True when ``exc`` (or the driver error it was raised from) says the connection could
+    not serve and the statement changed nothing: a connection-level error, 57P0x or 25006.
+    A command deadline is not: its budget is spent. For read-only or idempotent statements
+    (searches, reads); a transaction whose commit may have happened is never retried."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, TimeoutError | sa_exc.TimeoutError):
+            return False
+        if discards_connection(seen):
+            return True
+        seen = seen.__cause__
     return False

@@ -10,13 +10,18 @@ the driver error propagates unchanged.
 
 from __future__ import annotations
 
+import contextlib
+import logging
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from pinlog_platform.db import connection
-from pinlog_platform.db.sqlstates import DRIVER_ERRORS
+from pinlog_platform.db.sqlstates import DRIVER_ERRORS, discards_connection
+from pinlog_platform.http import request_deadline
+
+logger = logging.getLogger(__name__)
 
 Translate = Callable[[BaseException], None]
 
@@ -36,9 +41,32 @@ async def transaction(
     engine: AsyncEngine, *, translate: Translate
 ) -> AsyncIterator[AsyncConnection]:
     """One short transaction: commits on normal exit, rolls back on any exception; driver
-    errors go through ``translate``."""
-    async with translated(translate), engine.begin() as conn:
-        yield conn
+    errors go through ``translate``.
+
+    From ``COMMIT`` on, the request's deadline no longer fires (``pinlog_platform.http.
+    request_deadline``); ``COMMIT`` is bounded by the command deadline. A commit that fails on
+    a connection that can no longer serve (lost, past its deadline) may or may not have
+    happened: it is logged and counted, and answers as any transient error (503); a client's
+    retry may then create a second context (docs/core-service.md).
+    """
+    async with translated(translate), engine.connect() as conn:
+        trans = await conn.begin()
+        try:
+            yield conn
+        except BaseException:
+            if trans.is_active:
+                # The block's own error is the one to report, not a failed rollback's.
+                with contextlib.suppress(*DRIVER_ERRORS):
+                    await trans.rollback()
+            raise
+        with request_deadline.committing():
+            try:
+                await trans.commit()
+            except DRIVER_ERRORS as exc:
+                if discards_connection(exc):
+                    logger.warning("commit outcome unknown: %s", type(exc).__name__)
+                    request_deadline.commit_outcome_unknown()
+                raise
 
 
 @asynccontextmanager

@@ -1,8 +1,11 @@
-"""``GET /healthz`` and ``GET /metrics``, the same on both services (§8).
+"""``GET /healthz`` (``liveness``) and ``GET /metrics`` (``metrics``), the same on both
+services (§8). ``probes`` has both: the worker serves it (its whole API is internal); the core
+serves ``liveness`` on its public port and ``metrics`` on its operations listener only
+(``core_service/ops.py``).
 
-Liveness says only that the process answers; readiness is each service's own (what it needs
-differs), so it is not here. ``/metrics`` serves the Prometheus registry of the app that mounts
-the router, found as ``request.app.state.metrics_registry``.
+Readiness is each service's own (what it needs differs), so it is not here. ``/metrics``
+serves the Prometheus registry of the app that mounts the router, found as
+``request.app.state.metrics_registry``.
 """
 
 from __future__ import annotations
@@ -10,18 +13,25 @@ from __future__ import annotations
 from fastapi import APIRouter, Request, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-probes = APIRouter()
+liveness = APIRouter()
+metrics = APIRouter()
 
 
-@probes.get("/healthz")
+@liveness.get("/healthz")
 async def healthz() -> dict[str, str]:
     """Liveness: the process answers. Always HTTP 200 ``{"status": "ok"}``."""
     return {"status": "ok"}
 
 
-@probes.get("/metrics")
+@metrics.get("/metrics")
 async def prometheus_metrics(request: Request) -> Response:
     """Prometheus text format of this app's own registry (``app.state.metrics_registry``)."""
     return Response(
         generate_latest(request.app.state.metrics_registry), media_type=CONTENT_TYPE_LATEST
     )
+
+
+# Both, on one listener: the worker, whose whole API is internal (§8).
+probes = APIRouter()
+probes.include_router(liveness)
+probes.include_router(metrics)

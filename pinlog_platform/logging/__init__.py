@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import logging
 import sys
-from collections.abc import Callable, Iterator, Mapping
+import time
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
 from types import MappingProxyType
-from typing import Any, Literal
+from typing import Literal
 
 from pythonjsonlogger.core import RESERVED_ATTRS
 from pythonjsonlogger.json import JsonFormatter
@@ -42,8 +43,28 @@ class _ContextFilter(logging.Filter):
         return True
 
 
+def _timestamp(record: logging.LogRecord) -> str:
+    """Local time with milliseconds and the UTC offset: ``2026-12-01T22:30:01.123+0000``."""
+    seconds = time.localtime(record.created)
+    return (
+        f"{time.strftime('%Y-%m-%dT%H:%M:%S', seconds)}.{int(record.msecs):03d}"
+        f"{time.strftime('%z', seconds)}"
+    )
+
+
+class _JsonFormatter(JsonFormatter):
+    """JSON lines whose ``timestamp`` carries milliseconds."""
+
+    def formatTime(self, record: logging.LogRecord, datefmt: str | None = None) -> str:
+        return _timestamp(record)
+
+
 class _TextFormatter(logging.Formatter):
-    """One readable line, the active ``log_context`` fields appended as ``key=value``."""
+    """One readable line, the active ``log_context`` fields appended as ``key=value``; the
+    time carries milliseconds."""
+
+    def formatTime(self, record: logging.LogRecord, datefmt: str | None = None) -> str:
+        return _timestamp(record)
 
     def format(self, record: logging.LogRecord) -> str:
         line = super().format(record)
@@ -71,11 +92,10 @@ def configure(log_format: LogFormat = "json", level: str = "INFO") -> None:
     handler = logging.StreamHandler(sys.stderr)
     if log_format == "json":
         handler.setFormatter(
-            JsonFormatter(
+            _JsonFormatter(
                 " ".join(f"%({name})s" for name in JSON_FIELDS),
                 rename_fields=JSON_RENAMES,
                 timestamp=False,
-                datefmt="%Y-%m-%dT%H:%M:%S%z",
                 # uvicorn adds a copy of its message with terminal colour codes.
                 reserved_attrs=[*RESERVED_ATTRS, "color_message"],
             )
@@ -90,18 +110,3 @@ def configure(log_format: LogFormat = "json", level: str = "INFO") -> None:
     root.setLevel(level)
     for name in QUIET_LOGGERS:
         logging.getLogger(name).setLevel(logging.WARNING)
-
-
-def configure_from(read_settings: Callable[[], Any], variables: str) -> None:
-    """``configure`` with the ``log_format`` and ``log_level`` of ``read_settings()`` (a
-    service's logging settings class); when they do not validate, readable text and one
-    WARNING naming ``variables`` (never their values)."""
-    from pydantic import ValidationError
-
-    try:
-        chosen = read_settings()
-    except ValidationError:
-        configure("text")
-        logging.getLogger(__name__).warning("%s is invalid; logging text", variables)
-        return
-    configure(chosen.log_format, chosen.log_level)

@@ -4,6 +4,20 @@ Shared by the core service (``pinlog-core db upgrade``: every file) and the AI w
 (``pinlog-ai db upgrade``: the ``ai`` files only), so there is one ledger and one lock.
 """
 
-from pinlog_platform.schema.runner import MigrationError, MigrationFile, Scope, discover, upgrade
+from pinlog_platform.schema.runner import (
+    MigrationError,
+    MigrationFile,
+    MigrationPrivilegeError,
+    Scope,
+    discover,
+    upgrade,
+)
 
-__all__ = ["MigrationError", "MigrationFile", "Scope", "discover", "upgrade"]
+__all__ = [
+    "MigrationError",
+    "MigrationFile",
+    "MigrationPrivilegeError",
+    "Scope",
+    "discover",
+    "upgrade",
+]

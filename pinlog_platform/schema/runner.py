@@ -51,6 +51,28 @@ class MigrationError(Exception):
     """The files or the ledger are inconsistent (no files, a bad name, an edited file)."""
 
 
+class MigrationPrivilegeError(Exception):
+    """The role running the upgrade lacks a privilege it needs; the message names it (one
+    line, no URL). A role that may only use the schema (the worker's, §8) gets this instead
+    of a driver traceback when something is pending."""
+
+
+# What exists, and what this role may do with the ledger: checked before any DDL, so that a
+# role without CREATE runs none when nothing is pending.
+LEDGER_FACTS = text(
+    "SELECT to_regnamespace('ai') IS NOT NULL AS has_schema, "
+    "to_regclass('ai.stub_migration') IS NOT NULL AS has_ledger, "
+    "CASE WHEN to_regclass('ai.stub_migration') IS NULL THEN false "
+    "ELSE has_table_privilege('ai.stub_migration', 'SELECT') END AS may_read, "
+    "CASE WHEN to_regclass('ai.stub_migration') IS NULL THEN false "
+    "ELSE has_table_privilege('ai.stub_migration', 'INSERT') END AS may_record, "
+    "has_database_privilege(current_database(), 'CREATE') AS may_create_schema, "
+    "CASE WHEN to_regnamespace('ai') IS NULL THEN false "
+    "ELSE has_schema_privilege('ai', 'CREATE') END AS may_create_in_ai"
+)
+INSUFFICIENT_PRIVILEGE = "42501"
+
+
 class Scope(StrEnum):
     """Which files a command applies: ``AI`` (the worker's) or ``ALL`` (the core service's)."""
 
@@ -114,7 +136,16 @@ async def upgrade(
     migrations = discover(directory, scope)
     async with engine.begin() as conn:
         await conn.execute(LOCK_MIGRATIONS)
-        await _execute_script(conn, CREATE_LEDGER)
+        facts = (await conn.execute(LEDGER_FACTS)).one()
+        if not facts.has_ledger:
+            _require(
+                facts.has_schema or facts.may_create_schema,
+                "CREATE on the database (to create schema ai)",
+            )
+            _require(facts.has_schema is False or facts.may_create_in_ai, "CREATE on schema ai")
+            await _execute_script(conn, CREATE_LEDGER)
+        else:
+            _require(facts.may_read, "SELECT on ai.stub_migration (the migrations ledger)")
         applied = {row.filename: row.sha256 for row in await conn.execute(LOAD_APPLIED)}
         newly_applied: list[str] = []
         for migration in migrations:
@@ -125,9 +156,32 @@ async def upgrade(
                         f"migration {migration.filename} changed after it was applied"
                     )
                 continue
-            await _execute_script(conn, migration.sql)
-            await conn.execute(
-                RECORD_APPLIED, {"filename": migration.filename, "sha": migration.sha256}
-            )
+            if facts.has_ledger:
+                _require(facts.may_record, "INSERT on ai.stub_migration (the migrations ledger)")
+            await _apply(conn, migration)
             newly_applied.append(migration.filename)
     return newly_applied
+
+
+def _require(granted: bool, privilege: str) -> None:
+    if not granted:
+        raise MigrationPrivilegeError(
+            f"the database role lacks the privilege {privilege}: run the upgrade as the "
+            "schema owner "
+            "(`pinlog-core db upgrade`, docs/deployment.md)"
+        )
+
+
+async def _apply(conn: AsyncConnection, migration: MigrationFile) -> None:
+    try:
+        await _execute_script(conn, migration.sql)
+    except Exception as exc:
+        if str(getattr(exc, "sqlstate", "")) == INSUFFICIENT_PRIVILEGE:
+            # The server's message names the privilege and the object ("permission denied
+            # for schema ai"); it never quotes data.
+            raise MigrationPrivilegeError(
+                f"migration {migration.filename} needs a privilege the database role lacks "
+                f"({exc}): run the upgrade as the schema owner (docs/deployment.md)"
+            ) from None
+        raise
+    await conn.execute(RECORD_APPLIED, {"filename": migration.filename, "sha": migration.sha256})

@@ -5,6 +5,14 @@ variable and never print a value).
   secret read from a file with its newline), is refused;
 - ``check_database_url``: a ``postgresql+asyncpg://`` URL with something after the scheme;
 - ``check_secret_length``: a secret at least ``minimum`` characters long;
+- ``refuse_placeholder``: a secret that is one of the placeholders shipped in ``.env.example``
+  (``SHIPPED_PLACEHOLDERS``) is refused, for every secret of both services;
+- ``check_generated_secret``: a secret this project has the operator generate (the internal
+  secret, the signing keys) is not a placeholder, has at least ``GENERATED_SECRET_MIN_LENGTH``
+  characters and ``GENERATED_SECRET_MIN_DISTINCT`` distinct ones (``openssl rand -hex 32`` and
+  ``openssl rand -base64 48`` pass);
+- ``refuse_placeholder_password``: a database URL whose password is a shipped placeholder, or
+  weak for a database that is not on loopback;
 - ``describe_errors``: one line per problem, naming the ``{prefix}*`` variable;
 - ``logging_settings``: the log format and level settings class for a prefix.
 """
@@ -12,6 +20,7 @@ variable and never print a value).
 from __future__ import annotations
 
 from typing import Literal
+from urllib.parse import unquote, urlsplit
 
 from pydantic import Field, SecretStr, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -20,6 +29,30 @@ DATABASE_URL_SCHEME = "postgresql+asyncpg://"
 EMPTY_VALUE = "is set but empty; give a value or unset it"
 PADDED_VALUE = "has leading or trailing whitespace (a newline from a file?); remove it"
 DATABASE_URL_RULE = "must be a postgresql+asyncpg:// URL"
+
+# Every placeholder value .env.example ships (tests/ops/test_deployment_files.py checks that
+# this set and the file agree). A copied .env.example must not start with a public key.
+SHIPPED_PLACEHOLDERS = frozenset(
+    {
+        "change-me",
+        "change-me-too",
+        "change-me-three",
+        "change-me-to-16-or-more-characters",
+        "change-me-to-32-or-more-characters-long",
+        "sk-...",
+    }
+)
+GENERATED_SECRET_MIN_LENGTH = 32
+GENERATED_SECRET_MIN_DISTINCT = 10
+GENERATE_HINT = "generate one with `openssl rand -base64 48`"
+PLACEHOLDER_VALUE = f"is the placeholder shipped in .env.example; {GENERATE_HINT}"
+WEAK_SECRET = (
+    f"is too weak: at least {GENERATED_SECRET_MIN_LENGTH} characters with at least "
+    f"{GENERATED_SECRET_MIN_DISTINCT} distinct ones; {GENERATE_HINT}"
+)
+PLACEHOLDER_PASSWORD = (
+    f"has the password placeholder shipped in .env.example; {GENERATE_HINT} for the password"
+)
 
 
 def is_empty(value: object) -> bool:
@@ -53,6 +86,52 @@ def check_secret_length(value: SecretStr, minimum: int) -> SecretStr:
     if len(value.get_secret_value()) < minimum:
         raise ValueError(f"must be at least {minimum} characters long")
     return value
+
+
+def refuse_placeholder(value: SecretStr) -> SecretStr:
+    """``value`` unless it is one of ``SHIPPED_PLACEHOLDERS`` (``ValueError``). Provider API
+    keys get only this rule: local servers (vLLM, Ollama) take dummy keys such as ``EMPTY``."""
+    if value.get_secret_value() in SHIPPED_PLACEHOLDERS:
+        raise ValueError(PLACEHOLDER_VALUE)
+    return value
+
+
+def check_generated_secret(value: SecretStr) -> SecretStr:
+    """``value`` if it is no placeholder, and long and varied enough to have been generated
+    (``WEAK_SECRET``); the message never says how long the value was."""
+    refuse_placeholder(value)
+    raw = value.get_secret_value()
+    if len(raw) < GENERATED_SECRET_MIN_LENGTH or len(set(raw)) < GENERATED_SECRET_MIN_DISTINCT:
+        raise ValueError(WEAK_SECRET)
+    return value
+
+
+# Hosts where a database password guards nothing another local user could not reach anyway
+# (a development server, a test): only the placeholder rule applies there.
+LOOPBACK_HOSTS = frozenset({"", "localhost", "127.0.0.1", "::1"})
+
+
+def refuse_placeholder_password(url: str) -> str:
+    """``url`` unless its password is one of ``SHIPPED_PLACEHOLDERS``, or is weak
+    (``WEAK_SECRET``'s rule: compose's database passwords are generated) for a database that
+    is not on loopback (``ValueError``)."""
+    try:
+        parts = urlsplit(url)
+        password, host = parts.password, parts.hostname or ""
+    except ValueError:
+        return url
+    if password is None:
+        return url
+    password = unquote(password)
+    if password in SHIPPED_PLACEHOLDERS:
+        raise ValueError(PLACEHOLDER_PASSWORD)
+    weak = (
+        len(password) < GENERATED_SECRET_MIN_LENGTH
+        or len(set(password)) < GENERATED_SECRET_MIN_DISTINCT
+    )
+    if weak and host not in LOOPBACK_HOSTS:
+        raise ValueError(f"has a weak password: {WEAK_SECRET.removeprefix('is too weak: ')}")
+    return url
 
 
 def describe_errors(error: ValidationError, *, prefix: str) -> list[str]:

@@ -31,6 +31,15 @@ def core_settings(database_url: str, worker_base_url: str, **overrides: Any) -> 
         "internal_secret": SECRET,
         "jwt_secret": JWT_SECRET,
         "embedding_profile": PROFILE,
+        # An operations listener on a free loopback port (RunningCore.ops).
+        "ops_port": 0,
+        # Quotas off: tests of other issues send bursts on purpose.
+        "member_writes_per_minute": 0,
+        "member_searches_per_minute": 0,
+        # §7's exact result set unless a test asks for the cuts (None: the defaults).
+        "search_similarity_floor": 0,
+        "search_similarity_floor_word": 0,
+        "search_top_ratio": 0,
     }
     values.update(overrides)
     return CoreSettings(**values)
@@ -52,6 +61,7 @@ class RunningCore:
     settings: CoreSettings
     client: httpx.AsyncClient
     base_url: str
+    ops: httpx.AsyncClient | None = None
 
     def scheduler(self) -> RescanScheduler:
         """A scheduler sharing this app's engine and dispatcher, as the loop would run it."""
@@ -72,4 +82,9 @@ class RunningCore:
 async def running_core(settings: CoreSettings) -> AsyncIterator[RunningCore]:
     app = create_app(settings, run_rescan_loop=False)
     async with serving(app) as base_url, httpx.AsyncClient(base_url=base_url, timeout=30) as client:
-        yield RunningCore(app, settings, client, base_url)
+        ops_url = app.state.ops_base_url
+        if ops_url is None:
+            yield RunningCore(app, settings, client, base_url)
+            return
+        async with httpx.AsyncClient(base_url=ops_url, timeout=30) as ops:
+            yield RunningCore(app, settings, client, base_url, ops)

@@ -88,6 +88,8 @@ def core_environment(
         "database_pool_size": 4,
         # Held dispatches are tried again at least every 2 s (not 30 s) once a worker is back.
         "dispatch_backoff_max_seconds": DISPATCH_BACKOFF_MAX_SECONDS,
+        "member_writes_per_minute": 0,
+        "member_searches_per_minute": 0,
     }
     values.update(overrides)
     return _base_environment() | {f"PINLOG_CORE_{k.upper()}": str(v) for k, v in values.items()}
@@ -102,12 +104,21 @@ class ServiceProcess:
     env: dict[str, str]
     log_path: Path
     port: int = field(default_factory=free_port)
+    # The core's operations listener (/metrics, detailed /readyz; issue 18 item 7).
+    ops_port: int = field(default_factory=free_port)
     extra_args: tuple[str, ...] = ()
     process: asyncio.subprocess.Process | None = None
 
     @property
     def base_url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def ops_base_url(self) -> str:
+        """Where ``/metrics`` is: the core's operations listener, the worker's own port."""
+        if self.package == "core_service":
+            return f"http://127.0.0.1:{self.ops_port}"
+        return self.base_url
 
     @property
     def running(self) -> bool:
@@ -119,7 +130,8 @@ class ServiceProcess:
         with self.log_path.open("ab") as log:
             self.process = await asyncio.create_subprocess_exec(
                 sys.executable, "-m", f"{self.package}.cli", "serve",
-                "--host", "127.0.0.1", "--port", str(self.port), *self.extra_args,
+                "--host", "127.0.0.1", "--port", str(self.port), *self._ops_args(),
+                *self.extra_args,
                 env=self.env, stdout=log, stderr=log,
             )  # fmt: skip
         async with httpx.AsyncClient(base_url=self.base_url, timeout=2) as client:
@@ -131,6 +143,9 @@ class ServiceProcess:
                         if (await client.get("/readyz")).status_code == 200:
                             return
                     await asyncio.sleep(0.1)
+
+    def _ops_args(self) -> tuple[str, ...]:
+        return ("--ops-port", str(self.ops_port)) if self.package == "core_service" else ()
 
     async def stop(self) -> None:
         """SIGTERM (graceful shutdown) and wait; SIGKILL if it outlives 15 s."""

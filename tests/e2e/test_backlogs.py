@@ -117,7 +117,9 @@ async def _all_completed(engine, expected: int) -> bool:
     return (await _summary(engine))["completed"] == expected
 
 
-async def _dispatches_sent(base_url: str) -> float:
+async def _dispatches_sent(ops_base_url: str) -> float:
+    """Dispatches a core process sent (from its operations listener's metrics)."""
+    base_url = ops_base_url
     total = await metric(base_url, DISPATCHES)
     return total - await metric(base_url, DISPATCHES, result="held")
 
@@ -132,7 +134,7 @@ async def test_a_worker_outage_of_four_retry_windows_fails_no_note(stack_factory
         context_ids = await _create_many(stack.core.base_url, OUTAGE_NOTES)
         outage = 4 * (timings["rescan_period_seconds"] + timings["pending_expiry_seconds"])
         await asyncio.sleep(outage)  # the outage itself: the worker stays down this long
-        claims = await metric(stack.core.base_url, "pinlog_core_rescan_claims_total")
+        claims = await metric(stack.core.ops_base_url, "pinlog_core_rescan_claims_total")
         down = await _summary(engine)
 
         started = time.monotonic()
@@ -141,7 +143,7 @@ async def test_a_worker_outage_of_four_retry_windows_fails_no_note(stack_factory
             lambda: _all_completed(engine, OUTAGE_NOTES), within=60, what="every note done"
         )
         drained = time.monotonic() - started
-        sent = await _dispatches_sent(stack.core.base_url)
+        sent = await _dispatches_sent(stack.core.ops_base_url)
 
     after = await _summary(engine)
     assert down == {"completed": 0, "failed": 0, "retries": 0}
@@ -235,9 +237,9 @@ async def test_a_burst_over_the_worker_queue_completes_without_spending_a_retry(
             lambda: _all_completed(engine, BURST_NOTES), within=120, what="every note done"
         )
         drained = time.monotonic() - started
-        refused = await metric(stack.core.base_url, DISPATCHES, result="refused")
-        sent = await _dispatches_sent(stack.core.base_url)
-        claims = await metric(stack.core.base_url, "pinlog_core_rescan_claims_total")
+        refused = await metric(stack.core.ops_base_url, DISPATCHES, result="refused")
+        sent = await _dispatches_sent(stack.core.ops_base_url)
+        claims = await metric(stack.core.ops_base_url, "pinlog_core_rescan_claims_total")
 
     after = await _summary(engine)
     assert after == {"completed": BURST_NOTES, "failed": 0, "retries": 0}
@@ -268,16 +270,16 @@ async def test_a_pause_during_a_burst_sends_spends_and_fails_nothing_on_two_core
         before = asyncio.create_task(_create_many(stack.cores[0].base_url, 40, tag="a"))
         code, out, err = await run_command("core_service.cli", "pause", env=env)
         assert (code, out.strip()) == (0, "dispatch paused"), err
-        sent = [await _dispatches_sent(core.base_url) for core in stack.cores]
+        sent = [await _dispatches_sent(core.ops_base_url) for core in stack.cores]
         await before
         await asyncio.gather(
             _create_many(stack.cores[0].base_url, 40, tag="b"),
             _create_many(stack.cores[1].base_url, 40, tag="c"),
         )
         await asyncio.sleep(3)  # three rescan periods, paused
-        still = [await _dispatches_sent(core.base_url) for core in stack.cores]
+        still = [await _dispatches_sent(core.ops_base_url) for core in stack.cores]
         paused = await _summary(engine)
-        async with httpx.AsyncClient(base_url=stack.core.base_url, timeout=5) as client:
+        async with httpx.AsyncClient(base_url=stack.core.ops_base_url, timeout=5) as client:
             readiness = await client.get("/readyz")
 
         started = time.monotonic()

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import sys
 
 from sqlalchemy import text
 
 from demo.feed import load_changes, load_samples
+from demo.report import NOTE_WIDTH, render_results
 from demo.run import both_services, feed_and_report, offline_settings, prepare_database
+from demo.table import display_width, shorten
 from pinlog_platform import schema as migrations
 
 JWT_SECRET = "demo-test-jwt-secret-0123456789abcdef"
@@ -19,11 +22,13 @@ async def test_samples_flow_through_the_core_service_and_the_worker_offline(
     engine, migrated_database
 ):
     settings = offline_settings(migrated_database)
-    await prepare_database(settings)
+    said: list[str] = []
+    await prepare_database(settings, say=said.append)
     samples, changes = load_samples(), load_changes()
 
     async with both_services(settings, jwt_secret=JWT_SECRET) as services:
-        outcome, results, views = await feed_and_report(services)
+        outcome, results, views = await feed_and_report(services, say=said.append)
+    table = render_results(results)
 
     live = [r for r in results if r.fate == "live"]
     gone = [r for r in results if r.fate != "live"]
@@ -50,6 +55,21 @@ async def test_samples_flow_through_the_core_service_and_the_worker_offline(
         ).scalar_one()
     assert blocked_used == 0
     assert active_contexts == len(live)
+    # One line per step, the worker's progress as "n/total processed", ending at the total.
+    assert said[0].startswith("migrations: ")
+    assert said[1].startswith("presets: loading")
+    assert re.fullmatch(
+        r"presets: \d+ (embedded and stored|already stored) \(list version \d+\)", said[2]
+    )
+    assert said[3].startswith(f"notes sent: {len(samples)} created by ")
+    progress = [line for line in said[4:] if line.startswith("worker: ")]
+    assert progress and progress[-1] == f"worker: {len(live)}/{len(live)} processed"
+    assert all(re.fullmatch(r"worker: \d+/\d+ processed", line) for line in progress)
+    # The table shows each note's text (shortened) next to its keywords.
+    header = table.splitlines()[0].split()
+    assert header.index("note") < header.index("keywords")
+    assert shorten(samples[0].text, NOTE_WIDTH) in table
+    assert all(display_width(shorten(s.text, NOTE_WIDTH)) <= NOTE_WIDTH for s in samples)
 
 
 async def test_cli_db_upgrade_twice_applies_then_nothing(empty_database):

@@ -51,7 +51,7 @@ async def test_16_refused_re_requests_spend_nothing_and_the_finalizer_fails_only
     """docs/rescan.md "Budget": re-requests the worker never received (it is down) spend no
     retry, so they never exhaust a context; a context whose budget is spent (MAX_RETRY=0 here)
     and whose open stage is stale has only that stage failed (§10 #16)."""
-    dispatched = await metric(live.core.base_url, DISPATCHES, origin="commit")
+    dispatched = await metric(live.core.ops_base_url, DISPATCHES, origin="commit")
     fake_openai.script_judge(Scripted(status=503))  # transient: the keyword stage stays open
     _, context_id = await api.created(NOTES[0])
     await wait_until(
@@ -72,7 +72,7 @@ async def test_16_refused_re_requests_spend_nothing_and_the_finalizer_fails_only
     assert (counts.finalized, counts.claimed) == (1, 0)
     assert await state(engine, context_id) == StateRow("COMPLETED", "FAILED", 0)
     assert await embedding_deleted(engine, context_id) is False  # the finished stage kept
-    assert await metric(live.core.base_url, DISPATCHES, origin="commit") == dispatched + 1
+    assert await metric(live.core.ops_base_url, DISPATCHES, origin="commit") == dispatched + 1
     assert fake_openai.judge_calls == 1
 
 
@@ -145,7 +145,8 @@ async def test_failed_dispatches_stay_pending_and_two_schedulers_recover_each_ex
 
 
 async def _unreachable(services: Services) -> float:
-    return await metric(services.core.base_url, DISPATCHES, origin="commit", result="unreachable")
+    url = services.core.ops_base_url
+    return await metric(url, DISPATCHES, origin="commit", result="unreachable")
 
 
 async def _reached(value, expected: float) -> bool:

@@ -21,7 +21,7 @@ import yaml
 
 from app.cli import app as ai_cli
 from app.main import create_app as create_worker_app
-from app.settings import DatabaseSettings, Settings
+from app.settings import USE_PROFILE, DatabaseSettings, Settings
 from core_service.cli import app as core_cli
 from core_service.main import create_app as create_core_app
 from core_service.settings import CoreDatabaseSettings, CoreSettings, TokenSettings
@@ -29,6 +29,10 @@ from core_service.settings import CoreDatabaseSettings, CoreSettings, TokenSetti
 ROOT = Path(__file__).resolve().parents[2]
 DOCKERFILE = (ROOT / "Dockerfile").read_text(encoding="utf-8")
 COMPOSE = yaml.safe_load((ROOT / "docker-compose.yml").read_text(encoding="utf-8"))
+OFFLINE_TEXT = (ROOT / "docker-compose.offline.yml").read_text(encoding="utf-8")
+OFFLINE = yaml.safe_load(OFFLINE_TEXT)
+# The production file and the variant that runs without a provider account.
+COMPOSES = {"docker-compose.yml": COMPOSE, "docker-compose.offline.yml": OFFLINE}
 ENV_EXAMPLE = (ROOT / ".env.example").read_text(encoding="utf-8")
 
 CLIS = {"pinlog-ai": ai_cli, "pinlog-core": core_cli}
@@ -38,8 +42,8 @@ SETTINGS = {
 }
 # Variables of the database image (its entrypoint reads them) and of our init script.
 DATABASE_IMAGE_VARIABLES = {"POSTGRES_DB", "POSTGRES_USER", "POSTGRES_PASSWORD"}
-INIT_SCRIPT_VARIABLES = {"PINLOG_AI_DB_PASSWORD"}
-SECRET = "x" * 40
+INIT_SCRIPT_VARIABLES = {"PINLOG_AI_DB_PASSWORD", "PINLOG_CORE_DB_PASSWORD"}
+SECRET = "deployment-test-secret-0123456789abcdef"
 
 
 def _instruction(name: str) -> list[str]:
@@ -51,7 +55,8 @@ def _instruction(name: str) -> list[str]:
 def _commands() -> list[list[str]]:
     """Every command line the image and compose run, split into argv lists."""
     argvs = [json.loads(_instruction("CMD")[0])]
-    for service in COMPOSE["services"].values():
+    services = [s for compose in COMPOSES.values() for s in compose["services"].values()]
+    for service in services:
         command = service.get("command")
         if command is None:
             continue
@@ -93,16 +98,18 @@ def test_every_command_and_option_exists_and_parses() -> None:
         command.make_context(argv[0], list(rest))
 
 
-def test_migrate_upgrades_every_scope_then_loads_presets() -> None:
+def test_migrate_upgrades_every_scope_then_smokes_then_loads_presets() -> None:
     command = COMPOSE["services"]["migrate"]["command"][2]
     assert [part.strip() for part in command.split("&&")] == [
         "pinlog-core db upgrade",
+        "pinlog-ai smoke",
         "pinlog-ai presets load",
     ]
 
 
-def test_every_environment_variable_is_a_settings_field() -> None:
-    for name, service in COMPOSE["services"].items():
+@pytest.mark.parametrize("compose", COMPOSES.values(), ids=COMPOSES.keys())
+def test_every_environment_variable_is_a_settings_field(compose) -> None:
+    for name, service in compose["services"].items():
         for variable in service.get("environment", {}):
             if name == "db":
                 assert variable in DATABASE_IMAGE_VARIABLES | INIT_SCRIPT_VARIABLES
@@ -122,27 +129,29 @@ def test_env_example_names_every_required_secret_and_nothing_unknown() -> None:
     secret_fields = [
         f"PINLOG_{name.upper()}"
         for name, field in Settings.model_fields.items()
-        if field.is_required() or name.endswith("api_key")
+        # The fallback judges' keys are optional: only PINLOG_JUDGE_FALLBACKS names them.
+        if field.is_required() or (name.endswith("api_key") and "fallback" not in name)
     ]
     assert set(secret_fields) - {"PINLOG_DATABASE_URL"} <= example
     assert ".env" in (ROOT / ".gitignore").read_text().splitlines()
     assert ".env" in (ROOT / ".dockerignore").read_text().splitlines()
 
 
-def test_ports_agree_with_the_image() -> None:
+@pytest.mark.parametrize("compose", COMPOSES.values(), ids=COMPOSES.keys())
+def test_ports_agree_with_the_image(compose) -> None:
     (exposed,) = _instruction("EXPOSE")
     for argv in _commands():
         if argv[1] == "serve":
             assert _option_value(argv, "--port") == exposed
             assert _option_value(argv, "--host") == "0.0.0.0"  # noqa: S104 (inside a container)
-    (published,) = COMPOSE["services"]["core"]["ports"]
+    (published,) = compose["services"]["core"]["ports"]
     assert published.split(":")[-1] == exposed
-    worker_url = COMPOSE["services"]["core"]["environment"]["PINLOG_CORE_WORKER_BASE_URL"]
-    workers = [name for name in COMPOSE["services"] if name.startswith("worker-")]
+    worker_url = compose["services"]["core"]["environment"]["PINLOG_CORE_WORKER_BASE_URL"]
+    workers = [name for name in compose["services"] if name.startswith("worker-")]
     assert len(workers) == 2
     assert worker_url == ",".join(f"http://{name}:{exposed}" for name in workers)
     assert all(
-        COMPOSE["services"][name]["command"][:2] == ["pinlog-ai", "serve"] for name in workers
+        compose["services"][name]["command"][:2] == ["pinlog-ai", "serve"] for name in workers
     )
 
 
@@ -198,8 +207,44 @@ def test_image_copies_every_runtime_package() -> None:
     assert packages <= copied, f"add COPY lines for {sorted(packages - copied)}"
 
 
+@pytest.mark.parametrize("compose", COMPOSES.values(), ids=COMPOSES.keys())
 @pytest.mark.parametrize("service", ["migrate", "worker-1", "worker-2", "core"])
-def test_application_services_run_the_image(service: str) -> None:
-    assert COMPOSE["services"][service]["image"] == "pinlog:latest"
-    assert COMPOSE["services"][service]["build"] == "."
-    assert COMPOSE["services"]["db"]["image"].startswith("pgvector/pgvector:")
+def test_application_services_run_the_image(compose, service: str) -> None:
+    assert compose["services"][service]["image"] == "pinlog:latest"
+    assert compose["services"][service]["build"] == "."
+    assert compose["services"]["db"]["image"].startswith("pgvector/pgvector:")
+
+
+def test_the_offline_variant_runs_the_same_system_without_a_provider_account() -> None:
+    """Same services and commands (but the provider smoke test); the worker side offline; no
+    API key, no required variable (``docker compose -f docker-compose.offline.yml up`` with an
+    empty environment); the core searches with the offline profile; every setting it gives
+    validates."""
+    assert OFFLINE["services"].keys() == COMPOSE["services"].keys()
+    for name, service in OFFLINE["services"].items():
+        online = COMPOSE["services"][name].get("command")
+        if name == "migrate":  # no provider to smoke-test: the release step is skipped
+            online = [*online[:2], online[2].replace(" && pinlog-ai smoke", "")]
+        assert service.get("command") == online, name
+    assert "_API_KEY" not in OFFLINE_TEXT
+    assert re.findall(r"\$\{[A-Z_]+:\?", OFFLINE_TEXT) == []
+    for name in ("migrate", "worker-1", "worker-2"):
+        assert OFFLINE["services"][name]["environment"]["PINLOG_OFFLINE"] == "true"
+    core_environment = _defaults_filled(OFFLINE["services"]["core"]["environment"])
+    assert core_environment["PINLOG_CORE_EMBEDDING_PROFILE"] == USE_PROFILE
+    worker_environment = _defaults_filled(OFFLINE["services"]["worker-1"]["environment"])
+    worker = Settings(
+        **{k.removeprefix("PINLOG_").lower(): v for k, v in worker_environment.items()}
+    )
+    assert worker.embedding_profile == USE_PROFILE and worker.embedding_api_key is None
+    core = CoreSettings(
+        **{k.removeprefix("PINLOG_CORE_").lower(): v for k, v in core_environment.items()}
+    )
+    assert core.search_cuts.floor_word >= 0.24
+
+
+def _defaults_filled(environment: dict[str, str]) -> dict[str, str]:
+    """Each ``${NAME:-default}`` replaced by its default, as compose does with no value set."""
+    return {
+        key: re.sub(r"\$\{[A-Z_]+:-([^}]*)\}", r"\1", value) for key, value in environment.items()
+    }

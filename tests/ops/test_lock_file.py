@@ -54,3 +54,17 @@ def test_lock_file_was_generated_from_pyproject_without_extras() -> None:
 
 def test_no_line_points_at_a_local_index() -> None:
     assert not re.search(r"^(--find-links|--index-url|--extra-index-url|-f )", LOCK, re.MULTILINE)
+
+
+def test_the_image_and_the_venv_get_current_build_tools() -> None:
+    """setuptools 65.5.0 (the venv default of Python 3.11) has known CVEs (issue 18 item 9)."""
+    tools = (ROOT / "requirements" / "build-tools.txt").read_text(encoding="utf-8")
+    pins = dict(re.findall(r"^([a-z]+)==(\S+)$", tools, flags=re.MULTILINE))
+    assert Version(pins["setuptools"]) >= Version("78.1.1")
+    assert Version(pins["pip"]) >= Version("25.3")
+    assert "pip install --upgrade -r requirements/build-tools.txt" in (
+        ROOT / "Dockerfile"
+    ).read_text(encoding="utf-8")
+    makefile = (ROOT / "Makefile").read_text(encoding="utf-8")
+    assert "--upgrade -r requirements/build-tools.txt" in makefile
+    assert "--output-file=requirements/build-tools.txt" in makefile

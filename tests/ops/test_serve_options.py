@@ -16,8 +16,8 @@ import time
 import pytest
 import typer.main
 
-from app.cli import DEFAULT_KEEP_ALIVE_SECONDS
 from app.cli import app as ai_cli
+from app.settings import Settings
 from tests.worker.harness import SECRET
 
 CORE_CLIENT_IDLE_SECONDS = 2.0  # KEEPALIVE_EXPIRY_SECONDS of core_service.service.worker_endpoints
@@ -26,8 +26,10 @@ CORE_CLIENT_IDLE_SECONDS = 2.0  # KEEPALIVE_EXPIRY_SECONDS of core_service.servi
 def test_keep_alive_default_outlives_the_core_clients_idle_expiry() -> None:
     serve = typer.main.get_command(ai_cli).commands["serve"]
     defaults = {p.name: p.default for p in serve.params}
-    assert defaults["timeout_keep_alive"] == DEFAULT_KEEP_ALIVE_SECONDS
-    assert DEFAULT_KEEP_ALIVE_SECONDS > CORE_CLIENT_IDLE_SECONDS
+    # The option falls back to PINLOG_TIMEOUT_KEEP_ALIVE.
+    assert defaults["timeout_keep_alive"] is None
+    keep_alive = Settings.model_fields["timeout_keep_alive"].default
+    assert keep_alive > CORE_CLIENT_IDLE_SECONDS
     assert {"proxy_headers", "forwarded_allow_ips", "timeout_graceful_shutdown"} <= set(defaults)
 
 

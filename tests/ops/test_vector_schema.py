@@ -81,7 +81,7 @@ async def test_presets_load_refuses_with_one_line(empty_database: str, monkeypat
     await _admin(empty_database, f'ALTER DATABASE "{database}" SET search_path = "$user", public')
     for name, value in {
         "PINLOG_DATABASE_URL": empty_database,
-        "PINLOG_INTERNAL_SECRET": "x" * 32,
+        "PINLOG_INTERNAL_SECRET": "vector-schema-test-secret-0123456789",
         "PINLOG_EMBEDDING_PROVIDER": "hashing",
         "PINLOG_EMBEDDING_MODEL": "hashing-char-ngram",
         "PINLOG_EMBEDDING_PROFILE": "local-hashing-char-ngram-1536-cosine-v1",

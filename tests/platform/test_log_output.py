@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 
 import pytest
 
@@ -38,7 +39,7 @@ def test_json_lines_carry_level_logger_and_the_active_context(restore_root_loggi
     ]
     assert (lines[0]["context_id"], lines[0]["stage"]) == (42, "keyword")
     assert "context_id" not in lines[1]
-    assert lines[0]["timestamp"]
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}[+-]\d{4}", lines[0]["timestamp"])
 
 
 def test_text_lines_append_the_context_and_keep_a_traceback_below(restore_root_logging, capfd):
@@ -52,5 +53,6 @@ def test_text_lines_append_the_context_and_keep_a_traceback_below(restore_root_l
             log.exception("failed")
 
     first, *rest = capfd.readouterr().err.splitlines()
+    assert re.match(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}[+-]\d{4} ERROR ", first)
     assert first.endswith("ERROR pinlog.test: failed context_id=7")
     assert rest[0].startswith("Traceback")

@@ -92,8 +92,8 @@ async def test_worker_role_has_privileges_on_ai_only(engine):
                 text("""
                 SELECT has_schema_privilege('pinlog_ai_worker', 'ai', 'USAGE') AS ai_usage,
                        has_schema_privilege('pinlog_ai_worker', 'core', 'USAGE') AS core_usage,
-                       has_table_privilege('pinlog_ai_worker', 'ai.context_ai_state', 'UPDATE')
-                           AS state_update,
+                       has_column_privilege('pinlog_ai_worker', 'ai.context_ai_state',
+                                            'embedding_status', 'UPDATE') AS state_update,
                        has_table_privilege('pinlog_ai_worker', 'ai.context_ai_state', 'INSERT')
                            AS state_insert,
                        has_table_privilege('pinlog_ai_worker', 'ai.context_ai_state', 'DELETE')

@@ -30,7 +30,7 @@ from app.service.requests import ProcessRequest
 from app.settings import Settings
 from tests.fake_openai import FakeOpenAI
 
-SECRET = "test-internal-secret-0123456789"
+SECRET = "test-internal-secret-0123456789abcdef"
 PROFILE = "openai-text-embedding-3-small-1536-cosine-v1"
 PROCESS_PATH = "/internal/v1/context/process"
 
@@ -116,13 +116,16 @@ def sample_value(exposition: str, name: str, **labels: str) -> float | None:
 
 
 @asynccontextmanager
-async def serving(app: FastAPI) -> AsyncIterator[str]:
-    """Serve ``app`` with real uvicorn on a free loopback port; yields its base URL."""
+async def serving(app: FastAPI, **options: Any) -> AsyncIterator[str]:
+    """Serve ``app`` with real uvicorn on a free loopback port; yields its base URL.
+    ``options``: more ``uvicorn.Config`` arguments (the services' limits)."""
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
     server = uvicorn.Server(
-        uvicorn.Config(app, log_config=None, access_log=False, timeout_graceful_shutdown=5)
+        uvicorn.Config(
+            app, log_config=None, access_log=False, timeout_graceful_shutdown=5, **options
+        )
     )
     serving_task = asyncio.create_task(server.serve(sockets=[sock]))
     try:

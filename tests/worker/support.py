@@ -19,6 +19,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.providers.hashing import hash_embed
 from app.repository.db import to_array
+from pinlog_platform.text_fingerprint import fingerprint
 from tests.fake_openai import Scripted
 from tests.worker.harness import PROCESS_PATH, SECRET, RunningWorker
 
@@ -41,17 +42,23 @@ async def make_state(
     updated_seconds_ago: float = 0,
     user_id: int | None = None,
     record_id: int | None = None,
+    core_text: str | None = None,
 ) -> None:
     """Insert a state row as the core side does on create (§9); ``user_id``/``record_id``
-    ``None`` is a core side following the original contract (no owner columns written)."""
+    ``None`` is a core side following the original contract (no owner columns written).
+    ``core_text``: the text whose digest the core wrote (§3 scenario 5); ``None``: no digest."""
     async with engine.begin() as conn:
         await conn.execute(
             text(
                 "INSERT INTO ai.context_ai_state (context_id, embedding_status, keyword_status, "
-                "retry_count, updated_at, user_id, record_id) "
-                "VALUES (:id, :e, :k, :r, now() - make_interval(secs => :ago), :u, :rec)"
+                "retry_count, updated_at, user_id, record_id, text_sha256, "
+                "text_sha256_from_core) "
+                "VALUES (:id, :e, :k, :r, now() - make_interval(secs => :ago), :u, :rec, "
+                ":digest, :from_core)"
             ),
             {
+                "digest": None if core_text is None else fingerprint(core_text),
+                "from_core": core_text is not None,
                 "id": context_id,
                 "u": user_id,
                 "rec": record_id,

@@ -24,7 +24,7 @@ async def test_a_combining_mark_newer_than_pythons_unicode_is_stored_not_a_500(
     assert not any("비밀" in record.getMessage() for record in caplog.records)
 
 
-async def test_place_ids_and_names_are_normalised_and_the_stored_name_is_dispatched(
+async def test_place_ids_and_names_are_normalised_and_each_owners_name_is_dispatched(
     core_with_fake_worker, fake_worker, engine
 ):
     nfc, nfd = "가게-1", unicodedata.normalize("NFD", "가게-1")
@@ -36,7 +36,7 @@ async def test_place_ids_and_names_are_normalised_and_the_stored_name_is_dispatc
 
     assert (first.status_code, second.status_code) == (201, 201)
     assert await facts.count(engine, "SELECT count(*) FROM core.place") == 1
-    assert [r["placeMeta"]["name"] for r in fake_worker.requests] == ["진짜 이름", "진짜 이름"]
+    assert [r["placeMeta"]["name"] for r in fake_worker.requests] == ["진짜 이름", "가짜"]
     assert (blank.status_code, blank.json()) == (422, {"detail": "externalPlaceId is blank"})
     assert nul.status_code == 422 and "placeName" in nul.json()["detail"]
 
@@ -48,7 +48,7 @@ async def test_a_client_chosen_method_or_path_creates_no_metric_series(core_with
         # not serve, on paths of the client's choosing.
         method = ("PATCH", "PROPFIND", f"M{index:04X}")[index % 3]
         await client.request(method, f"/nope/{index}")
-    body = (await client.get("/metrics")).text
+    body = (await core_with_fake_worker.ops.get("/metrics")).text
 
     assert 'method="other"' in body and 'route="unmatched"' in body
     assert "M0001" not in body and "/nope/1" not in body

@@ -11,7 +11,7 @@ from tests.worker.support import set_statuses
 
 
 async def _samples(core) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
-    body = (await core.client.get("/metrics")).text
+    body = (await core.ops.get("/metrics")).text
     return {
         (sample.name, tuple(sorted(sample.labels.items()))): sample.value
         for family in text_string_to_metric_families(body)

@@ -12,6 +12,7 @@ import jwt
 from sqlalchemy import text
 
 from app.repository.db import create_engine
+from core_service.service.member_tokens import AUDIENCE
 from pinlog_platform import schema as migrations
 from tests.core.harness import JWT_SECRET
 from tests.core.support import assert_status_of_mix, build_status_mix
@@ -103,7 +104,7 @@ async def test_token_creates_the_member_and_prints_only_the_token(engine, migrat
 
     assert code == 0, err
     assert out.count("\n") == 1
-    claims = jwt.decode(out.strip(), JWT_SECRET, algorithms=["HS256"])
+    claims = jwt.decode(out.strip(), JWT_SECRET, algorithms=["HS256"], audience=AUDIENCE)
     assert claims["sub"] == "42" and claims["exp"] > claims["iat"]
     async with engine.connect() as conn:
         exists = (
@@ -113,13 +114,13 @@ async def test_token_creates_the_member_and_prints_only_the_token(engine, migrat
 
 
 async def test_rescan_once_prints_its_counts(engine, migrated_database):
-    """Its own counts, and what this pass finalized by reason code (H2 item 4)."""
+    """Its own counts, and what this pass finalized by reason code; started with only the
+    settings it uses (no signing key of member tokens)."""
     await make_state(engine, context_id=1, retry_count=3, updated_seconds_ago=10_000)
     env = _environment(
         PINLOG_CORE_DATABASE_URL=migrated_database,
         PINLOG_CORE_WORKER_BASE_URL="http://127.0.0.1:9",
         PINLOG_CORE_INTERNAL_SECRET=SECRET,
-        PINLOG_CORE_JWT_SECRET=JWT_SECRET,
         PINLOG_CORE_EMBEDDING_PROFILE=PROFILE,
     )
 
@@ -143,7 +144,7 @@ async def test_configuration_and_database_problems_are_one_line_with_distinct_ex
         line.startswith("pinlog-core: configuration error: PINLOG_CORE_")
         for line in missing[2].splitlines()
     )
-    assert len(missing[2].splitlines()) == 5  # every required setting named at once
+    assert len(missing[2].splitlines()) == 4  # every required setting named at once
     assert unreachable[0] == 3
     assert unreachable[2].strip().startswith("pinlog-core: database error:")
     assert "Traceback" not in unreachable[2]
@@ -170,3 +171,30 @@ async def test_pause_and_resume_print_the_state_and_are_idempotent(engine, migra
         outputs.append(out.strip())
 
     assert outputs == ["dispatch paused", "dispatch paused", "dispatch running"]
+
+
+def _serve_env(database_url: str) -> dict[str, str]:
+    return _environment(
+        PINLOG_CORE_DATABASE_URL=database_url,
+        PINLOG_CORE_JWT_SECRET=JWT_SECRET,
+        PINLOG_CORE_WORKER_BASE_URL="http://127.0.0.1:9",
+        PINLOG_CORE_INTERNAL_SECRET=SECRET,
+        PINLOG_CORE_EMBEDDING_PROFILE=PROFILE,
+    )
+
+
+async def test_serve_checks_the_database_first_exit_3_unreachable_4_without_schema(
+    empty_database,
+):
+    unreachable = "postgresql+asyncpg://nobody:pw-do-not-print@127.0.0.1:9/pinlog"
+    code, _, err = await _run([*CORE, "serve", "--port", "9"], _serve_env(unreachable))
+    lines = err.splitlines()
+    assert code == 3, err
+    assert len(lines) == 1 and lines[0].startswith("pinlog-core: database error")
+    assert "pw-do-not-print" not in err
+
+    code, _, err = await _run([*CORE, "serve", "--port", "9"], _serve_env(empty_database))
+    assert code == 4, err
+    assert err.splitlines() == [
+        "pinlog-core: database error: the schema is missing: run `pinlog-core db upgrade`"
+    ]

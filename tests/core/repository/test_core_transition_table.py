@@ -111,11 +111,11 @@ async def _create_each(engine: AsyncEngine) -> None:
         with pytest.raises(IntegrityError):  # a context's state row is created once
             async with engine.begin() as conn:
                 await context_ai_state.insert_pending(
-                    conn, context_id=context_id, user_id=1, record_id=1
+                    conn, context_id=context_id, user_id=1, record_id=1, body="note"
                 )
     async with engine.begin() as conn:
         await context_ai_state.insert_pending(
-            conn, context_id=NEW_CONTEXT_ID, user_id=1, record_id=1
+            conn, context_id=NEW_CONTEXT_ID, user_id=1, record_id=1, body="note"
         )
 
 

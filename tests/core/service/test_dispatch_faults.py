@@ -62,7 +62,7 @@ async def test_worker_down_gives_normal_answers_fast_and_one_warning_each(
         elapsed, new_id = await _create_and_edit(core)
         await core.app.state.dispatcher.drain(5)
 
-        metrics = (await core.client.get("/metrics")).text
+        metrics = (await core.ops.get("/metrics")).text
 
     assert elapsed < 1.0
     await _assert_pending_untouched(engine, new_id)
@@ -98,7 +98,7 @@ async def test_worker_answering_503_leaves_pending_for_the_rescan(
         elapsed, new_id = await _create_and_edit(core)
         await fake_worker.wait_for_requests(1)
         await core.app.state.dispatcher.drain(5)
-        metrics = (await core.client.get("/metrics")).text
+        metrics = (await core.ops.get("/metrics")).text
 
     assert elapsed < 1.0
     await _assert_pending_untouched(engine, new_id)

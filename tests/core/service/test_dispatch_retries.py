@@ -35,7 +35,7 @@ async def _due(engine, context_id: int) -> bool:
 
 
 async def _metric(core, name: str, **labels: str) -> float:
-    exposition = (await core.client.get("/metrics")).text
+    exposition = (await core.ops.get("/metrics")).text
     return sample_value(exposition, name, **labels) or 0.0
 
 

@@ -25,8 +25,8 @@ async def test_while_paused_nothing_is_sent_claimed_or_failed_and_resume_sends_i
     )  # fmt: skip
     await facts.backdate(engine, exhausted, PENDING_STALE)
     report = await core.scheduler().run_once()
-    ready = await core.client.get("/readyz")
-    metrics = (await core.client.get("/metrics")).text
+    ready = await core.ops.get("/readyz")
+    metrics = (await core.ops.get("/metrics")).text
 
     assert created.status_code == 201
     assert fake_worker.requests == []
@@ -43,4 +43,4 @@ async def test_while_paused_nothing_is_sent_claimed_or_failed_and_resume_sends_i
     assert sorted(fake_worker.context_ids()) == sorted([context_id, exhausted])
     assert resumed.finalized == 1  # its budget was spent before: failed once running again
     assert (await facts.state(engine, context_id)).retry_count == 0
-    assert (await core.client.get("/readyz")).json()["dispatch"] == "running"
+    assert (await core.ops.get("/readyz")).json()["dispatch"] == "running"

@@ -159,7 +159,7 @@ async def test_a_rejected_dispatch_counts_and_an_unauthorized_one_does_not(
         await core.scheduler().run_once()
         async with serving(stranger.app) as stranger_url, make_core(stranger_url) as wrong:
             refused = await _create(wrong, place="b")
-            metrics = (await wrong.client.get("/metrics")).text
+            metrics = (await wrong.ops.get("/metrics")).text
 
     assert (await facts.state(engine, rejected)).retry_count == 1  # create free, rescan counted
     state = await facts.state(engine, refused)

@@ -14,7 +14,7 @@ from pinlog_platform.settings_rules import describe_errors
 VALID = {
     "PINLOG_CORE_DATABASE_URL": "postgresql+asyncpg://u@h/db",
     "PINLOG_CORE_WORKER_BASE_URL": "http://worker:8000/",
-    "PINLOG_CORE_INTERNAL_SECRET": "internal-secret-0123456789",
+    "PINLOG_CORE_INTERNAL_SECRET": "internal-secret-0123456789abcdefgh",
     "PINLOG_CORE_JWT_SECRET": "jwt-secret-0123456789abcdef0123456789",
     "PINLOG_CORE_EMBEDDING_PROFILE": "openai-text-embedding-3-small-1536-cosine-v1",
 }
@@ -44,7 +44,7 @@ def test_valid_environment_gives_contract_defaults(environment):
 def test_every_problem_is_reported_at_once_without_values(environment):
     environment.setenv("PINLOG_CORE_DATABASE_URL", "postgresql://u:hunter2@h/db")
     environment.setenv("PINLOG_CORE_WORKER_BASE_URL", "worker:8000")
-    environment.setenv("PINLOG_CORE_INTERNAL_SECRET", "internal-secret-0123456789\n")
+    environment.setenv("PINLOG_CORE_INTERNAL_SECRET", "internal-secret-0123456789abcdefgh\n")
     environment.setenv("PINLOG_CORE_MAX_RETRY", "4")
     environment.delenv("PINLOG_CORE_JWT_SECRET")
 

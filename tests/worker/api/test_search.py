@@ -146,8 +146,9 @@ def assert_same_ranking(response: httpx.Response, expected: list[tuple[int, int,
 async def test_s7_results_are_best_first_with_only_record_context_and_finite_similarity(
     engine, worker, fake_openai
 ):
-    """§7: ``{"results": [{"recordId", "contextId", "similarity"}]}``, best first, cosine in
-    -1..1, and no body text anywhere in the response (seeded through the real pipeline)."""
+    """§7: ``{"results": [{"recordId", "contextId", "similarity", "keywordMatched"}]}``, best
+    first, cosine in -1..1, and no body text anywhere in the response (seeded through the real
+    pipeline)."""
     notes = [(1, 10, DESSERT), (2, 20, BEST), (3, 30, PUB), (4, 40, LAPTOP)]
     for context_id, record_id, note in notes:
         await make_state(engine, context_id=context_id)
@@ -159,7 +160,7 @@ async def test_s7_results_are_best_first_with_only_record_context_and_finite_sim
     body = strict_json(response)
     assert set(body) == {"results"}
     assert [set(result) for result in body["results"]] == [
-        {"recordId", "contextId", "similarity"}
+        {"recordId", "contextId", "similarity", "keywordMatched"}
     ] * len(notes)
     for result in body["results"]:
         assert isinstance(result["recordId"], int) and isinstance(result["contextId"], int)

@@ -555,7 +555,7 @@ async def test_judge_gives_up_at_once_on_long_retry_after_fc07b(fake) -> None:
 async def test_factory_builds_openai_providers_from_settings(fake) -> None:
     settings = Settings(
         database_url="postgresql+asyncpg://u:p@localhost/db",
-        internal_secret="0123456789abcdef",
+        internal_secret="provider-test-internal-secret-0123456789",
         embedding_base_url=fake.base_url,
         embedding_api_key=API_KEY,
         judge_base_url=fake.base_url,

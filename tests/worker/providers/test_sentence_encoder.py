@@ -63,7 +63,7 @@ async def test_a_text_just_encoded_is_served_from_the_cache():
 async def test_factory_pads_the_encoder_to_the_column_dimension():
     settings = Settings(
         database_url="postgresql+asyncpg://u:p@localhost/db",
-        internal_secret="0123456789abcdef",
+        internal_secret="provider-test-internal-secret-0123456789",
         offline=True,
     )
     embedder = build_embedding_provider(settings)

@@ -19,7 +19,7 @@ def _candidate(keyword_id: int, similarity: float) -> JudgeCandidate:
 def _offline_settings(threshold: float) -> Settings:
     return Settings(
         database_url="postgresql+asyncpg://u:p@localhost/db",
-        internal_secret="0123456789abcdef",
+        internal_secret="provider-test-internal-secret-0123456789",
         embedding_provider="hashing",
         embedding_model=OFFLINE_EMBEDDING_MODEL,
         embedding_profile=OFFLINE_PROFILE,

@@ -10,7 +10,7 @@ from pydantic import ValidationError
 from app.settings import OFFLINE_DEFAULTS, USE_PROFILE, Settings
 
 DATABASE_URL = "postgresql+asyncpg://pinlog:pinlog@localhost:5432/pinlog"
-SECRET = "unit-test-internal-secret-0123"
+SECRET = "unit-test-internal-secret-0123456789"
 
 
 @pytest.fixture(autouse=True)

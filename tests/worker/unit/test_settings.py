@@ -12,7 +12,7 @@ from app.settings import ENV_PREFIX, OFFLINE_EMBEDDING_MODEL, OFFLINE_PROFILE, S
 from pinlog_platform.settings_rules import describe_errors
 
 DATABASE_URL = "postgresql+asyncpg://pinlog:pinlog@localhost:5432/pinlog"
-SECRET = "unit-test-internal-secret-0123"
+SECRET = "unit-test-internal-secret-0123456789"
 
 
 @pytest.fixture(autouse=True)

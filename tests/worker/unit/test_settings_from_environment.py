@@ -13,11 +13,11 @@ import pytest
 from pydantic import ValidationError
 
 from app.settings import ENV_PREFIX, Settings
-from pinlog_platform.settings_rules import describe_errors
+from pinlog_platform.settings_rules import WEAK_SECRET, describe_errors
 
 VALID = {
     "PINLOG_DATABASE_URL": "postgresql+asyncpg://pinlog:pw-do-not-print@localhost/pinlog",
-    "PINLOG_INTERNAL_SECRET": "unit-test-internal-secret-0123",
+    "PINLOG_INTERNAL_SECRET": "unit-test-internal-secret-0123456789",
     "PINLOG_EMBEDDING_API_KEY": "sk-embedding-do-not-print",
     "PINLOG_JUDGE_API_KEY": "sk-judge-do-not-print",
 }
@@ -40,8 +40,35 @@ EMPTY_MEANS_DEFAULT = {
     "shutdown_grace_seconds",
     "database_pool_size",
     "max_request_bytes",
+    "provider_prices",
+    "usage_flush_seconds",
+    "embedding_daily_token_cap",
+    "judge_daily_token_cap",
+    "embedding_requests_per_minute",
+    "embedding_tokens_per_minute",
+    "judge_requests_per_minute",
+    "judge_tokens_per_minute",
+    "worker_replicas",
+    "rate_budget_window_seconds",
+    "judge_votes",
+    "judge_fallbacks",
+    "search_similarity_floor",
+    "search_similarity_floor_word",
+    "search_top_ratio",
+    "search_keyword_match_threshold",
+    "request_timeout_seconds",
+    "limit_concurrency",
+    "max_header_bytes",
+    "head_timeout",
+    "timeout_keep_alive",
 }
-EMPTY_MEANS_UNSET = {"embedding_api_key", "judge_api_key"}
+EMPTY_MEANS_UNSET = {
+    "embedding_api_key",
+    "judge_api_key",
+    "judge_fallback_1_api_key",
+    "judge_fallback_2_api_key",
+    "judge_fallback_3_api_key",
+}
 EMPTY_IS_REFUSED = set(Settings.model_fields) - EMPTY_MEANS_DEFAULT - EMPTY_MEANS_UNSET
 
 
@@ -100,7 +127,7 @@ def test_an_empty_url_secret_name_or_choice_is_refused(env, field, value):
     assert problems() == [f"PINLOG_{field.upper()}: is set but empty; give a value or unset it"]
 
 
-@pytest.mark.parametrize("field", sorted(EMPTY_MEANS_UNSET))
+@pytest.mark.parametrize("field", ["embedding_api_key", "judge_api_key"])
 def test_an_empty_api_key_is_not_set_and_therefore_required_for_openai(env, field):
     env({**VALID, f"PINLOG_{field.upper()}": ""})
 
@@ -109,9 +136,18 @@ def test_an_empty_api_key_is_not_set_and_therefore_required_for_openai(env, fiel
 
 
 @pytest.mark.parametrize(
+    "field", sorted(EMPTY_MEANS_UNSET - {"embedding_api_key", "judge_api_key"})
+)
+def test_an_empty_fallback_key_is_not_set(env, field):
+    env({**VALID, f"PINLOG_{field.upper()}": ""})
+
+    assert getattr(Settings(), field) is None
+
+
+@pytest.mark.parametrize(
     ("variable", "value"),
     [
-        ("PINLOG_INTERNAL_SECRET", "unit-test-internal-secret-0123\n"),  # from a file
+        ("PINLOG_INTERNAL_SECRET", "unit-test-internal-secret-0123456789\n"),  # from a file
         ("PINLOG_EMBEDDING_API_KEY", " sk-embedding-do-not-print"),
         ("PINLOG_JUDGE_API_KEY", "sk-judge-do-not-print\r\n"),
         ("PINLOG_DATABASE_URL", VALID["PINLOG_DATABASE_URL"] + "\n"),
@@ -158,7 +194,7 @@ def test_every_problem_is_reported_at_once_one_line_each(env):
 def test_a_short_secret_names_characters_not_items(env):
     env({**VALID, "PINLOG_INTERNAL_SECRET": "short-secret"})
 
-    assert problems() == ["PINLOG_INTERNAL_SECRET: must be at least 16 characters long"]
+    assert problems() == [f"PINLOG_INTERNAL_SECRET: {WEAK_SECRET}"]
 
 
 def test_a_base_url_that_is_not_http_is_refused(env):

@@ -9,7 +9,7 @@ from app.settings import Settings
 
 BASE = {
     "database_url": "postgresql+asyncpg://worker@localhost/pinlog",
-    "internal_secret": "0123456789abcdef",
+    "internal_secret": "limits-test-internal-secret-0123456789",
     "embedding_api_key": "sk-test",
     "judge_api_key": "sk-test",
 }

@@ -1,0 +1,187 @@
+"""What one provider call cost in tokens (H8 item 1), and who is told about it.
+
+``usage`` is read from every OpenAI-compatible answer (embeddings: ``prompt_tokens``; chat:
+``prompt_tokens`` and ``completion_tokens``). Some OpenAI-compatible servers omit it: the
+figure is then estimated as UTF-8 bytes ÷ 3 (rounded up) of what was sent and what came back,
+and marked ``estimated``. A ``UsageSink`` receives one ``CallUsage`` per provider call (a re-ask
+is one more call); the caller's stage is read from ``current_stage`` (a context variable set by
+``StageTagged``), so one provider serves the stages, search and the probes and each call is
+counted where it belongs.
+"""
+
+from __future__ import annotations
+
+import contextvars
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import numpy as np
+
+ESTIMATE_BYTES_PER_TOKEN = 3
+
+# Who is calling: "embedding" / "keyword" (the stages), "search", "probe", "presets", "smoke".
+current_stage: contextvars.ContextVar[str] = contextvars.ContextVar(
+    "provider_stage", default="other"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class CallUsage:
+    """One call's tokens. ``provider``: ``embedding`` or ``judge``; ``model``: the model asked
+    for (the ledger's and the metric's label); ``answered_model``: the ``model`` field of the
+    answer (``None`` when absent); ``estimated``: no ``usage`` in the answer."""
+
+    provider: str
+    model: str
+    answered_model: str | None
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    embedding_tokens: int = 0
+    estimated: bool = False
+
+    @property
+    def total(self) -> int:
+        return self.prompt_tokens + self.completion_tokens + self.embedding_tokens
+
+
+class UsageSink(Protocol):
+    def record(self, stage: str, usage: CallUsage) -> None:
+        """Take one call's usage; never blocks, never raises (the hot path calls it)."""
+        ...
+
+
+def estimate_tokens(*texts: str) -> int:
+    """UTF-8 bytes ÷ 3, rounded up: the estimate when an answer carries no ``usage``."""
+    size = sum(len(text.encode("utf-8", "surrogatepass")) for text in texts)
+    return -(-size // ESTIMATE_BYTES_PER_TOKEN)
+
+
+def _count(value: Any) -> int | None:
+    return value if type(value) is int and value >= 0 else None
+
+
+def _answered_model(body: Any) -> str | None:
+    model = body.get("model") if isinstance(body, dict) else None
+    return model if isinstance(model, str) and model else None
+
+
+def embedding_usage(model: str, body: Any, texts: Sequence[str]) -> CallUsage:
+    usage = body.get("usage") if isinstance(body, dict) else None
+    tokens = None
+    if isinstance(usage, dict):
+        tokens = _count(usage.get("prompt_tokens"))
+        if tokens is None:
+            tokens = _count(usage.get("total_tokens"))
+    if tokens is None:
+        return CallUsage(
+            "embedding", model, _answered_model(body),
+            embedding_tokens=estimate_tokens(*texts), estimated=True,
+        )  # fmt: skip
+    return CallUsage("embedding", model, _answered_model(body), embedding_tokens=tokens)
+
+
+def chat_usage(model: str, body: Any, sent: Sequence[str]) -> CallUsage:
+    usage = body.get("usage") if isinstance(body, dict) else None
+    prompt = completion = None
+    if isinstance(usage, dict):
+        prompt = _count(usage.get("prompt_tokens"))
+        completion = _count(usage.get("completion_tokens"))
+    if prompt is not None and completion is not None:
+        return CallUsage(
+            "judge",
+            model,
+            _answered_model(body),
+            prompt_tokens=prompt,
+            completion_tokens=completion,
+        )
+    return CallUsage(
+        "judge", model, _answered_model(body),
+        prompt_tokens=prompt if prompt is not None else estimate_tokens(*sent),
+        completion_tokens=completion if completion is not None else estimate_tokens(_content(body)),
+        estimated=True,
+    )  # fmt: skip
+
+
+def _content(body: Any) -> str:
+    try:
+        content = body["choices"][0]["message"]["content"]
+    except (KeyError, IndexError, TypeError):
+        return ""
+    return content if isinstance(content, str) else ""
+
+
+class StageTagged:
+    """An ``EmbeddingProvider`` whose calls count as ``stage`` (sets ``current_stage``)."""
+
+    def __init__(self, provider: Any, stage: str) -> None:
+        self.provider = provider
+        self.dimension = provider.dimension
+        self.stage = stage
+
+    async def embed(self, texts: Sequence[str]) -> list[np.ndarray]:
+        token = current_stage.set(self.stage)
+        try:
+            return await self.provider.embed(texts)
+        finally:
+            current_stage.reset(token)
+
+    async def aclose(self) -> None:
+        """The wrapped provider is closed by its owner."""
+
+
+class StageTaggedJudge:
+    """A ``KeywordJudge`` whose calls count as ``stage`` (sets ``current_stage``)."""
+
+    def __init__(self, judge: Any, stage: str) -> None:
+        self.judge_provider = judge
+        self.stage = stage
+
+    @property
+    def profile(self) -> str:
+        return self.judge_provider.profile
+
+    async def judge(self, text: str, candidates: Sequence[Any]) -> Any:
+        token = current_stage.set(self.stage)
+        try:
+            return await self.judge_provider.judge(text, candidates)
+        finally:
+            current_stage.reset(token)
+
+    async def aclose(self) -> None:
+        """The wrapped judge is closed by its owner."""
+
+
+_WRAPPED = ("provider", "inner", "judge_provider")
+
+
+def attach_budget(provider: Any, budget: Any) -> None:
+    """Make every OpenAI-compatible provider inside ``provider``'s wrappers wait for
+    ``budget`` (``RateBudget``) before each request."""
+    seen = 0
+    while provider is not None and seen < 8:
+        if hasattr(provider, "use_budget"):
+            provider.use_budget(budget)
+        provider = next((getattr(provider, n) for n in _WRAPPED if hasattr(provider, n)), None)
+        seen += 1
+
+
+def attach_usage(provider: Any, sink: UsageSink) -> None:
+    """Tell every OpenAI-compatible provider inside ``provider``'s wrappers about ``sink``
+    (offline providers cost nothing and are not counted)."""
+    seen = 0
+    while provider is not None and seen < 8:
+        if hasattr(provider, "usage"):
+            provider.usage = sink
+        provider = next((getattr(provider, n) for n in _WRAPPED if hasattr(provider, n)), None)
+        seen += 1
+
+
+class CollectingSink:
+    """A ``UsageSink`` that keeps every call (``smoke``, tests)."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, CallUsage]] = []
+
+    def record(self, stage: str, usage: CallUsage) -> None:
+        self.calls.append((stage, usage))

@@ -1,0 +1,86 @@
+"""``ai.provider_usage_daily``: the persisted token and cost ledger (H8 item 1).
+
+Rows are added to, never replaced: ``add_usage`` upserts one row per (day, provider, model,
+stage) with the day taken on the database clock (UTC), so several processes sum up.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from decimal import Decimal
+
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+
+@dataclass(frozen=True, slots=True)
+class UsageDelta:
+    """What one process adds to one ledger row; ``cost_usd`` ``None``: the model has no
+    price."""
+
+    provider: str
+    model: str
+    stage: str
+    calls: int
+    prompt_tokens: int
+    completion_tokens: int
+    embedding_tokens: int
+    estimated_tokens: int
+    cost_usd: Decimal | None
+
+
+_ADD_USAGE = text(
+    """
+    INSERT INTO ai.provider_usage_daily AS t (
+        day, provider, model, stage, calls, prompt_tokens, completion_tokens, embedding_tokens,
+        estimated_tokens, cost_usd, updated_at)
+    VALUES (
+        (now() AT TIME ZONE 'UTC')::date, :provider, :model, :stage, :calls, :prompt_tokens,
+        :completion_tokens, :embedding_tokens, :estimated_tokens, :cost_usd, now())
+    ON CONFLICT (day, provider, model, stage) DO UPDATE SET
+        calls = t.calls + excluded.calls,
+        prompt_tokens = t.prompt_tokens + excluded.prompt_tokens,
+        completion_tokens = t.completion_tokens + excluded.completion_tokens,
+        embedding_tokens = t.embedding_tokens + excluded.embedding_tokens,
+        estimated_tokens = t.estimated_tokens + excluded.estimated_tokens,
+        cost_usd = CASE WHEN excluded.cost_usd IS NULL THEN t.cost_usd
+                        ELSE coalesce(t.cost_usd, 0) + excluded.cost_usd END,
+        updated_at = now()
+    """
+)
+
+_TOKENS_TODAY = text(
+    """
+    SELECT coalesce(sum(prompt_tokens + completion_tokens + embedding_tokens), 0)
+    FROM ai.provider_usage_daily
+    WHERE day = (now() AT TIME ZONE 'UTC')::date AND provider = :provider
+    """
+)
+
+
+async def add_usage(conn: AsyncConnection, deltas: Sequence[UsageDelta]) -> None:
+    """Add ``deltas`` to today's rows (one statement per row, in one transaction)."""
+    if deltas:
+        await conn.execute(
+            _ADD_USAGE,
+            [
+                {
+                    "provider": d.provider,
+                    "model": d.model,
+                    "stage": d.stage,
+                    "calls": d.calls,
+                    "prompt_tokens": d.prompt_tokens,
+                    "completion_tokens": d.completion_tokens,
+                    "embedding_tokens": d.embedding_tokens,
+                    "estimated_tokens": d.estimated_tokens,
+                    "cost_usd": d.cost_usd,
+                }
+                for d in deltas
+            ],
+        )
+
+
+async def tokens_today(conn: AsyncConnection, provider: str) -> int:
+    """Every process's flushed tokens of ``provider`` today (UTC, database clock)."""
+    return int((await conn.execute(_TOKENS_TODAY, {"provider": provider})).scalar_one())

@@ -1,0 +1,184 @@
+"""The usage ledger of one worker process (H8 item 1): every answered provider call's tokens,
+counted in ``pinlog_provider_tokens_total`` at once and written to ``ai.provider_usage_daily``
+in batches, off the hot path.
+
+``record`` (a ``UsageSink``) only adds to a dictionary and a counter: no I/O, no await, so a
+stage pays nothing measurable. A background task writes the accumulated totals every
+``PINLOG_USAGE_FLUSH_SECONDS`` (one transaction of its own on the support engine: never a
+stage's transaction, never the stage pool), and ``aclose`` writes what is left on shutdown. A
+write that fails keeps its totals for the next one (one WARNING line). A process killed with
+SIGKILL loses at most the totals of its last interval: the ledger is an accounting aid, not a
+bill.
+
+The day of a row is the database's UTC day at the write: calls of the last seconds before
+midnight can land on the next day.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+from decimal import Decimal
+
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from app.metrics import WorkerMetrics
+from app.providers.usage import CallUsage
+from app.repository.usage_ledger import UsageDelta, add_usage, tokens_today
+from app.settings.costs import ModelPrice
+
+logger = logging.getLogger(__name__)
+
+_MILLION = Decimal(1_000_000)
+
+
+@dataclass(slots=True)
+class _Totals:
+    calls: int = 0
+    prompt: int = 0
+    completion: int = 0
+    embedding: int = 0
+    estimated: int = 0
+
+    def add(self, other: _Totals) -> None:
+        self.calls += other.calls
+        self.prompt += other.prompt
+        self.completion += other.completion
+        self.embedding += other.embedding
+        self.estimated += other.estimated
+
+
+class UsageLedger:
+    """Collects ``CallUsage`` per (provider, model, stage); ``start`` begins the periodic
+    writes, ``flush`` writes now, ``aclose`` stops and writes the rest."""
+
+    def __init__(
+        self,
+        engine: AsyncEngine,
+        metrics: WorkerMetrics,
+        prices: Mapping[str, ModelPrice],
+        *,
+        flush_seconds: float,
+        watch_totals: bool = False,
+    ) -> None:
+        self._engine = engine
+        self._tokens = metrics.provider_tokens
+        self._prices = dict(prices)
+        self._flush_seconds = flush_seconds
+        self._pending: dict[tuple[str, str, str], _Totals] = {}
+        self._task: asyncio.Task[None] | None = None
+        self._lock = asyncio.Lock()
+        self._failing = False
+        # Today's tokens per provider for the spend guard (H8 item 3), when ``watch_totals``:
+        # every process's flushed total as last read, plus this process's since that read.
+        self._watch_totals = watch_totals
+        self._read_total: dict[str, int] = {}
+        self._since_read: dict[str, int] = {}
+
+    def tokens_today(self, provider: str) -> int:
+        """``provider``'s tokens today (UTC): every process's written totals as last read
+        (every ``flush_seconds``) plus this process's calls since. Another process's calls
+        show with at most two intervals' delay."""
+        return self._read_total.get(provider, 0) + self._since_read.get(provider, 0)
+
+    async def read_totals(self) -> None:
+        """Read today's totals of every provider (startup; then after each write)."""
+        async with self._lock:
+            await self._read_totals_locked({})
+
+    async def _read_totals_locked(self, counted: dict[str, int]) -> None:
+        async with self._engine.connect() as conn:
+            totals = {p: await tokens_today(conn, p) for p in ("embedding", "judge")}
+        self._read_total = totals
+        for provider, tokens in counted.items():
+            self._since_read[provider] = self._since_read.get(provider, 0) - tokens
+
+    def record(self, stage: str, usage: CallUsage) -> None:
+        key = (usage.provider, usage.model, stage)
+        totals = self._pending.get(key)
+        if totals is None:
+            totals = self._pending[key] = _Totals()
+        totals.calls += 1
+        totals.prompt += usage.prompt_tokens
+        totals.completion += usage.completion_tokens
+        totals.embedding += usage.embedding_tokens
+        if usage.estimated:
+            totals.estimated += usage.total
+        if self._watch_totals:
+            self._since_read[usage.provider] = self._since_read.get(usage.provider, 0) + usage.total
+        for kind, count in (
+            ("prompt", usage.prompt_tokens),
+            ("completion", usage.completion_tokens),
+            ("embedding", usage.embedding_tokens),
+        ):
+            if count:
+                self._tokens.labels(usage.provider, usage.model, stage, kind).inc(count)
+
+    def start(self) -> None:
+        if self._task is None:
+            self._task = asyncio.create_task(self._run(), name="usage-ledger")
+
+    async def _run(self) -> None:
+        while True:
+            await asyncio.sleep(self._flush_seconds)
+            await self.flush()
+
+    async def flush(self) -> None:
+        """Write the totals collected since the last write (nothing when there are none)."""
+        async with self._lock:
+            pending, self._pending = self._pending, {}
+            counted = dict(self._since_read)
+            if not pending:
+                if self._watch_totals:
+                    await self._read_totals_quietly(counted)
+                return
+            deltas = [self._delta(key, totals) for key, totals in pending.items()]
+            try:
+                async with self._engine.begin() as conn:
+                    await add_usage(conn, deltas)
+            except Exception as exc:  # the next write tries again with the same totals
+                for key, totals in pending.items():
+                    self._pending.setdefault(key, _Totals()).add(totals)
+                if not self._failing:
+                    logger.warning(
+                        "usage ledger write failed, kept for the next: %s", type(exc).__name__
+                    )
+                self._failing = True
+                return
+            self._failing = False
+            if self._watch_totals:
+                await self._read_totals_quietly(counted)
+
+    async def _read_totals_quietly(self, counted: dict[str, int]) -> None:
+        try:
+            await self._read_totals_locked(counted)
+        except Exception as exc:  # the last totals stand until the next read
+            logger.warning("usage ledger read failed: %s", type(exc).__name__)
+
+    def _delta(self, key: tuple[str, str, str], totals: _Totals) -> UsageDelta:
+        provider, model, stage = key
+        price = self._prices.get(model)
+        cost = None
+        if price is not None:
+            micro = (
+                Decimal(totals.prompt) * Decimal(str(price.prompt))
+                + Decimal(totals.completion) * Decimal(str(price.completion))
+                + Decimal(totals.embedding) * Decimal(str(price.embedding))
+            )
+            cost = micro / _MILLION
+        return UsageDelta(
+            provider, model, stage, totals.calls, totals.prompt, totals.completion,
+            totals.embedding, totals.estimated, cost,
+        )  # fmt: skip
+
+    async def aclose(self) -> None:
+        """Stop the periodic writes and write what is left (shutdown)."""
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+        await self.flush()

@@ -1,0 +1,83 @@
+"""The statuses and example bodies each client-API route documents, for its OpenAPI document
+(``docs/openapi/core-client.json``, ``make openapi``). The statuses are those
+docs/core-service.md lists; ``main.py`` maps the errors to them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def _error(description: str, detail: str) -> dict[str, Any]:
+    return {
+        "description": description,
+        "content": {"application/json": {"example": {"detail": detail}}},
+    }
+
+
+UNAUTHENTICATED = {
+    401: _error("Missing, malformed or expired token, or withdrawn member", "unauthenticated")
+}
+TOO_LARGE = {413: _error("Request body over MAX_REQUEST_BYTES", "request body too large")}
+INVALID = {
+    422: _error("Validation error; nothing was written and the body is not echoed", "invalid body")
+}
+NOT_FOUND = {404: _error("No such record or context of this member", "record not found")}
+CONFLICT = {409: _error("Already deleted, or the record's last active context", "conflict")}
+UNAVAILABLE = {
+    503: {
+        **_error("Database (or, for search, the worker) unavailable; retry later", "unavailable"),
+        "headers": {"Retry-After": {"schema": {"type": "string"}, "example": "5"}},
+    }
+}
+UPSTREAM = {502: _error("The worker refused the search", "search failed")}
+
+# Every route: the token is checked first; bodies are bounded; the database may be away.
+COMMON = {**UNAUTHENTICATED, **TOO_LARGE, **INVALID, **UNAVAILABLE}
+
+
+def ok(status: int, description: str, example: Any) -> dict[int, dict[str, Any]]:
+    """A success status with an example body."""
+    return {
+        status: {
+            "description": description,
+            "content": {"application/json": {"example": example}},
+        }
+    }
+
+
+RECORD_EXAMPLE = {
+    "recordId": 65,
+    "place": {"externalPlaceId": "my-place", "name": "동네 카페"},
+    "contexts": [
+        {
+            "contextId": 67,
+            "body": "창가 자리가 조용해서 노트북 작업하기 좋음",
+            "createdAt": "2026-12-01T10:00:00+00:00",
+        }
+    ],
+    "keywords": [{"code": "STUDY_WORK", "displayName": "공부/작업", "category": "ACTIVITY"}],
+}
+LIST_EXAMPLE = {
+    "records": [
+        {
+            "recordId": 65,
+            "place": {"externalPlaceId": "my-place", "name": "동네 카페"},
+            "contextCount": 1,
+            "keywords": [
+                {"code": "STUDY_WORK", "displayName": "공부/작업", "category": "ACTIVITY"}
+            ],
+            "createdAt": "2026-12-01T10:00:00+00:00",
+            "ai": {
+                "state": "completed",
+                "pending": 0,
+                "processing": 0,
+                "completed": 1,
+                "failed": 0,
+            },
+        }
+    ],
+    "nextCursor": "MjAyNi0xMi0wMVQxMDowMDowMCswMDowMC82NQ",
+}
+SEARCH_EXAMPLE = {
+    "results": [{"recordId": 65, "contextId": 67, "similarity": 0.56, "keywordMatched": True}]
+}

@@ -1,0 +1,114 @@
+"""A member's own active records, one page at a time, newest first (keyset pagination).
+
+The key is ``(created_at, id)``: neither ever changes, so a traversal lists each record that
+exists throughout it exactly once, whatever is created, edited or deleted meanwhile (records
+created during the traversal, being newer than the first page, may be missed). One statement
+per page whatever its size: the page's records with their place, live-context count, the
+owner's keyword view (``record_view.VISIBLE_KEYWORDS``) and AI-state counts.
+
+The AI state of one live context (the shape of the record read's per-context ``ai``):
+``failed`` if any stage is ``FAILED``, ``completed`` if both are ``COMPLETED``, ``processing``
+if any is ``PROCESSING``, else ``pending`` (also when the state row is not there yet).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from core_service.repository.record_view import VISIBLE_KEYWORDS, KeywordView, decode_json_list
+
+AI_STATES = ("pending", "processing", "completed", "failed")
+
+# One page of the member's active records strictly after the key (:after_created_at,
+# :after_id) in newest-first order (no key: from the newest), with per-record aggregates.
+LIST_MEMBER_RECORDS = text(
+    """
+    WITH page AS (
+        SELECT r.id, r.member_id, r.place_id, r.place_name, r.created_at
+        FROM core.record AS r
+        WHERE r.member_id = :viewer_id AND r.deleted_at IS NULL
+          AND (CAST(:after_created_at AS timestamptz) IS NULL
+               OR (r.created_at, r.id)
+                  < (CAST(:after_created_at AS timestamptz), CAST(:after_id AS bigint)))
+        ORDER BY r.created_at DESC, r.id DESC
+        LIMIT :limit
+    )
+    SELECT r.id AS record_id, r.created_at, p.external_place_id,
+           coalesce(r.place_name, p.name) AS place_name,
+           ai.context_count, ai.pending, ai.processing, ai.completed, ai.failed,"""  # noqa: S608 (constant fragments)
+    + VISIBLE_KEYWORDS
+    + """
+    FROM page AS r
+    JOIN core.place AS p ON p.id = r.place_id
+    CROSS JOIN LATERAL (
+        SELECT count(*) AS context_count,
+               count(*) FILTER (WHERE x.state = 'pending') AS pending,
+               count(*) FILTER (WHERE x.state = 'processing') AS processing,
+               count(*) FILTER (WHERE x.state = 'completed') AS completed,
+               count(*) FILTER (WHERE x.state = 'failed') AS failed
+        FROM (
+            SELECT CASE
+                       WHEN 'FAILED' IN (s.embedding_status, s.keyword_status) THEN 'failed'
+                       WHEN s.embedding_status = 'COMPLETED'
+                            AND s.keyword_status = 'COMPLETED' THEN 'completed'
+                       WHEN 'PROCESSING' IN (s.embedding_status, s.keyword_status)
+                            THEN 'processing'
+                       ELSE 'pending'
+                   END AS state
+            FROM core.context AS c
+            LEFT JOIN ai.context_ai_state AS s ON s.context_id = c.id
+            WHERE c.record_id = r.id AND c.deleted_at IS NULL
+        ) AS x
+    ) AS ai
+    ORDER BY r.created_at DESC, r.id DESC
+    """
+)
+
+
+@dataclass(frozen=True, slots=True)
+class RecordSummary:
+    """One list item: ``ai_counts`` maps each of ``AI_STATES`` to its number of live contexts."""
+
+    record_id: int
+    created_at: datetime
+    external_place_id: str
+    place_name: str
+    context_count: int
+    keywords: tuple[KeywordView, ...]
+    ai_counts: dict[str, int]
+
+
+async def list_page(
+    conn: AsyncConnection,
+    *,
+    member_id: int,
+    after: tuple[datetime, int] | None,
+    limit: int,
+) -> list[RecordSummary]:
+    """Up to ``limit`` of the member's active records after the key ``after``, newest first."""
+    after_created_at, after_id = after if after is not None else (None, None)
+    params = {
+        "viewer_id": member_id,
+        "after_created_at": after_created_at,
+        "after_id": after_id,
+        "limit": limit,
+    }
+    return [
+        RecordSummary(
+            record_id=row.record_id,
+            created_at=row.created_at,
+            external_place_id=row.external_place_id,
+            place_name=row.place_name,
+            context_count=row.context_count,
+            keywords=tuple(
+                KeywordView(item["code"], item["displayName"], item["category"])
+                for item in decode_json_list(row.keywords)
+            ),
+            ai_counts={state: getattr(row, state) for state in AI_STATES},
+        )
+        for row in await conn.execute(LIST_MEMBER_RECORDS, params)
+    ]

@@ -1,0 +1,145 @@
+"""One overall deadline per HTTP request, the same on both services (§6).
+
+The database's command deadline, the pool and connect timeouts and the provider's timeout each
+bound one wait; this bounds the whole request, whatever it waits on. A request still running
+at its deadline is cancelled and answers 503 with ``Retry-After`` (logged, and counted by the
+``on_expiry`` callback), unless:
+
+- its response has started (the status is on the wire; the rest follows or the connection
+  ends), or
+- it has begun to commit (``committing()``, entered by the database helpers right before
+  ``COMMIT``): a create that committed must answer, or the client's retry would create a
+  second context. The commit itself is bounded by the command deadline; a commit whose outcome
+  is unknown answers 503 through the service's own error table.
+
+Pure ASGI: the app runs in a task of its own so that the deadline can answer while the task
+winds down; a cancelled task gets ``CANCEL_GRACE_SECONDS`` to finish its cleanup before the
+answer, and then goes on without it (its own deadlines end it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+from collections.abc import Callable, Iterator
+from contextvars import ContextVar
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+logger = logging.getLogger(__name__)
+
+CANCEL_GRACE_SECONDS = 0.5
+EXPIRED_BODY = json.dumps({"detail": "request deadline exceeded"}).encode()
+
+
+class _RequestState:
+    __slots__ = ("committing", "on_commit_unknown")
+
+    def __init__(self, on_commit_unknown: Callable[[], None] | None) -> None:
+        self.committing = False
+        self.on_commit_unknown = on_commit_unknown
+
+
+_current: ContextVar[_RequestState | None] = ContextVar("pinlog_request_deadline", default=None)
+
+
+@contextlib.contextmanager
+def committing() -> Iterator[None]:
+    """Mark the current request as committing: from here on its deadline no longer fires
+    (module docstring). A no-op outside a request (CLI, rescan loop, worker stages)."""
+    state = _current.get()
+    if state is not None:
+        state.committing = True
+    yield
+
+
+def commit_outcome_unknown() -> None:
+    """Count a commit whose outcome is unknown (the connection failed or hit its deadline
+    during ``COMMIT``) on the current request's app; a no-op outside a request."""
+    state = _current.get()
+    if state is not None and state.on_commit_unknown is not None:
+        state.on_commit_unknown()
+
+
+class RequestDeadlineMiddleware:
+    """Answers 503 when an HTTP request runs longer than ``seconds`` (module docstring).
+    ``retry_after`` is the ``Retry-After`` value; ``on_expiry`` is called once per expired
+    request, ``on_commit_unknown`` once per commit of a request whose outcome is unknown
+    (metrics)."""
+
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        seconds: float,
+        retry_after: str = "5",
+        on_expiry: Callable[[], None] | None = None,
+        on_commit_unknown: Callable[[], None] | None = None,
+    ) -> None:
+        self._app = app
+        self._seconds = seconds
+        self._retry_after = retry_after.encode()
+        self._on_expiry = on_expiry
+        self._on_commit_unknown = on_commit_unknown
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self._app(scope, receive, send)
+            return
+        state = _RequestState(self._on_commit_unknown)
+        started = False
+        answered = False
+
+        async def send_unless_answered(message: Message) -> None:
+            nonlocal started
+            if answered:
+                return  # the deadline has answered for this request
+            if message["type"] == "http.response.start":
+                started = True
+            await send(message)
+
+        token = _current.set(state)
+        try:
+            task = asyncio.ensure_future(self._app(scope, receive, send_unless_answered))
+            task.add_done_callback(_consume)
+        finally:
+            _current.reset(token)
+        try:
+            done, _ = await asyncio.wait({task}, timeout=self._seconds)
+            if done or started or state.committing:
+                await task
+                return
+            answered = True
+            task.cancel()
+            await asyncio.wait({task}, timeout=CANCEL_GRACE_SECONDS)
+        except BaseException:
+            task.cancel()
+            raise
+        logger.warning(
+            "request deadline exceeded: %s %s after %.1f s",
+            scope.get("method", ""),
+            scope.get("path", ""),
+            self._seconds,
+        )
+        if self._on_expiry is not None:
+            self._on_expiry()
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 503,
+                "headers": [
+                    (b"content-type", b"application/json"),
+                    (b"content-length", str(len(EXPIRED_BODY)).encode()),
+                    (b"retry-after", self._retry_after),
+                ],
+            }
+        )
+        await send({"type": "http.response.body", "body": EXPIRED_BODY})
+
+
+def _consume(task: asyncio.Future) -> None:
+    """Retrieve the outcome of a task the deadline gave up on (no 'never retrieved' noise)."""
+    if not task.cancelled():
+        task.exception()

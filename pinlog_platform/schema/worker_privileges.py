@@ -1,0 +1,50 @@
+"""The one declared list of what the worker's role ``pinlog_ai_worker`` may do (issue 18 item 9).
+
+Table-level privileges by table of schema ``ai``, and the columns it may ``UPDATE`` where it has
+no table-level ``UPDATE``: it can change neither the owner columns of a state row (``user_id``,
+``record_id``) nor what §0 reserves for the core (``retry_count``, ``rescanned_at``,
+``text_sha256_from_core``, ``context_embedding.is_deleted``). ``0004_worker_role.sql`` and
+``0022_worker_column_grants.sql`` grant exactly this; ``tests/platform/test_worker_privileges.py``
+compares the database with it. A later migration that adds a worker-written column grants its
+``UPDATE`` there and adds it here. No schema ``core`` privilege at all (§0).
+"""
+
+from __future__ import annotations
+
+WORKER_ROLE = "pinlog_ai_worker"
+
+TABLE_PRIVILEGES: dict[str, frozenset[str]] = {
+    "keyword_preset": frozenset({"SELECT", "INSERT", "UPDATE"}),
+    "context_ai_state": frozenset({"SELECT"}),
+    "context_embedding": frozenset({"SELECT", "INSERT"}),
+    "context_keyword": frozenset({"SELECT", "INSERT", "DELETE"}),
+    "context_keyword_analysis": frozenset({"SELECT", "INSERT", "UPDATE"}),
+    "context_text_fingerprint": frozenset({"SELECT", "INSERT", "UPDATE"}),
+    # The migration ledger, read by the worker's startup check (0019).
+    "stub_migration": frozenset({"SELECT"}),
+    # The provider usage ledger the worker keeps (0030).
+    "provider_usage_daily": frozenset({"SELECT", "INSERT", "UPDATE"}),
+}
+
+COLUMN_UPDATES: dict[str, frozenset[str]] = {
+    # §2 transitions, the attempt counters (0008), the first request's facts (0009) and the
+    # reason of a FAILED stage (0010).
+    "context_ai_state": frozenset(
+        {
+            "embedding_status",
+            "keyword_status",
+            "updated_at",
+            "embedding_attempt",
+            "keyword_attempt",
+            "text_sha256",
+            "seen_user_id",
+            "seen_record_id",
+            "embedding_failure",
+            "keyword_failure",
+        }
+    ),
+    # The UPSERT of a vector (never is_deleted, §0).
+    "context_embedding": frozenset(
+        {"user_id", "record_id", "embedding", "embedding_profile", "updated_at"}
+    ),
+}

@@ -1,0 +1,123 @@
+"""A TCP proxy in front of the test PostgreSQL that passes, freezes or cuts traffic.
+
+A real asyncio server on a loopback port; each client connection gets its own connection to
+the database (its Unix socket or TCP address). ``freeze()`` stops forwarding in both
+directions while every socket stays open (a silent peer: half-open TCP after a failover, a
+partition, a NAT that dropped its state); ``thaw()`` delivers what was held. ``cut()`` closes
+every connection and refuses new ones until ``thaw()``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from urllib.parse import parse_qs
+
+from sqlalchemy.engine import make_url
+
+
+class FaultProxy:
+    def __init__(self, database_url: str) -> None:
+        url = make_url(database_url)
+        socket_dir = parse_qs(url.render_as_string(False).partition("?")[2]).get("host", [None])[0]
+        self._unix_path = None
+        if socket_dir and socket_dir.startswith("/"):
+            self._unix_path = f"{socket_dir}/.s.PGSQL.{url.port or 5432}"
+        self._target = (url.host or "127.0.0.1", url.port or 5432)
+        self._url = url
+        self._flowing = asyncio.Event()
+        self._flowing.set()
+        self._refusing = False
+        self._writers: set[asyncio.StreamWriter] = set()
+        self._server: asyncio.base_events.Server | None = None
+        self.port = 0
+
+    @property
+    def url(self) -> str:
+        """The database URL through this proxy (TCP on loopback)."""
+        return self._url.set(host="127.0.0.1", port=self.port, query={}).render_as_string(False)
+
+    async def start(self) -> None:
+        self._server = await asyncio.start_server(self._handle, "127.0.0.1", 0)
+        self.port = self._server.sockets[0].getsockname()[1]
+
+    async def close(self) -> None:
+        self._flowing.set()
+        self._close_all()
+        if self._server is not None:
+            self._server.close()
+
+    def freeze(self) -> None:
+        self._flowing.clear()
+
+    def thaw(self) -> None:
+        self._refusing = False
+        self._flowing.set()
+
+    def cut(self) -> None:
+        self._refusing = True
+        self._close_all()
+
+    def _close_all(self) -> None:
+        for writer in list(self._writers):
+            writer.transport.abort()
+        self._writers.clear()
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if self._refusing:
+            writer.transport.abort()
+            return
+        try:
+            if self._unix_path:
+                up_reader, up_writer = await asyncio.open_unix_connection(self._unix_path)
+            else:
+                up_reader, up_writer = await asyncio.open_connection(*self._target)
+        except OSError:
+            writer.transport.abort()
+            return
+        self._writers.update((writer, up_writer))
+        await asyncio.gather(
+            self._pipe(reader, up_writer), self._pipe(up_reader, writer), return_exceptions=True
+        )
+        for w in (writer, up_writer):
+            self._writers.discard(w)
+            w.transport.abort()
+
+    async def _pipe(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        with contextlib.suppress(OSError, asyncio.IncompleteReadError):
+            while data := await reader.read(65536):
+                await self._flowing.wait()
+                writer.write(data)
+                await writer.drain()
+        writer.transport.abort()
+
+
+@asynccontextmanager
+async def fault_proxy(database_url: str) -> AsyncIterator[FaultProxy]:
+    proxy = FaultProxy(database_url)
+    await proxy.start()
+    try:
+        yield proxy
+    finally:
+        await proxy.close()
+
+
+async def set_read_only(engine, *, read_only: bool) -> None:
+    """Make the test database refuse writes in every new session (``default_transaction_
+    read_only``, as a standby after a failover does), or accept them again. The change itself
+    runs in a session made writable first: it may have been opened while read-only."""
+    from sqlalchemy import text
+
+    database = engine.url.database
+    change = (
+        f'ALTER DATABASE "{database}" SET default_transaction_read_only = on'
+        if read_only
+        else f'ALTER DATABASE "{database}" RESET default_transaction_read_only'
+    )
+    async with engine.connect() as conn:
+        conn = await conn.execution_options(isolation_level="AUTOCOMMIT")
+        await conn.execute(text("SET default_transaction_read_only = off"))
+        await conn.execute(text(change))
+        await conn.execute(text("RESET default_transaction_read_only"))

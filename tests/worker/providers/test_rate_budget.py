@@ -1,0 +1,160 @@
+"""Rate budgets (H8 item 2) against the fake provider over real HTTP: the sliding-window
+budget, rate-limit headers, the 429 cooldown of one provider only, and embedding batches split
+by tokens. Windows are shortened (a fraction of a second), never waited out in minutes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+from app.metrics import WorkerMetrics
+from app.providers.base import JudgeCandidate
+from app.providers.embedding_batcher import BatchingEmbedder
+from app.providers.openai_compatible import OpenAIEmbedder, OpenAIJudge
+from app.providers.rate_budget import RateBudget, parse_duration, per_process
+from tests.fake_openai import Scripted
+
+CANDIDATE = JudgeCandidate(1, "Coffee", "food", "coffee", ("latte",), 0.5)
+
+
+def _most_in_any_window(arrivals: list[float], window: float) -> int:
+    return max(
+        sum(1 for other in arrivals if start <= other < start + window) for start in arrivals
+    )
+
+
+def _embedder(fake) -> OpenAIEmbedder:
+    return OpenAIEmbedder(
+        base_url=fake.base_url, api_key="k", model="text-embedding-3-small",
+        dimension=1536, timeout_seconds=10, max_retries=0,
+    )  # fmt: skip
+
+
+def _judge(fake) -> OpenAIJudge:
+    return OpenAIJudge(
+        base_url=fake.base_url, api_key="k", model="fake-chat", profile="openai:fake-chat",
+        timeout_seconds=10, max_retries=0, metrics=WorkerMetrics(),
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("value", "seconds"),
+    [("6m0s", 360.0), ("20ms", 0.02), ("1s", 1.0), ("0.5s", 0.5), ("1h2m3.5s", 3723.5),
+     ("2", 2.0), ("soon", None), ("", None), (None, None), ("5x", None)],
+)  # fmt: skip
+def test_reset_durations_are_read_as_openai_writes_them(value, seconds) -> None:
+    assert parse_duration(value) == seconds
+
+
+def test_each_replica_takes_its_share() -> None:
+    assert (per_process(60, 3), per_process(0, 3), per_process(2, 4)) == (20, 0, 1)
+
+
+async def test_at_most_n_requests_in_any_window_while_every_call_completes(fake_openai):
+    embedder = _embedder(fake_openai)
+    embedder.use_budget(RateBudget("embedding", requests=5, tokens=0, window_seconds=0.4))
+    try:
+        await asyncio.gather(*(embedder.embed([f"note {i}"]) for i in range(13)))
+    finally:
+        await embedder.aclose()
+
+    arrivals = fake_openai.embedding_arrivals
+    assert len(arrivals) == 13
+    # A little slack for the arrival stamp (taken on the server) versus the grant.
+    assert _most_in_any_window(arrivals, 0.38) <= 5
+    assert arrivals[-1] - arrivals[0] >= 0.8  # 13 requests need three windows
+
+
+async def test_the_token_budget_is_corrected_by_the_answers_usage(fake_openai):
+    """120 bytes are estimated as 40 tokens; the fake's usage says 30. With 70 tokens per
+    window two calls fit at once only because the first was corrected to 30 (40 + 40 > 70);
+    the third waits for the window."""
+    embedder = _embedder(fake_openai)
+    embedder.use_budget(RateBudget("embedding", requests=0, tokens=70, window_seconds=1.5))
+    took = []
+    try:
+        for _ in range(3):
+            started = time.monotonic()
+            await embedder.embed(["a" * 120])
+            took.append(time.monotonic() - started)
+    finally:
+        await embedder.aclose()
+    assert took[0] < 0.5 and took[1] < 0.5
+    assert took[2] >= 1.0
+
+
+async def test_remaining_zero_headers_pause_until_the_reset(fake_openai):
+    embedder = _embedder(fake_openai)
+    embedder.use_budget(RateBudget("embedding", requests=0, tokens=0))
+    fake_openai.script_embeddings(
+        Scripted(
+            headers={"x-ratelimit-remaining-requests": "0", "x-ratelimit-reset-requests": "400ms"}
+        )
+    )
+    try:
+        await embedder.embed(["first"])
+        started = time.monotonic()
+        await embedder.embed(["second"])
+        waited = time.monotonic() - started
+    finally:
+        await embedder.aclose()
+    assert waited >= 0.35
+
+
+async def test_a_429_cools_down_that_provider_only(fake_openai):
+    embedder, judge = _embedder(fake_openai), _judge(fake_openai)
+    embedding_budget = RateBudget("embedding", requests=0, tokens=0)
+    judge_budget = RateBudget("judge", requests=0, tokens=0)
+    embedder.use_budget(embedding_budget)
+    judge.use_budget(judge_budget)
+    fake_openai.script_embeddings(Scripted(status=429, headers={"retry-after": "3"}))
+    try:
+        with pytest.raises(Exception, match="upstream 429"):
+            await embedder.embed(["note"])
+        assert 2 < embedding_budget.cooldown_seconds() <= 3
+        started = time.monotonic()
+        for _ in range(3):
+            await judge.judge("note", [CANDIDATE])
+        judged_in = time.monotonic() - started
+        assert judge_budget.cooldown_seconds() == 0
+        delayed = asyncio.create_task(embedder.embed(["after"]))
+        await asyncio.sleep(0.5)
+        assert not delayed.done(), "the embedding provider is still cooling down"
+        await delayed
+    finally:
+        await embedder.aclose()
+        await judge.aclose()
+    assert judged_in < 1.0
+
+
+async def test_a_quota_429_is_no_rate_limit_and_starts_no_cooldown(fake_openai):
+    embedder = _embedder(fake_openai)
+    budget = RateBudget("embedding", requests=0, tokens=0)
+    embedder.use_budget(budget)
+    fake_openai.script_embeddings(
+        Scripted(status=429, json={"error": {"message": "q", "type": "insufficient_quota",
+                                             "code": "insufficient_quota", "param": None}})
+    )  # fmt: skip
+    try:
+        with pytest.raises(Exception, match="quota"):
+            await embedder.embed(["note"])
+    finally:
+        await embedder.aclose()
+    assert budget.cooldown_seconds() == 0
+
+
+async def test_embedding_batches_are_split_by_tokens_as_well_as_by_count(fake_openai):
+    embedder = _embedder(fake_openai)
+    # Each text is 30 bytes: estimated 10 tokens; 25 tokens per batch: two texts at most.
+    batcher = BatchingEmbedder(embedder, max_batch=16, max_wait_seconds=0.05, max_batch_tokens=25)
+    try:
+        await asyncio.gather(*(batcher.embed([f"{i:02d}" + "x" * 28]) for i in range(7)))
+    finally:
+        await batcher.aclose()
+        await embedder.aclose()
+    sizes = [len(request["input"]) for request in fake_openai.embedding_requests]
+    assert sum(sizes) == 7
+    assert max(sizes) == 2

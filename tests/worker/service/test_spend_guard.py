@@ -1,0 +1,100 @@
+"""The spend guard (H8 item 3): a daily token cap closes that provider's gate until the next
+UTC day; process requests are refused at accept time with 503 and ``Retry-After``, nothing is
+``FAILED``, ``/readyz`` and the metrics show it, and a raised cap releases the work.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from sqlalchemy import text
+
+from tests.worker.harness import SECRET
+from tests.worker.support import fetch_state, make_state
+
+HEADERS = {"X-Internal-Secret": SECRET}
+NOTE = "노트북 들고 공부하기 좋은 조용한 카페. 콘센트 많음."
+DAY = 86_400
+
+
+def _body(context_id: int) -> dict[str, object]:
+    return {"contextId": context_id, "userId": 7, "recordId": context_id, "text": NOTE}
+
+
+async def _post(worker, context_id: int):
+    return await worker.client.post(
+        "/internal/v1/context/process", json=_body(context_id), headers=HEADERS
+    )
+
+
+async def _failed_stages(engine) -> int:
+    async with engine.connect() as conn:
+        return (
+            await conn.execute(
+                text(
+                    "SELECT count(*) FROM ai.context_ai_state "
+                    "WHERE embedding_status = 'FAILED' OR keyword_status = 'FAILED'"
+                )
+            )
+        ).scalar_one()
+
+
+async def test_a_reached_cap_refuses_work_without_failing_it_until_the_cap_is_raised(
+    engine, make_worker, fake_openai, caplog
+):
+    for context_id in (1, 2):
+        await make_state(engine, context_id=context_id)
+    caplog.set_level(logging.ERROR, logger="app.service.spend_guard")
+
+    async with make_worker(judge_daily_token_cap=10) as worker:
+        assert (await _post(worker, 1)).status_code == 202  # 0 of 10 spent: it runs
+        await worker.drain()
+        assert await fetch_state(engine, 1) == ("COMPLETED", "COMPLETED")
+
+        refused = await _post(worker, 2)
+        ready = (await worker.client.get("/readyz")).json()
+        capped = await worker.metric("pinlog_provider_spend_capped", provider="judge")
+        embedding_capped = await worker.metric("pinlog_provider_spend_capped", provider="embedding")
+
+    assert refused.status_code == 503
+    assert refused.json() == {"detail": "judge provider unavailable"}
+    assert 1 <= int(refused.headers["Retry-After"]) <= DAY
+    assert ready["providers"]["judge"]["available"] is False
+    assert ready["providers"]["judge"]["reason"] == "daily_token_cap"
+    assert ready["providers"]["embedding"]["available"] is True, "the other provider is open"
+    assert (capped, embedding_capped) == (1, 0)
+    errors = [r for r in caplog.records if r.levelno == logging.ERROR]
+    assert len(errors) == 1 and "judge provider daily token cap reached" in errors[0].message
+    assert await fetch_state(engine, 2) == ("PENDING", "PENDING")
+    assert await _failed_stages(engine) == 0
+
+    # A restart with the same cap: today's tokens are read from the ledger at startup.
+    async with make_worker(judge_daily_token_cap=10) as worker:
+        assert (await _post(worker, 2)).status_code == 503
+    # The operator raises the cap: the refused work runs.
+    async with make_worker(judge_daily_token_cap=1_000_000) as worker:
+        assert (await _post(worker, 2)).status_code == 202
+        await worker.drain()
+    assert await fetch_state(engine, 2) == ("COMPLETED", "COMPLETED")
+    assert await _failed_stages(engine) == 0
+
+
+async def test_an_embedding_cap_leaves_running_stages_processing_never_failed(
+    engine, make_worker, fake_openai
+):
+    for context_id in (1, 2):
+        await make_state(engine, context_id=context_id)
+    async with make_worker(
+        embedding_daily_token_cap=1, refuse_while_provider_unavailable=False
+    ) as worker:
+        assert (await _post(worker, 1)).status_code == 202
+        await worker.drain()
+        # Accepted (refusals off), but the capped gate makes no call: transient.
+        assert (await _post(worker, 2)).status_code == 202
+        await worker.drain()
+        calls = fake_openai.embedding_calls
+
+    assert calls == 1
+    assert await fetch_state(engine, 1) == ("COMPLETED", "COMPLETED")
+    assert (await fetch_state(engine, 2))[0] in ("PENDING", "PROCESSING")
+    assert await _failed_stages(engine) == 0

@@ -1,0 +1,156 @@
+"""Token and cost accounting (H8 item 1): the answer's ``usage`` (or the bytes ÷ 3 estimate
+when it has none) in ``pinlog_provider_tokens_total`` and in ``ai.provider_usage_daily``,
+written off the hot path, on shutdown, and as the worker's role may.
+
+The fake provider sends realistic ``usage`` (about four characters per token) and remembers
+what it sent, so the ledger is compared with the provider's own figures.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from decimal import Decimal
+
+import pytest
+from sqlalchemy import text
+from sqlalchemy.exc import DBAPIError
+
+from app.repository.usage_ledger import UsageDelta, add_usage
+from tests.worker.harness import PROFILE, SECRET
+from tests.worker.support import fetch_state, make_state
+
+NOTES = (
+    "노트북 들고 공부하기 좋은 조용한 카페. 콘센트 많음.",
+    "Brunch on the terrace with friends, the pancakes were great.",
+    "비 오는 날 혼자 가기 좋은 국밥집",
+)
+HEADERS = {"X-Internal-Secret": SECRET}
+
+
+async def _ledger(engine) -> dict[tuple[str, str], dict]:
+    async with engine.connect() as conn:
+        rows = (
+            await conn.execute(
+                text(
+                    "SELECT provider, model, stage, calls, prompt_tokens, completion_tokens, "
+                    "embedding_tokens, estimated_tokens, cost_usd, "
+                    "day = (now() AT TIME ZONE 'UTC')::date AS today "
+                    "FROM ai.provider_usage_daily"
+                )
+            )
+        ).mappings()
+        return {(row["provider"], row["stage"]): dict(row) for row in rows}
+
+
+async def _run(worker, engine, notes=NOTES) -> None:
+    for context_id, note in enumerate(notes, start=1):
+        await make_state(engine, context_id=context_id)
+        body = {"contextId": context_id, "userId": 7, "recordId": context_id, "text": note}
+        response = await worker.client.post(
+            "/internal/v1/context/process", json=body, headers=HEADERS
+        )
+        assert response.status_code == 202
+    await worker.drain()
+    for context_id in range(1, len(notes) + 1):
+        assert await fetch_state(engine, context_id) == ("COMPLETED", "COMPLETED")
+
+
+async def test_ledger_rows_equal_the_sum_of_usage_over_a_run(engine, make_worker, fake_openai):
+    async with make_worker() as worker:
+        await _run(worker, engine)
+        search = {"userId": 7, "query": "조용한 카페", "embeddingProfile": PROFILE}
+        assert (
+            await worker.client.post("/internal/v1/search", json=search, headers=HEADERS)
+        ).status_code == 200
+        sent = fake_openai.usage_sent
+        embedding_metric = await worker.metric(
+            "pinlog_provider_tokens_total", provider="embedding",
+            model="text-embedding-3-small", stage="embedding", kind="embedding",
+        )  # fmt: skip
+        completion_metric = await worker.metric(
+            "pinlog_provider_tokens_total", provider="judge", model="fake-chat",
+            stage="keyword", kind="completion",
+        )  # fmt: skip
+    # Shut down: the last totals were written by aclose.
+    ledger = await _ledger(engine)
+
+    stage_embeddings = [usage["prompt_tokens"] for usage in sent["embeddings"][: len(NOTES)]]
+    search_embeddings = sent["embeddings"][len(NOTES)]["prompt_tokens"]
+    judge_prompt = sum(usage["prompt_tokens"] for usage in sent["judge"])
+    judge_completion = sum(usage["completion_tokens"] for usage in sent["judge"])
+    assert set(ledger) == {
+        ("embedding", "embedding"),
+        ("embedding", "search"),
+        ("judge", "keyword"),
+    }
+    assert all(row["today"] and row["estimated_tokens"] == 0 for row in ledger.values())
+    embedded = ledger["embedding", "embedding"]
+    assert (embedded["calls"], embedded["embedding_tokens"]) == (3, sum(stage_embeddings))
+    assert embedded["prompt_tokens"] == embedded["completion_tokens"] == 0
+    assert ledger["embedding", "search"]["embedding_tokens"] == search_embeddings
+    judged = ledger["judge", "keyword"]
+    # A note with no candidate above the floor is judged without a call.
+    assert (judged["calls"], judged["prompt_tokens"], judged["completion_tokens"]) == (
+        len(sent["judge"]), judge_prompt, judge_completion,
+    )  # fmt: skip
+    assert embedding_metric == sum(stage_embeddings)
+    assert completion_metric == judge_completion
+    # text-embedding-3-small at USD 0.02 per million; fake-chat has no price: tokens only.
+    assert embedded["cost_usd"] == Decimal(sum(stage_embeddings)) * Decimal("0.02") / 1_000_000
+    assert judged["cost_usd"] is None
+    per_context = (sum(stage_embeddings) + judge_prompt + judge_completion) / len(NOTES)
+    print(f"\ntokens per context (ledger, fake provider): {per_context:.1f}")
+
+
+async def test_answers_without_usage_are_estimated_and_marked(engine, make_worker, fake_openai):
+    fake_openai.set_usage(False)
+    async with make_worker() as worker:
+        await _run(worker, engine, NOTES[:1])
+    ledger = await _ledger(engine)
+
+    (sent_text,) = fake_openai.embedding_requests[0]["input"]
+    embedded = ledger["embedding", "embedding"]
+    assert embedded["embedding_tokens"] == math.ceil(len(sent_text.encode()) / 3)
+    assert embedded["estimated_tokens"] == embedded["embedding_tokens"]
+    judged = ledger["judge", "keyword"]
+    assert judged["prompt_tokens"] > 0 and judged["completion_tokens"] > 0
+    assert judged["estimated_tokens"] == judged["prompt_tokens"] + judged["completion_tokens"]
+
+
+async def test_the_ledger_is_written_while_running_at_most_once_per_interval(
+    engine, make_worker, fake_openai
+):
+    async with make_worker(
+        usage_flush_seconds=0.2, provider_prices={"fake-chat": {"prompt": 1, "completion": 2}}
+    ) as worker:
+        await _run(worker, engine, NOTES[:1])
+        for _ in range(100):
+            ledger = await _ledger(engine)
+            if ("judge", "keyword") in ledger:
+                break
+            await asyncio.sleep(0.05)
+        else:
+            pytest.fail("the ledger was not written while the worker ran")
+        judged = ledger["judge", "keyword"]
+        expected = (judged["prompt_tokens"] * 1 + judged["completion_tokens"] * 2) / 1_000_000
+        assert float(judged["cost_usd"]) == pytest.approx(expected)
+        # Idle intervals write nothing.
+        before = (await _ledger(engine))["judge", "keyword"]
+        await asyncio.sleep(0.5)
+        assert (await _ledger(engine))["judge", "keyword"] == before
+
+
+async def test_the_worker_role_may_add_to_the_ledger_and_never_delete(engine) -> None:
+    delta = UsageDelta("judge", "gpt-4o-mini", "keyword", 2, 10, 5, 0, 0, Decimal("0.000003"))
+    async with engine.begin() as conn:
+        await conn.execute(text("SET LOCAL ROLE pinlog_ai_worker"))
+        await add_usage(conn, [delta])
+        await add_usage(conn, [delta])
+    ledger = await _ledger(engine)
+    row = ledger["judge", "keyword"]
+    assert (row["calls"], row["prompt_tokens"], row["cost_usd"]) == (4, 20, Decimal("0.000006"))
+    async with engine.begin() as conn:
+        await conn.execute(text("SET LOCAL ROLE pinlog_ai_worker"))
+        with pytest.raises(DBAPIError, match="permission denied"):
+            await conn.execute(text("DELETE FROM ai.provider_usage_daily"))
