@@ -92,10 +92,11 @@ async def test_pinlog_core_commands_as_the_worker_role_end_in_one_line(worker_ro
     _no_traceback(lines)
     assert code == exit_codes.DATABASE_NOT_READY, lines
     assert len(lines) == 1 and "lacks privileges on schema core" in lines[0], lines
-    # With nothing stale the pass reads ai.context_ai_state only, which the role may.
+    # The pass reads the core's pause state first (core.*): refused in one line, like token.
     code, lines = await _run("core_service.cli", ["rescan", "--once"], env)
     _no_traceback(lines)
-    assert code == 0 and lines[0].startswith("closed 0 blocked"), lines
+    assert code == exit_codes.DATABASE_NOT_READY, lines
+    assert len(lines) == 1 and "lacks privileges on schema core" in lines[0], lines
 
 
 async def test_serve_and_doctor_as_the_worker_role(worker_role_url, fake_openai_server):
