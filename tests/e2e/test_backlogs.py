@@ -126,8 +126,9 @@ async def _dispatches_sent(ops_base_url: str) -> float:
 
 async def test_a_worker_outage_of_four_retry_windows_fails_no_note(stack_factory, engine):
     """60 notes written while the worker is down for four retry windows (rescan period 1 s,
-    pending expiry 1 s): before issue 16 every one had spent its three retries and was
-    FAILED; now all complete once it is back, none with a retry spent."""
+    pending expiry 1 s): with §9's rule (a claim spends a retry) every one would have spent
+    its three retries and been FAILED; all complete once it is back, none with a retry spent
+    (docs/rescan.md "Budget")."""
     timings = {"rescan_period_seconds": 1, "pending_expiry_seconds": 1}
     async with stack_factory(core=timings) as stack:
         await stack.worker.stop()
@@ -160,10 +161,11 @@ async def test_a_worker_outage_of_four_retry_windows_fails_no_note(stack_factory
 async def test_a_provider_unavailable_for_four_retry_windows_fails_no_note(
     stack_factory, engine, fake_openai
 ):
-    """The worker up, its embedding provider out of quota (H2: after 3 faults the worker
-    refuses process requests with 503 + Retry-After, probing every second) for four retry
-    windows of the PROCESSING expiry (3 s): every note completes once the quota is back; the
-    notes the worker took before it began to refuse spent at most one retry, the rest none."""
+    """The worker up, its embedding provider out of quota (docs/failures.md: after 3 faults the
+    worker refuses process requests with 503 + Retry-After, probing every second) for four
+    retry windows of the PROCESSING expiry (3 s): every note completes once the quota is back;
+    the notes the worker took before it began to refuse spent at most one retry, the rest
+    none."""
     quota = Scripted(
         status=429,
         json=error_body(
