@@ -432,12 +432,22 @@ def _duration_seconds(value: str | None) -> float | None:
 
 @app.command("retry-failed")
 def retry_failed(
-    reason: str | None = typer.Option(None, "--reason", help="Only this failure reason"),
-    since: str | None = typer.Option(
-        None, "--since", help="Only failures this recent: 30m, 24h, 7d", callback=_duration_seconds
+    reason: str | None = typer.Option(
+        None, "--reason", metavar="CODE", help="Only this failure reason"
     ),
-    member: int | None = typer.Option(None, "--member", min=1, help="Only this member's"),
-    limit: int | None = typer.Option(None, "--limit", min=1, help="At most N contexts"),
+    since: str | None = typer.Option(
+        None,
+        "--since",
+        metavar="DURATION",
+        help="Only failures this recent: 30m, 24h, 7d",
+        callback=_duration_seconds,
+    ),
+    member: int | None = typer.Option(
+        None, "--member", min=1, metavar="ID", help="Only this member's"
+    ),
+    limit: int | None = typer.Option(
+        None, "--limit", min=1, metavar="N", help="At most N contexts"
+    ),
     dry_run: bool = typer.Option(False, "--dry-run", help="Only count; write nothing"),
 ) -> None:
     """Replace each live context with a FAILED stage by a new one with the same body (a

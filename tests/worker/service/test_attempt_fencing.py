@@ -114,8 +114,9 @@ async def test_superseded_attempt_cannot_fail_the_stage_its_successor_holds(
 async def test_rescan_claim_during_a_live_attempt_never_invalidates_it(
     engine, worker, fake_openai, hold
 ):
-    """The rescan writes retry_count and rescanned_at only (docs/rescan.md), never
-    updated_at or an attempt, so the attempt it re-requests for is still the live one."""
+    """The rescan's claim writes rescanned_at only (a retry is spent after an accepted
+    dispatch, docs/rescan.md "Budget"), never updated_at or an attempt, so the attempt it
+    re-requests for is still the live one."""
     await make_state(engine, context_id=1)
     held = hold()
     attempt_a = await start_held(worker, fake_openai.script_embeddings, held, 1, NOTE)
@@ -128,7 +129,7 @@ async def test_rescan_claim_during_a_live_attempt_never_invalidates_it(
             max_retry=3,
             batch_size=10,
         )
-    assert claimed == [(1, 1)]
+    assert claimed == [(1, 0)]  # nothing spent by the claim itself
 
     release(held)
     await attempt_a
