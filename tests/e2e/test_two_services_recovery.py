@@ -145,8 +145,12 @@ async def test_failed_dispatches_stay_pending_and_two_schedulers_recover_each_ex
 
 
 async def _unreachable(services: Services) -> float:
+    """After-commit dispatches the dead worker did not take: unreachable, or held unsent when
+    the workers' gate was already closed by an earlier refusal (docs/rescan.md "Backlog")."""
     url = services.core.ops_base_url
-    return await metric(url, DISPATCHES, origin="commit", result="unreachable")
+    sent = await metric(url, DISPATCHES, origin="commit", result="unreachable")
+    held = await metric(url, DISPATCHES, origin="commit", result="held")
+    return (sent or 0) + (held or 0)
 
 
 async def _reached(value, expected: float) -> bool:
