@@ -16,7 +16,8 @@ from typing import NoReturn, TypeVar
 
 import typer
 
-from pinlog_platform.cli import exit_codes, startup
+from app.settings import ENV_PREFIX
+from pinlog_platform.cli import exit_codes, serve_options, startup
 from pinlog_platform.cli.version import add_version_option
 
 T = TypeVar("T")
@@ -171,48 +172,12 @@ def presets_load(
 def serve(
     host: str = typer.Option("127.0.0.1", metavar="HOST", help="Interface to bind"),
     port: int = typer.Option(8000, metavar="PORT", help="TCP port"),
-    limit_concurrency: int | None = typer.Option(
-        None,
-        "--limit-concurrency",
-        min=1,
-        metavar="N",
-        help="Open connections and running requests at once; beyond, 503 at once "
-        "(default: PINLOG_LIMIT_CONCURRENCY, 900)",
-    ),
-    max_header_bytes: int | None = typer.Option(
-        None,
-        "--max-header-bytes",
-        min=1024,
-        metavar="BYTES",
-        help="Largest request head; larger answers 431 (default: PINLOG_MAX_HEADER_BYTES, 16384)",
-    ),
-    head_timeout: float | None = typer.Option(
-        None,
-        "--head-timeout",
-        min=0.1,
-        metavar="SECONDS",
-        help="Seconds a client has to send a request head; then 408 and closed "
-        "(default: PINLOG_HEAD_TIMEOUT, 10)",
-    ),
-    timeout_keep_alive: int | None = typer.Option(
-        None,
-        "--timeout-keep-alive",
-        min=1,
-        metavar="SECONDS",
-        help="Seconds an idle keep-alive connection stays open; keep it above every client's "
-        "idle expiry (a load balancer's idle timeout included) (default: "
-        "PINLOG_TIMEOUT_KEEP_ALIVE, 30)",
-    ),
-    proxy_headers: bool = typer.Option(
-        False,
-        "--proxy-headers/--no-proxy-headers",
-        help="Trust X-Forwarded-For/-Proto from --forwarded-allow-ips (behind a proxy)",
-    ),
-    forwarded_allow_ips: str | None = typer.Option(
-        None,
-        metavar="ADDRESSES",
-        help="Comma-separated proxy addresses trusted for proxy headers ('*' for any)",
-    ),
+    limit_concurrency: int | None = serve_options.limit_concurrency(ENV_PREFIX),
+    max_header_bytes: int | None = serve_options.max_header_bytes(ENV_PREFIX),
+    head_timeout: float | None = serve_options.head_timeout(ENV_PREFIX),
+    timeout_keep_alive: int | None = serve_options.timeout_keep_alive(ENV_PREFIX),
+    proxy_headers: bool = serve_options.proxy_headers(),
+    forwarded_allow_ips: str | None = serve_options.forwarded_allow_ips(),
     timeout_graceful_shutdown: int | None = typer.Option(
         None,
         min=0,
@@ -220,12 +185,7 @@ def serve(
         help="Seconds open HTTP connections get to finish on SIGTERM before the worker pool's "
         "own PINLOG_SHUTDOWN_GRACE_SECONDS starts (default: wait for them)",
     ),
-    access_log: bool = typer.Option(
-        False,
-        "--access-log/--no-access-log",
-        help="One INFO line per HTTP request (uvicorn.access); off by default: two requests "
-        "per context, and GET /metrics counts requests by route and status",
-    ),
+    access_log: bool = serve_options.access_log(),
 ) -> None:
     """Serve the worker in one process (settings from PINLOG_* environment variables).
 
@@ -260,10 +220,11 @@ def serve(
         port=port,
         log_config=None,
         **uvicorn_options(
-            limit_concurrency=limit_concurrency or settings.limit_concurrency,
-            max_header_bytes=max_header_bytes or settings.max_header_bytes,
-            head_timeout=head_timeout or settings.head_timeout,
-            timeout_keep_alive=timeout_keep_alive or settings.timeout_keep_alive,
+            settings,
+            limit_concurrency=limit_concurrency,
+            max_header_bytes=max_header_bytes,
+            head_timeout=head_timeout,
+            timeout_keep_alive=timeout_keep_alive,
         ),
         proxy_headers=proxy_headers,
         forwarded_allow_ips=forwarded_allow_ips,

@@ -64,7 +64,7 @@ class Worker:
     ``POST /internal/v1/context/process``; ``processor``: §3 for one request; ``readiness`` and
     ``search`` answer ``/readyz`` and ``POST /internal/v1/search`` on engines of their own;
     ``gates``: each provider's gate by name (``embedding``, ``judge``), the one place deciding
-    "provider unavailable" (H2); ``provider_refusals``: whether process requests are refused
+    "provider unavailable"; ``provider_refusals``: whether process requests are refused
     meanwhile.
     """
 
@@ -137,7 +137,7 @@ async def build_worker(settings: Settings, metrics: WorkerMetrics) -> AsyncItera
         await check_vector_columns(databases.engine, settings.vector_dimension)
         presets = PresetCache(databases.engine, settings.embedding_profile)
         await presets.reload()
-        # One gate per provider, probing with the unbatched providers (H2 item 3).
+        # One gate per provider, probing with the unbatched providers.
         gates = {
             "embedding": _gate(
                 "embedding",
@@ -270,32 +270,24 @@ async def _open_databases(stack: AsyncExitStack, settings: Settings) -> _Databas
         command_timeout_seconds=command_timeout,
     )
     stack.push_async_callback(stage_pool.close)
-    engine = create_engine(
-        settings.database_url,
-        pool_size=SUPPORT_CONNECTIONS,
-        transaction_pooling=settings.database_transaction_pooling,
-        command_timeout_seconds=command_timeout,
-    )
-    stack.push_async_callback(engine.dispose)
+
+    def open_engine(pool_size: int, **options: bool) -> AsyncEngine:
+        engine = create_engine(
+            settings.database_url,
+            pool_size=pool_size,
+            transaction_pooling=settings.database_transaction_pooling,
+            command_timeout_seconds=command_timeout,
+            **options,
+        )
+        stack.push_async_callback(engine.dispose)
+        return engine
+
+    engine = open_engine(SUPPORT_CONNECTIONS)
     # Readiness has its own connection: a busy or exhausted worker pool must not make /readyz
     # wait.
-    probe_engine = create_engine(
-        settings.database_url,
-        pool_size=1,
-        with_vector_codec=False,
-        transaction_pooling=settings.database_transaction_pooling,
-        pre_ping=True,
-        command_timeout_seconds=command_timeout,
-    )
-    stack.push_async_callback(probe_engine.dispose)
+    probe_engine = open_engine(1, with_vector_codec=False, pre_ping=True)
     # Search has its own small pool, so a burst of stage work never queues it (§7).
-    search_engine = create_engine(
-        settings.database_url,
-        pool_size=SEARCH_CONNECTIONS,
-        transaction_pooling=settings.database_transaction_pooling,
-        command_timeout_seconds=command_timeout,
-    )
-    stack.push_async_callback(search_engine.dispose)
+    search_engine = open_engine(SEARCH_CONNECTIONS)
     return _Databases(stage_pool, engine, probe_engine, search_engine)
 
 

@@ -1,5 +1,6 @@
-"""The worker's error classes (CONTRACT §6 with the H2 deviation); ``service/stage_failure.py``
-acts on them and ``failure_policy`` decides which one a provider answer is.
+"""The worker's error classes (CONTRACT §6 with its deviation, docs/contract.md);
+``service/stage_failure.py`` acts on them and ``failure_policy`` decides which one a provider
+answer is.
 
 Leaf module: imports nothing from the app but the shared reason codes. Messages are fixed short
 strings that name the layer; they never carry upstream bodies, user text, keys or endpoints
@@ -40,8 +41,8 @@ class StageDeadlineExceeded(TransientError):
 
 class ProviderUnavailableError(TransientError):
     """A provider-wide fault: the answer says something about the key, the account's quota,
-    the model, a request parameter, the endpoint or the protocol, not about the note (H2,
-    **Deviation** from §6: not permanent). Every note would get it, so it is no verdict on one:
+    the model, a request parameter, the endpoint or the protocol, not about the note
+    (**Deviation** from §6: not permanent). Every note would get it, so it is no verdict on one:
     the stage is left ``PROCESSING``, the provider's gate counts it, one ERROR line names the
     fields below. HTTP request paths map it to 503.
 

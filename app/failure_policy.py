@@ -1,5 +1,5 @@
-"""The one owner of the §6 retry and failure policy (with the H2 deviation); providers, the
-provider gates and the stages ask it.
+"""The one owner of the §6 retry and failure policy (with its deviation, docs/contract.md);
+providers, the provider gates and the stages ask it.
 
 Every provider answer falls in one class (docs/failures.md, "Provider answers"):
 

@@ -6,7 +6,7 @@ one process (tests, the demo) from sharing counts.
 
 Labels come from fixed sets only, never ids or text, so the number of series is fixed. The
 children counted on the hot path (a few per context) are bound once here: ``.labels()`` per
-event would validate and look up the labels under a lock every time (issue 9).
+event would validate and look up the labels under a lock every time.
 Leaf module: imports only the leaf modules ``states`` and ``errors``.
 """
 
@@ -166,7 +166,7 @@ class WorkerMetrics:
         )
         self.stage_failures = Counter(
             "pinlog_stage_failures_total",
-            "Stages this worker marked FAILED, by stage and failure reason code (H2)",
+            "Stages this worker marked FAILED, by stage and failure reason code",
             ["stage", "reason"],
             registry=self.registry,
         )
@@ -207,7 +207,7 @@ class WorkerMetrics:
         )
         self.circuit_open = Gauge(
             "pinlog_circuit_open",
-            "1 while a provider's gate is open (provider unavailable, probing), else 0 (§6, H2)",
+            "1 while a provider's gate is open (provider unavailable, probing), else 0 (§6)",
             ["provider"],
             registry=self.registry,
         )
@@ -229,14 +229,14 @@ class WorkerMetrics:
             "pinlog_provider_tokens_total",
             "Tokens of answered provider calls (from the answer's usage, or estimated as UTF-8 "
             "bytes / 3 when it has none), by provider kind, model, calling stage and kind "
-            "(prompt, completion, embedding) (H8)",
+            "(prompt, completion, embedding)",
             ["provider", "model", "stage", "kind"],
             registry=self.registry,
         )
         self.spend_capped = Gauge(
             "pinlog_provider_spend_capped",
             "1 while a provider's daily token cap is reached (unavailable until the next UTC "
-            "day), else 0 (H8)",
+            "day), else 0",
             ["provider"],
             registry=self.registry,
         )

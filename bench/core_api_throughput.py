@@ -86,7 +86,7 @@ async def run(requests: int, concurrency: int) -> None:
         "PINLOG_CORE_JWT_SECRET": JWT_SECRET,
         "PINLOG_CORE_EMBEDDING_PROFILE": "local-use-multilingual-v3-512-cosine-v1",
         "PINLOG_CORE_LOG_LEVEL": "WARNING",
-        # The benchmark measures the API, not the member quotas (issue 18 item 2).
+        # The benchmark measures the API, not the member quotas.
         "PINLOG_CORE_MEMBER_WRITES_PER_MINUTE": "0",
         "PINLOG_CORE_MEMBER_SEARCHES_PER_MINUTE": "0",
     }

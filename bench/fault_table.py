@@ -1,6 +1,7 @@
-"""Measures the infrastructure faults of issue H4 against a running core (real uvicorn, real
-PostgreSQL through a fault-injecting TCP proxy) and prints one line per fault: status, time to
-answer, recovery time. Runs on any revision with ``tests/fault_proxy.py`` copied in:
+"""Measures infrastructure faults (silent database, read-only server, slow clients) against a
+running core (real uvicorn, real PostgreSQL through a fault-injecting TCP proxy) and prints one
+line per fault: status, time to answer, recovery time. Runs on any revision with
+``tests/fault_proxy.py`` copied in:
 
     cp bench/fault_table.py tests/core/test_zz_faults.py
     .venv/bin/python -m pytest -q -s -p no:cacheprovider tests/core/test_zz_faults.py
@@ -101,13 +102,10 @@ async def test_fault_table(members, fake_worker, migrated_database, engine):
     try:
         from pinlog_platform.http.server import uvicorn_options
 
-        options = uvicorn_options(
-            limit_concurrency=settings.limit_concurrency,
-            max_header_bytes=settings.max_header_bytes,
-            head_timeout=settings.head_timeout,
-            timeout_keep_alive=settings.timeout_keep_alive,
-        )
-    except ImportError:  # before H4: uvicorn's defaults, keep-alive 30 s
+        options = uvicorn_options(settings)
+    except (
+        ImportError
+    ):  # a checkout without the serving limits: uvicorn's defaults, keep-alive 30 s
         options = {}
     app = create_app(settings, run_rescan_loop=False)
     async with serving(app, **options) as base_url, httpx.AsyncClient(base_url=base_url) as c:

@@ -7,7 +7,8 @@ from collections import Counter
 
 import typer
 
-from pinlog_platform.cli import exit_codes, startup
+from core_service.settings import ENV_PREFIX
+from pinlog_platform.cli import exit_codes, serve_options, startup
 from pinlog_platform.cli.version import add_version_option
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, rich_markup_mode=None)
@@ -130,55 +131,13 @@ def serve(
         metavar="HOST",
         help="Interface of the operations listener (default PINLOG_CORE_OPS_HOST, loopback)",
     ),
-    proxy_headers: bool = typer.Option(
-        False,
-        "--proxy-headers/--no-proxy-headers",
-        help="Trust X-Forwarded-For/-Proto from --forwarded-allow-ips (behind a proxy)",
-    ),
-    forwarded_allow_ips: str | None = typer.Option(
-        None,
-        metavar="ADDRESSES",
-        help="Comma-separated proxy addresses trusted for proxy headers ('*' for any)",
-    ),
-    limit_concurrency: int | None = typer.Option(
-        None,
-        "--limit-concurrency",
-        min=1,
-        metavar="N",
-        help="Open connections and running requests at once; beyond, 503 at once "
-        "(default: PINLOG_CORE_LIMIT_CONCURRENCY, 900)",
-    ),
-    max_header_bytes: int | None = typer.Option(
-        None,
-        "--max-header-bytes",
-        min=1024,
-        metavar="BYTES",
-        help="Largest request head; larger answers 431 "
-        "(default: PINLOG_CORE_MAX_HEADER_BYTES, 16384)",
-    ),
-    head_timeout: float | None = typer.Option(
-        None,
-        "--head-timeout",
-        min=0.1,
-        metavar="SECONDS",
-        help="Seconds a client has to send a request head; then 408 and closed "
-        "(default: PINLOG_CORE_HEAD_TIMEOUT, 10)",
-    ),
-    timeout_keep_alive: int | None = typer.Option(
-        None,
-        "--timeout-keep-alive",
-        min=1,
-        metavar="SECONDS",
-        help="Seconds an idle keep-alive connection stays open; keep it above every client's "
-        "idle expiry (a load balancer's idle timeout included) (default: "
-        "PINLOG_CORE_TIMEOUT_KEEP_ALIVE, 30)",
-    ),
-    access_log: bool = typer.Option(
-        False,
-        "--access-log/--no-access-log",
-        help="One INFO line per HTTP request (uvicorn.access); off by default, as for the "
-        "worker: GET /metrics counts requests by route and status",
-    ),
+    proxy_headers: bool = serve_options.proxy_headers(),
+    forwarded_allow_ips: str | None = serve_options.forwarded_allow_ips(),
+    limit_concurrency: int | None = serve_options.limit_concurrency(ENV_PREFIX),
+    max_header_bytes: int | None = serve_options.max_header_bytes(ENV_PREFIX),
+    head_timeout: float | None = serve_options.head_timeout(ENV_PREFIX),
+    timeout_keep_alive: int | None = serve_options.timeout_keep_alive(ENV_PREFIX),
+    access_log: bool = serve_options.access_log(),
 ) -> None:
     """Serve the client API and run the rescan loop (settings from PINLOG_CORE_*).
 
@@ -219,10 +178,11 @@ def serve(
         port=port,
         log_config=None,
         **uvicorn_options(
-            limit_concurrency=limit_concurrency or settings.limit_concurrency,
-            max_header_bytes=max_header_bytes or settings.max_header_bytes,
-            head_timeout=head_timeout or settings.head_timeout,
-            timeout_keep_alive=timeout_keep_alive or settings.timeout_keep_alive,
+            settings,
+            limit_concurrency=limit_concurrency,
+            max_header_bytes=max_header_bytes,
+            head_timeout=head_timeout,
+            timeout_keep_alive=timeout_keep_alive,
         ),
         proxy_headers=proxy_headers,
         forwarded_allow_ips=forwarded_allow_ips,
@@ -308,7 +268,7 @@ def rescan(once: bool = typer.Option(False, "--once", help="One finalize + resca
         f"dispatch failed {report.dispatch_failed}, skipped deleted {report.skipped_deleted}, "
         f"skipped missing {report.skipped_missing}"
     )
-    # What this pass itself finalized, by the reason code it wrote (H2 item 4); totals of the
+    # What this pass itself finalized, by the reason code it wrote; totals of the
     # whole table are `status`'s.
     typer.echo(
         "finalized by reason: "

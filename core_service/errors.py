@@ -45,7 +45,7 @@ class UnauthenticatedError(CoreError):
 
 
 class RateLimitedError(CoreError):
-    """The member is over a quota (issue 18 item 2): HTTP 429 with ``Retry-After``."""
+    """The member is over a quota: HTTP 429 with ``Retry-After``."""
 
     def __init__(self, retry_after_seconds: int) -> None:
         super().__init__("too many requests; retry later")

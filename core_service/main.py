@@ -106,7 +106,7 @@ def create_app(
 
     # Outermost: requests refused before routing (a declared 413) are timed too.
     app.add_middleware(RequestTimingMiddleware, histogram=metrics.http_requests)
-    # Around everything, so a 413 or a 500 carries them too (issue 18 item 8).
+    # Around everything, so a 413 or a 500 carries them too.
     app.add_middleware(SecurityHeadersMiddleware, private_prefixes=(router.prefix,))
     app.add_exception_handler(RequestValidationError, _path_or_body_error)
     app.add_exception_handler(CoreError, _core_error)
@@ -160,7 +160,7 @@ _PATH_RESOURCES = {"record_id": "record", "context_id": "context"}
 async def _path_or_body_error(request: Request, exc: Exception) -> JSONResponse:
     """422 for a body or query that fails validation; 404 for a path id that is not
     canonical ASCII decimal within BIGINT, with the body a missing resource gets, so that
-    ``1_0`` or ``01`` reveals nothing the id ``10`` or ``1`` would not (issue 18 item 6)."""
+    ``1_0`` or ``01`` reveals nothing the id ``10`` or ``1`` would not."""
     assert isinstance(exc, RequestValidationError)
     for error in exc.errors():
         location = tuple(error.get("loc", ()))

@@ -1,4 +1,4 @@
-"""The core's operations listener (issue 18 item 7): ``/metrics`` and the detailed ``/readyz``
+"""The core's operations listener: ``/metrics`` and the detailed ``/readyz``
 on their own port, never on the public one.
 
 No operations listener runs unless ``PINLOG_CORE_OPS_PORT`` (or ``pinlog-core serve

@@ -18,6 +18,7 @@ from pinlog_platform.settings_rules import (
     refuse_empty_or_padded,
     refuse_placeholder_password,
 )
+from pinlog_platform.settings_rules.http_serving import HttpServingSettings
 
 # Every core setting is read from PINLOG_CORE_<FIELD>.
 ENV_PREFIX = "PINLOG_CORE_"
@@ -134,7 +135,7 @@ class StateClockSettings(CoreDatabaseSettings):
     )
 
 
-class CoreSettings(TokenSettings, StateClockSettings):
+class CoreSettings(HttpServingSettings, TokenSettings, StateClockSettings):
     """Core service configuration. Raises ``pydantic.ValidationError`` with precise lines."""
 
     worker_base_url: str = Field(
@@ -185,21 +186,6 @@ class CoreSettings(TokenSettings, StateClockSettings):
         ge=MAX_REQUEST_BYTES_FLOOR,
         le=1024 * 1024,
         description="Larger request bodies answer 413, before or while they arrive",
-    )
-    request_timeout_seconds: float = Field(
-        default=10.0, gt=0, description="Overall deadline of one HTTP request; then 503"
-    )
-    limit_concurrency: int = Field(
-        default=900, ge=1, description="Open connections and requests at once; beyond, 503"
-    )
-    max_header_bytes: int = Field(
-        default=16384, ge=1024, le=1024 * 1024, description="Larger request heads answer 431"
-    )
-    head_timeout: float = Field(
-        default=10.0, gt=0, description="Seconds to receive a request head; then closed"
-    )
-    timeout_keep_alive: int = Field(
-        default=30, ge=1, description="Seconds an idle keep-alive connection stays open"
     )
 
     member_writes_per_minute: int = Field(

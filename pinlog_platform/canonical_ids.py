@@ -1,4 +1,4 @@
-"""Ids as text, parsed strictly: canonical ASCII decimal only (issue 18 item 6).
+"""Ids as text, parsed strictly: canonical ASCII decimal only.
 
 Python's ``int()`` and pydantic's lax integers accept ``1_0``, ``01``, ``+1``, `` 1``, ``1.0``,
 Arabic-Indic and fullwidth digits, so several spellings would name one row. An id in a URL path

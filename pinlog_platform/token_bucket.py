@@ -1,4 +1,4 @@
-"""The project's one database-backed token bucket (issue 18 item 2), schema-agnostic.
+"""The project's one database-backed token bucket, schema-agnostic.
 
 A bucket is a row ``(bucket_key, tokens, refilled_at, granted)`` of a table whose name comes
 from ``BUCKET_TABLES`` (a whitelist: each statement is built once, at import time, and can be

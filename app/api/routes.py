@@ -68,7 +68,7 @@ async def process_context(
 ) -> JSONResponse:
     """Queue a context for processing: 202, or 503 with ``Retry-After`` (whole seconds) when
     a provider is unavailable (its gate is open: the time until its next probe; never 202 for
-    work that will not run, H2 item 3; unless ``PINLOG_REFUSE_WHILE_PROVIDER_UNAVAILABLE`` is
+    work that will not run; unless ``PINLOG_REFUSE_WHILE_PROVIDER_UNAVAILABLE`` is
     off), or when the queue is full or the pool is shutting down (from the queue's drain rate:
     ``WorkerPool.retry_after_seconds``; the pool counts the refusal)."""
     if refusals.enabled:
@@ -128,7 +128,7 @@ async def search(body: SearchBody, service: Search) -> SearchResponse:
 @router.get("/readyz")
 async def readyz(readiness: ReadinessCheck) -> JSONResponse:
     """Readiness: database reachable and presets loaded (200), else 503 with ``problems``
-    naming what is missing. The body is pinned (other components read it, H2 item 3):
+    naming what is missing. The body is pinned (other components read it):
     ``{"status", "mode", "profile", "presetVersion", "providers": {"embedding": {"available",
     "retryAfterSeconds", "reason"}, "judge": {...}}}``. A provider's unavailability is reported
     in ``providers`` and never changes the status code: the process can still serve.

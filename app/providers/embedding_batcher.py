@@ -12,7 +12,7 @@ them in input order). Failure of the batched request:
 - anything else (timeout, 429, 5xx, a provider-wide answer such as 401, 404, a 400 naming a
   request parameter or an unrecognised 4xx, a malformed body, a wrong dimension) is the same
   for every input and is never re-sent once per input: each waiting stage gets it and
-  classifies it as before (§6, H2).
+  classifies it as before (§6).
 
 With ``max_batch_tokens`` (this process's share of ``PINLOG_EMBEDDING_TOKENS_PER_MINUTE``) a
 batch is also sent before an input would take its estimated tokens (UTF-8 bytes ÷ 3) over it:

@@ -65,7 +65,7 @@ def build_judge(settings: Settings, metrics: WorkerMetrics) -> KeywordJudge:
 
 def build_budgets(settings: Settings) -> dict[str, RateBudget]:
     """Each provider's rate budget: its ``*_PER_MINUTE`` settings divided by
-    ``PINLOG_WORKER_REPLICAS`` (H8 item 2, docs/scaling.md)."""
+    ``PINLOG_WORKER_REPLICAS`` (docs/scaling.md)."""
     replicas = settings.worker_replicas
     window = settings.rate_budget_window_seconds
     return {

@@ -159,7 +159,7 @@ class LearnedJudge:
 
     async def judge(self, text: str, candidates: Sequence[JudgeCandidate]) -> JudgeVerdict:
         """Select among ``candidates`` for ``text``; encoder errors propagate (§6), a failing
-        encoder as the judge's provider-wide fault (H2: its gate counts it, no note fails)."""
+        encoder as the judge's provider-wide fault (its gate counts it, no note fails)."""
         if not candidates:
             return JudgeVerdict(selected=(), unmatched_concepts=())
         model = self._model

@@ -77,8 +77,8 @@ class _ClientOwner:
         self._client = JsonEndpointClient(
             base_url, api_key, timeout_seconds, retries, max_answer_bytes=max_answer_bytes
         )
-        self.usage: UsageSink | None = None  # told each answered call's tokens (H8 item 1)
-        self.budget: RateBudget | None = None  # waited for before each request (H8 item 2)
+        self.usage: UsageSink | None = None  # told each answered call's tokens
+        self.budget: RateBudget | None = None  # waited for before each request
 
     def use_budget(self, budget: RateBudget) -> None:
         """Wait for ``budget`` before each request; it reads every answer's headers."""

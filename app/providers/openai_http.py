@@ -2,7 +2,7 @@
 
 A thin client on ``aiohttp`` in place of the ``openai`` SDK: the worker reads raw JSON bodies
 and validates them itself (``openai_wire``), so the SDK's request transforms and response
-models were pure per-call cost (issue 9: most of the worker's CPU after the database).
+models were pure per-call cost (most of the worker's CPU after the database).
 
 Retries within one call follow the policy the SDK applied before (``failure_policy``):
 connection errors, timeouts and 408/409/429/5xx are retried up to ``max_retries`` times
@@ -17,10 +17,10 @@ the ``failure_policy.status_error`` class of an HTTP error answer (read from its
 ``error.type`` and ``error.param``), ``ProviderProtocolError`` for a 2xx body that is not JSON.
 Messages never quote the upstream body, the URL or the key.
 
-What the client trusts (issue H4 item 4): a 307/308 to the same origin (scheme, host, port) is
+What the client trusts: a 307/308 to the same origin (scheme, host, port) is
 followed with the same body, at most ``MAX_REDIRECTS`` times; any redirect to another origin,
 and any 301/302/303 (which would turn the POST into a GET), is ``ProviderUnavailableError``
-with reason ``protocol`` (provider-wide, H2's class: the endpoint is misconfigured, every call
+with reason ``protocol`` (provider-wide: the endpoint is misconfigured, every call
 would meet it). An answer larger
 than ``max_answer_bytes`` after decompression (declared by ``Content-Length`` or counted while
 it streams, so a gzip answer never inflates past the cap in memory) is
@@ -92,7 +92,7 @@ class JsonEndpointClient:
         self._retries = retries
         self._session: aiohttp.ClientSession | None = None
         # Told every answer's status, headers and error (None for a 2xx): the rate budget
-        # reads the rate-limit headers and 429s there (H8 item 2).
+        # reads the rate-limit headers and 429s there.
         self.on_answer: Callable[[int, Any, Exception | None], None] | None = None
 
     async def post(

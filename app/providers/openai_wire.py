@@ -4,7 +4,7 @@ Pure functions, no I/O. Bodies are validated by hand rather than trusted to SDK 
 (FC-01, FC-05, FC-08): a malformed 2xx body is a ``ProviderProtocolError`` (provider-wide); a
 wrong dimension, a zero vector, or a refused, truncated or invalid judgment is a
 ``PermanentError`` with its ``FailureReason``. A judge answer may open with a reasoning block
-(``<think>…</think>``, H2 item 2): it is skipped, never stored or logged.
+(``<think>…</think>``): it is skipped, never stored or logged.
 Vectors are float32 ``numpy.ndarray`` of shape ``(dimension,)``.
 """
 

@@ -1,4 +1,4 @@
-"""Rate budgets per provider (H8 item 2): requests and tokens per minute, rate-limit headers,
+"""Rate budgets per provider: requests and tokens per minute, rate-limit headers,
 and the cooldown after a 429.
 
 ``PINLOG_{EMBEDDING,JUDGE}_{REQUESTS,TOKENS}_PER_MINUTE`` (0 = off) divided by

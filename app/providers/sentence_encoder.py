@@ -105,7 +105,7 @@ class SentenceEncoder:
             except Exception as exc:
                 if not isinstance(exc, WorkerError):
                     # The model itself failed: every input would fail alike, so it is the
-                    # provider's fault (H2), never a verdict on these notes.
+                    # provider's fault, never a verdict on these notes.
                     exc = ProviderUnavailableError(
                         f"local encoder failed: {type(exc).__name__}",
                         layer="embedding",

@@ -1,4 +1,4 @@
-"""What one provider call cost in tokens (H8 item 1), and who is told about it.
+"""What one provider call cost in tokens, and who is told about it.
 
 ``usage`` is read from every OpenAI-compatible answer (embeddings: ``prompt_tokens``; chat:
 ``prompt_tokens`` and ``completion_tokens``). Some OpenAI-compatible servers omit it: the

@@ -86,7 +86,7 @@ CLAIM_KEYWORD = compile_named("""
 """)
 
 # PROCESSING -> FAILED for a permanent error (§2 "Fail"), with its reason code in the same
-# statement (H2 item 4). The PROCESSING guard keeps a CANCELLED that arrived meanwhile
+# statement. The PROCESSING guard keeps a CANCELLED that arrived meanwhile
 # (CANCELLED wins); the attempt guard keeps a superseded attempt from failing its successor's
 # live claim.
 FAIL_EMBEDDING = compile_named("""

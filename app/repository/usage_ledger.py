@@ -1,4 +1,4 @@
-"""``ai.provider_usage_daily``: the persisted token and cost ledger (H8 item 1).
+"""``ai.provider_usage_daily``: the persisted token and cost ledger.
 
 Rows are added to, never replaced: ``add_usage`` upserts one row per (day, provider, model,
 stage) with the day taken on the database clock (UTC), so several processes sum up.

@@ -1,5 +1,5 @@
 """Readiness facts for operators (§8): database reachable, preset cache loaded, and each
-provider's availability as its gate sees it (H2 item 3: reported, not a readiness problem: the
+provider's availability as its gate sees it (reported, not a readiness problem: the
 status code keeps meaning "this process can serve").
 
 ``problems()`` answers within ``timeout_seconds`` (0.8 s) in every state, below the 1 s that

@@ -1,4 +1,4 @@
-"""The one place that decides "provider unavailable" (H2 item 3, §6 with its deviation).
+"""The one place that decides "provider unavailable" (§6 with its deviation).
 
 One gate per provider (``embedding``, ``judge``). Closed: calls pass. ``threshold``
 consecutive faults that ``failure_policy.counts_against_provider`` (provider-wide answers,
@@ -21,7 +21,7 @@ outcome keeps it open for another cooldown.
 A 429 rate limit (``cooldown``: the seconds left of the provider's rate-budget cooldown,
 ``providers/rate_budget.py``) makes it unavailable with reason ``rate_limited`` for those
 seconds: process requests are refused with that ``Retry-After``, calls already accepted are
-delayed by the budget, not refused. A daily token cap (``spend_cap``, H8 item 3,
+delayed by the budget, not refused. A daily token cap (``spend_cap``,
 ``service/spend_guard.py``) is one more reason: while it is reached the gate is unavailable
 with reason ``daily_token_cap`` and a ``Retry-After`` of the seconds to the next UTC day,
 whatever the circuit says; no probe runs for it. ``/readyz``, the routes and the stages keep

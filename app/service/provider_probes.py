@@ -1,4 +1,4 @@
-"""The gates' synthetic probes (H2 item 3): the kind of call that failed, never a user's note.
+"""The gates' synthetic probes: the kind of call that failed, never a user's note.
 
 The embedding probe embeds a fixed harmless text; the judge probe asks the configured judge
 with a fixed note and one fixed candidate, through the same provider object as the stages, so

@@ -2,7 +2,7 @@
 
 Errors carry fixed messages naming the layer, for the HTTP mapping in ``main.py`` (§6):
 ``ProfileMismatchError`` / ``InvalidInputError`` -> 422, ``PermanentError`` -> 502,
-``TransientError`` -> 503: a provider-wide fault too (H2: never 502), and
+``TransientError`` -> 503: a provider-wide fault too (never 502), and
 ``ProviderGateClosed`` while the embedding provider is unavailable, with the gate's
 ``Retry-After``. Neither the query nor upstream text reaches a log or a message.
 """
@@ -105,7 +105,7 @@ class SearchService:
         try:
             (vector,) = await self._gate.call(lambda: self._provider.embed([text]))
         except ProviderGateClosed as exc:
-            # Refused without a call while the embedding provider is unavailable (H2 item 3).
+            # Refused without a call while the embedding provider is unavailable.
             raise ProviderGateClosed(
                 "embedding upstream unavailable", retry_after_seconds=exc.retry_after_seconds
             ) from None

@@ -1,4 +1,4 @@
-"""``pinlog-ai smoke``: one real embedding call and one real judge call (H8 item 6).
+"""``pinlog-ai smoke``: one real embedding call and one real judge call.
 
 A deploy's release step: against the configured providers, with a fixed harmless text, it
 checks what serving will rely on and prints one line per check. Nothing touches the database

@@ -1,4 +1,4 @@
-"""The spend guard (H8 item 3): a provider's daily token cap as one more reason of its
+"""The spend guard: a provider's daily token cap as one more reason of its
 provider gate.
 
 ``PINLOG_EMBEDDING_DAILY_TOKEN_CAP`` / ``PINLOG_JUDGE_DAILY_TOKEN_CAP`` (0 = off): once the

@@ -1,4 +1,4 @@
-"""What a stage does with an error, by class (§6 with the H2 deviation): one place for the
+"""What a stage does with an error, by class (§6 with its deviation): one place for the
 whole pipeline.
 
 permanent -> ``PROCESSING -> FAILED`` with its ``FailureReason`` in the same statement

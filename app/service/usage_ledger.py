@@ -1,4 +1,4 @@
-"""The usage ledger of one worker process (H8 item 1): every answered provider call's tokens,
+"""The usage ledger of one worker process: every answered provider call's tokens,
 counted in ``pinlog_provider_tokens_total`` at once and written to ``ai.provider_usage_daily``
 in batches, off the hot path.
 
@@ -72,7 +72,7 @@ class UsageLedger:
         self._task: asyncio.Task[None] | None = None
         self._lock = asyncio.Lock()
         self._failing = False
-        # Today's tokens per provider for the spend guard (H8 item 3), when ``watch_totals``:
+        # Today's tokens per provider for the spend guard, when ``watch_totals``:
         # every process's flushed total as last read, plus this process's since that read.
         self._watch_totals = watch_totals
         self._read_total: dict[str, int] = {}

@@ -1,4 +1,4 @@
-"""Cost settings (H8 items 1 and 3): the price table of the usage ledger, how often it is
+"""Cost settings: the price table of the usage ledger, how often it is
 written, and the daily token caps of the spend guard.
 
 Prices are USD per million tokens, by model and kind (``prompt``, ``completion`` for chat;

@@ -142,21 +142,6 @@ class LimitSettings(BaseModel):
     max_request_bytes: int = Field(
         default=65536, ge=1024, le=16 * 1024 * 1024, description="Larger bodies answer 413"
     )
-    request_timeout_seconds: float = Field(
-        default=10.0, gt=0, description="Overall deadline of one HTTP request; then 503"
-    )
-    limit_concurrency: int = Field(
-        default=900, ge=1, description="Open connections and requests at once; beyond, 503"
-    )
-    max_header_bytes: int = Field(
-        default=16384, ge=1024, le=1024 * 1024, description="Larger request heads answer 431"
-    )
-    head_timeout: float = Field(
-        default=10.0, gt=0, description="Seconds to receive a request head; then closed"
-    )
-    timeout_keep_alive: int = Field(
-        default=30, ge=1, description="Seconds an idle keep-alive connection stays open"
-    )
 
     @field_validator("processing_expiry_seconds")
     @classmethod

@@ -35,6 +35,7 @@ from pinlog_platform.settings_rules import (
     refuse_empty_or_padded,
     refuse_placeholder_password,
 )
+from pinlog_platform.settings_rules.http_serving import HttpServingSettings
 
 # Every worker setting is read from PINLOG_<FIELD>.
 ENV_PREFIX = "PINLOG_"
@@ -116,6 +117,7 @@ class DeploymentSettings(BaseModel):
 
 
 class Settings(
+    HttpServingSettings,
     CostSettings,
     LimitSettings,
     JudgeProviderSettings,
@@ -130,8 +132,8 @@ class Settings(
     fields declared before them, so they run even when an unrelated field is wrong.
 
     Fields are declared, validated and reported in the reverse order of the bases:
-    deployment, embedding provider, profile, judge, limits, costs; each part's rules read only
-    fields of the parts before it.
+    deployment, embedding provider, profile, judge, limits, costs, HTTP serving; each part's
+    rules read only fields of the parts before it.
     """
 
     # hide_input_in_errors: a validation error must never print a secret back.

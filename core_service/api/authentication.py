@@ -23,8 +23,8 @@ from core_service.service.member_tokens import TokenAuthenticator
 
 
 class AuthenticatedRoute(APIRoute):
-    """A route whose handler authenticates the caller, then takes the member's quota (issue 18
-    item 2: 429 before the body is read), before FastAPI reads the body."""
+    """A route whose handler authenticates the caller, then takes the member's quota (429 before
+    the body is read), before FastAPI reads the body."""
 
     def get_route_handler(self) -> Callable[[Request], Awaitable[Response]]:
         handler = super().get_route_handler()

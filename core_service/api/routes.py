@@ -46,7 +46,7 @@ from pinlog_platform.canonical_ids import parse_canonical_id
 
 def _canonical_id(value: object) -> object:
     """A path id spelled canonically (``[1-9][0-9]*`` within BIGINT); anything else fails
-    validation, which ``main.py`` answers 404 for a path (issue 18 item 6)."""
+    validation, which ``main.py`` answers 404 for a path."""
     if parse_canonical_id(value) is None:
         raise ValueError("not a canonical id")
     return value

@@ -55,7 +55,7 @@ class ContextIdOnly(BaseModel):
 
 
 class AiItem(BaseModel):
-    """A context's AI state for its owner (H2 item 4): exactly ``state``, plus ``stage`` and
+    """A context's AI state for its owner: exactly ``state``, plus ``stage`` and
     ``reason`` when ``state`` is ``failed`` (``None`` fields are left out of the body)."""
 
     state: str

@@ -207,7 +207,7 @@ COUNT_TAKEN = text(
 )
 
 # Finalizer (§9 step 1): exhausted stale rows get their unfinished stages FAILED with the
-# reason :reason (retries_exhausted, H2 item 4), by whitelist, so COMPLETED, FAILED and
+# reason :reason (retries_exhausted), by whitelist, so COMPLETED, FAILED and
 # CANCELLED are never overwritten.
 FINALIZE_EXHAUSTED = text(
     """

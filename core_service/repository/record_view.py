@@ -3,7 +3,7 @@
 One statement for any number of records. Keyword rules are whitelists in SQL: the context is
 active, its ``keyword_status = 'COMPLETED'``, the preset is active, and its visibility is
 ``PUBLIC``, or ``PRIVATE_ONLY`` when the viewer owns the record. Bodies and each context's AI
-state (statuses and failure reasons, H2 item 4) are read only for the owner. Empty lists are
+state (statuses and failure reasons) are read only for the owner. Empty lists are
 ``[]``, never ``null``.
 """
 

@@ -92,7 +92,7 @@ _CONTROL_OR_BIDI = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202
 
 def refuse_control_characters(value: str, *, field: str) -> str:
     """``value`` unless it holds a control or bidirectional formatting character, which could
-    reorder or hide what a name shows (issue 18 item 5): ``InvalidBodyError`` (HTTP 422) naming
+    reorder or hide what a name shows: ``InvalidBodyError`` (HTTP 422) naming
     ``field``. For names and external ids only; note bodies keep their line breaks."""
     if _CONTROL_OR_BIDI.search(value):
         raise InvalidBodyError(f"{field} contains control or bidirectional formatting characters")

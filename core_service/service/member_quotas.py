@@ -1,4 +1,4 @@
-"""Quotas per member on the client API (issue 18 item 2): token buckets for writes and for
+"""Quotas per member on the client API: token buckets for writes and for
 searches, and a daily cap on notes created.
 
 Rates are per minute with a burst (the bucket's capacity): the defaults (600 writes and 600

@@ -9,7 +9,7 @@ Keys rotate without logging anyone out (docs/operations.md "Signing keys"): ever
 which without configuration; the core signs with the current key and verifies against the
 current and the previous keys. Clocks of replicas may differ by seconds: ``CLOCK_LEEWAY_SECONDS``.
 
-A token without ``kid`` (the format before issue 18) verifies against the current key only, and
+A token without ``kid`` (the format before key rotation) verifies against the current key only, and
 only while the database clock is before the moment this database switched format
 (``core.token_format.upgraded_at``, 0021) plus the lifetime cap: by then every such token a
 replica could have issued has expired or claims more than the cap.
@@ -122,7 +122,7 @@ class TokenAuthenticator:
 
     def _decode(self, token: str, kid: object) -> dict:
         if kid is None:
-            # The format before issue 18: the current key only, no iss/aud to check.
+            # The format before key rotation: the current key only, no iss/aud to check.
             return jwt.decode(
                 token,
                 self._keys.current,

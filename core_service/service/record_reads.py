@@ -1,5 +1,5 @@
 """A record as a member sees it (§9 "Keyword read rules"): the owner sees bodies,
-``PUBLIC`` + ``PRIVATE_ONLY`` keywords and each context's AI state (``summarize``, H2 item 4);
+``PUBLIC`` + ``PRIVATE_ONLY`` keywords and each context's AI state (``summarize``);
 another member sees neither bodies, private keywords nor AI states. A record without finished
 AI reads fine with ``keywords: []`` (scenario 21)."""
 
@@ -20,7 +20,7 @@ from pinlog_platform.states.failure_reasons import FailureReason
 
 @dataclass(frozen=True, slots=True)
 class AiSummary:
-    """A context's AI progress as its owner sees it (H2 item 4): ``state`` is ``failed`` if
+    """A context's AI progress as its owner sees it: ``state`` is ``failed`` if
     any stage is ``FAILED`` (the first in stage order gives ``stage`` and ``reason``; a row
     failed before reasons were stored reads ``unknown``), ``completed`` if every stage is,
     ``processing`` if any stage is, else ``pending``. ``stage`` and ``reason`` are ``None``

@@ -1,4 +1,4 @@
-"""Response headers for private data (issue 18 item 8), as a pure ASGI middleware.
+"""Response headers for private data, as a pure ASGI middleware.
 
 Every answer gets ``X-Content-Type-Options: nosniff`` (a JSON body is never sniffed into
 HTML); every answer under one of ``private_prefixes`` (the authenticated API: 401s and errors

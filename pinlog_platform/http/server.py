@@ -26,18 +26,15 @@ from typing import Any
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-DEFAULT_LIMIT_CONCURRENCY = 900  # below the usual 1024 open-file limit, with room for pools
-DEFAULT_MAX_HEADER_BYTES = 16384
-DEFAULT_HEAD_TIMEOUT_SECONDS = 10.0
-DEFAULT_KEEP_ALIVE_SECONDS = 30
+from pinlog_platform.settings_rules.http_serving import HttpServingSettings
 
 
 class LimitedHttpToolsProtocol(HttpToolsProtocol):
     """uvicorn's httptools protocol with a head size and a head deadline (module docstring);
     build a configured class with ``protocol_class``."""
 
-    max_header_bytes = DEFAULT_MAX_HEADER_BYTES
-    head_timeout = DEFAULT_HEAD_TIMEOUT_SECONDS
+    max_header_bytes: int = HttpServingSettings().max_header_bytes
+    head_timeout: float = HttpServingSettings().head_timeout
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
@@ -105,15 +102,19 @@ def protocol_class(*, max_header_bytes: int, head_timeout: float) -> type[HttpTo
 
 
 def uvicorn_options(
+    limits: HttpServingSettings,
     *,
-    limit_concurrency: int,
-    max_header_bytes: int,
-    head_timeout: float,
-    timeout_keep_alive: int,
+    limit_concurrency: int | None = None,
+    max_header_bytes: int | None = None,
+    head_timeout: float | None = None,
+    timeout_keep_alive: int | None = None,
 ) -> dict[str, Any]:
-    """Keyword arguments of ``uvicorn.run`` / ``uvicorn.Config`` for both services' limits."""
+    """Keyword arguments of ``uvicorn.run`` / ``uvicorn.Config`` for a service's limits: each
+    given keyword (a ``serve`` option) wins over the setting of the same name in ``limits``."""
+    head_bytes = max_header_bytes or limits.max_header_bytes
+    head_seconds = head_timeout or limits.head_timeout
     return {
-        "http": protocol_class(max_header_bytes=max_header_bytes, head_timeout=head_timeout),
-        "limit_concurrency": limit_concurrency,
-        "timeout_keep_alive": timeout_keep_alive,
+        "http": protocol_class(max_header_bytes=head_bytes, head_timeout=head_seconds),
+        "limit_concurrency": limit_concurrency or limits.limit_concurrency,
+        "timeout_keep_alive": timeout_keep_alive or limits.timeout_keep_alive,
     }

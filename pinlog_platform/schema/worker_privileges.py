@@ -1,4 +1,4 @@
-"""The one declared list of what the worker's role ``pinlog_ai_worker`` may do (issue 18 item 9).
+"""The one declared list of what the worker's role ``pinlog_ai_worker`` may do.
 
 Table-level privileges by table of schema ``ai``, and the columns it may ``UPDATE`` where it has
 no table-level ``UPDATE``: it can change neither the owner columns of a state row (``user_id``,

@@ -1,4 +1,4 @@
-"""Why a stage is ``FAILED``: the closed set of reason codes stored beside its status (H2).
+"""Why a stage is ``FAILED``: the closed set of reason codes stored beside its status.
 
 Each stage has a reason column (``embedding_failure``, ``keyword_failure``;
 ``0010_stage_failure_reasons.sql``), written in the same statement that writes ``FAILED``.

@@ -104,7 +104,7 @@ class ServiceProcess:
     env: dict[str, str]
     log_path: Path
     port: int = field(default_factory=free_port)
-    # The core's operations listener (/metrics, detailed /readyz; issue 18 item 7).
+    # The core's operations listener (/metrics, detailed /readyz).
     ops_port: int = field(default_factory=free_port)
     extra_args: tuple[str, ...] = ()
     process: asyncio.subprocess.Process | None = None

@@ -1,7 +1,7 @@
 """Every CLI command of both services run as the worker's restricted role, the login role
 compose creates (a member of ``pinlog_ai_worker``, privileges on ``ai`` only, §8): what it may
 do works, what it may not ends with one line naming the missing privilege and an exit code,
-never a traceback (issue H4 item 5). Real subprocesses against the test PostgreSQL."""
+never a traceback. Real subprocesses against the test PostgreSQL."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Startup problems of the real ``pinlog-ai`` CLI, run as subprocesses (issue 7 item 6).
+"""Startup problems of the real ``pinlog-ai`` CLI, run as subprocesses.
 
 Each problem ends with one line per problem on stderr, no traceback, no secret, and the exit
 code of ``app.preflight``: 2 settings, 3 database unreachable, 4 database not ready,
@@ -165,7 +165,7 @@ async def test_presets_load_with_a_refusing_provider_is_exit_5(engine, fake_open
 async def test_presets_load_with_an_exhausted_quota_is_one_line_exit_5_nothing_written(
     engine, fake_openai
 ):
-    """H2 item 5: ``429 insufficient_quota`` is not a rate limit: one call (no retries), one
+    """``429 insufficient_quota`` is not a rate limit: one call (no retries), one
     line naming the class, exit 5, no preset row written."""
     fake_openai.set_fault(
         "embeddings",

@@ -1,5 +1,5 @@
 """A real ``pinlog-ai serve`` logs one JSON object per line with the context id and stage of
-the work it is doing, and never the note (issue 8 item 5, §6)."""
+the work it is doing, and never the note (§6)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""``pinlog-ai smoke`` (H8 item 6) as a real subprocess against the fake provider.
+"""``pinlog-ai smoke`` as a real subprocess against the fake provider.
 
 One line per check on stdout; exit 0 when every check passes, 5 when a provider check fails, 2
 for settings. No database setting is given: the command never connects, so it cannot write

@@ -57,7 +57,7 @@ def test_no_line_points_at_a_local_index() -> None:
 
 
 def test_the_image_and_the_venv_get_current_build_tools() -> None:
-    """setuptools 65.5.0 (the venv default of Python 3.11) has known CVEs (issue 18 item 9)."""
+    """setuptools 65.5.0 (the venv default of Python 3.11) has known CVEs."""
     tools = (ROOT / "requirements" / "build-tools.txt").read_text(encoding="utf-8")
     pins = dict(re.findall(r"^([a-z]+)==(\S+)$", tools, flags=re.MULTILINE))
     assert Version(pins["setuptools"]) >= Version("78.1.1")

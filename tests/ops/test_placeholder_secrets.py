@@ -1,4 +1,4 @@
-"""Placeholder and weak secrets are refused (issue 18 item 4): both real CLIs, started with the
+"""Placeholder and weak secrets are refused: both real CLIs, started with the
 values of a copied ``.env.example``, exit 2 with one line per setting; weak generated secrets
 are refused the same way; provider keys refuse only the shipped placeholder."""
 

@@ -1,4 +1,4 @@
-"""The failure reason codes (H2 item 4): ``FailureReason`` equals the CHECK list of both new
+"""The failure reason codes: ``FailureReason`` equals the CHECK list of both new
 columns; rows ``FAILED`` before ``0010`` read as ``unknown``; the worker's role is granted
 exactly the two columns it writes."""
 

@@ -16,6 +16,7 @@ import pytest
 from app.main import create_app as create_worker_app
 from core_service.main import create_app as create_core_app
 from pinlog_platform.http.server import uvicorn_options
+from pinlog_platform.settings_rules.http_serving import HttpServingSettings
 from tests.core.harness import core_settings
 from tests.worker.harness import SECRET, serving, worker_settings
 
@@ -40,7 +41,7 @@ def _options(**overrides):
         "timeout_keep_alive": 5,
     }
     values.update(overrides)
-    return {**uvicorn_options(**values), "lifespan": "off"}
+    return {**uvicorn_options(HttpServingSettings(**values)), "lifespan": "off"}
 
 
 async def _get_healthz(port: int) -> tuple[bytes, float]:

@@ -1,5 +1,5 @@
-"""The worker's role has exactly the declared privileges (issue 18 item 9,
-``pinlog_platform/schema/worker_privileges.py``), and is refused on the columns it must not
+"""The worker's role has exactly the declared privileges
+(``pinlog_platform/schema/worker_privileges.py``), and is refused on the columns it must not
 write, over SQL as that role."""
 
 from __future__ import annotations

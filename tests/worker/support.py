@@ -190,7 +190,7 @@ async def fetch_state(engine: AsyncEngine, context_id: int) -> tuple[str, str]:
 
 
 async def failure_reasons(engine: AsyncEngine, context_id: int) -> tuple[str | None, str | None]:
-    """``(embedding_failure, keyword_failure)`` of one state row (H2 item 4)."""
+    """``(embedding_failure, keyword_failure)`` of one state row."""
     async with engine.connect() as conn:
         row = (
             await conn.execute(

@@ -1,4 +1,4 @@
-"""The core service runs as its own role, not the owner (issue 18 item 9; 0023): a login role
+"""The core service runs as its own role, not the owner (0023): a login role
 that is only a member of ``pinlog_core_service`` serves the whole lifecycle over HTTP, and is
 refused where §0 gives the core nothing."""
 

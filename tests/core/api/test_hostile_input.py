@@ -1,5 +1,5 @@
 """Hostile or unusual input to the core service, found by an adversarial review: each a class
-of fault with its expected answer (issue 6; docs/core-service.md)."""
+of fault with its expected answer (docs/core-service.md)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Quotas per member (issue 18 item 2), over real HTTP and SQL: token buckets in
+"""Quotas per member, over real HTTP and SQL: token buckets in
 ``core.rate_bucket`` shared by replicas, 429 with ``Retry-After``, other members unaffected,
 counted in metrics, failing open when the bucket cannot be written; a daily note cap."""
 

@@ -1,4 +1,4 @@
-"""``GET /metrics`` of the core service after real traffic (issue 8 item 4). Each app has its
+"""``GET /metrics`` of the core service after real traffic. Each app has its
 own registry, so these counts are this test's alone."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Operational endpoints off the public port (issue 18 item 7) and response headers for
+"""Operational endpoints off the public port and response headers for
 private data (item 8), over real HTTP."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Names a member did not write are not shown as theirs (issue 18 item 5): a record shows and
+"""Names a member did not write are not shown as theirs: a record shows and
 dispatches the place name its owner gave; control and bidirectional formatting characters are
 refused in new names and external place ids (422 naming the field); stored names keep reading."""
 

@@ -1,4 +1,4 @@
-"""The owner's record read shows each context's AI state (H2 item 4): ``{"state"}`` plus
+"""The owner's record read shows each context's AI state: ``{"state"}`` plus
 ``stage`` and ``reason`` when failed; other members never see it."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Ids are parsed strictly (issue 18 item 6): a path id or a token's ``sub`` is canonical ASCII
+"""Ids are parsed strictly: a path id or a token's ``sub`` is canonical ASCII
 decimal within BIGINT, or it names nothing: 404 for a path, 401 for a token."""
 
 from __future__ import annotations

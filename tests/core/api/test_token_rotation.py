@@ -1,4 +1,4 @@
-"""Signing keys rotate without logging anyone out (issue 18 item 3; docs/operations.md
+"""Signing keys rotate without logging anyone out (docs/operations.md
 "Signing keys"): tokens carry ``kid``, ``iss`` and ``aud``; previous keys verify; a lifetime
 over the cap is refused; tokens of the old format are accepted only for the cap after the
 upgrade."""

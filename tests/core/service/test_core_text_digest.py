@@ -1,5 +1,5 @@
-"""The worker processes only the text the core committed (§3 scenario 5, Deviation; issue 18
-item 1): the core writes the digest with the PENDING row; a process request with another text
+"""The worker processes only the text the core committed (§3 scenario 5,
+Deviation): the core writes the digest with the PENDING row; a process request with another text
 claims nothing, stores nothing, is logged once at WARNING and counted; the genuine one runs."""
 
 from __future__ import annotations

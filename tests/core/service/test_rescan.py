@@ -237,7 +237,7 @@ async def test_finalizer_fails_only_unfinished_stages(core_with_fake_worker, eng
 
     for case, expected in cases.items():
         assert (await facts.state(engine, ids[case])).statuses == expected, case
-        # H2 item 4: each stage the finalizer failed says retries_exhausted; no other changed.
+        # Each stage the finalizer failed says retries_exhausted; no other changed.
         reasons = await failure_reasons(engine, ids[case])
         for before, after, reason in zip(case[:2], expected, reasons, strict=True):
             changed = before != after

@@ -20,7 +20,7 @@ AVAILABLE = {"available": True, "retryAfterSeconds": None, "reason": None}
 
 
 async def test_readyz_answers_200_when_database_and_presets_are_ready(worker):
-    """The pinned body (H2 item 3): exactly these keys, both providers available."""
+    """The pinned body: exactly these keys, both providers available."""
     response = await worker.client.get("/readyz")
 
     assert response.status_code == 200

@@ -1,4 +1,4 @@
-"""``GET /metrics`` of the worker after real traffic (issue 8 item 4).
+"""``GET /metrics`` of the worker after real traffic.
 
 Each app owns its registry, so every count read here is this test's app's alone: the values
 are exact, never "before + 1". Traffic goes through real HTTP, the in-process worker and the

@@ -1,4 +1,4 @@
-"""Readiness within 1 s in every state, and the request body cap (§8, issue 7 item 7).
+"""Readiness within 1 s in every state, and the request body cap (§8).
 
 Real parts only: a worker whose pool is exhausted behind row locks held by another session,
 a local TCP listener that accepts and never answers (a database host that hangs), a closed

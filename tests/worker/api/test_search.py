@@ -411,7 +411,7 @@ async def test_fc10_nfd_and_nfc_queries_send_identical_nfc_text_and_return_ident
     ("upstream_status", "error_type", "status", "detail"),
     [
         (503, "server_error", 503, "embedding upstream unavailable"),
-        # Provider-wide (H2): 503 like an outage, never 502.
+        # Provider-wide: 503 like an outage, never 502.
         (401, "invalid_api_key", 503, "embedding upstream unavailable"),
     ],
     ids=["transient-503", "provider-wide-401-503"],
@@ -430,7 +430,7 @@ async def test_s6_provider_failure_maps_to_a_fixed_body_without_upstream_text(
     response = await search(worker)
 
     assert response.status_code == status
-    # A transient failure says when to come back (issue 7 item 7); a permanent one does not.
+    # A transient failure says when to come back; a permanent one does not.
     assert response.headers.get("Retry-After") == ("5" if status == 503 else None)
     assert response.json() == {"detail": detail}
     assert UPSTREAM_LEAK not in response.text
@@ -470,7 +470,7 @@ async def _search_backend_waiting_on_a_lock(engine) -> int:
 
 
 async def test_query_the_model_finds_too_long_is_422_not_502(engine, worker, fake_openai, caplog):
-    """§6 mapping, issue 7 item 9: the provider's ``context_length_exceeded`` is the caller's
+    """§6 mapping: the provider's ``context_length_exceeded`` is the caller's
     input, like our own length check: 422, a WARNING, no ERROR, no upstream text."""
     fake_openai.script_embeddings(
         Scripted(

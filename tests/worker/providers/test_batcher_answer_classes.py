@@ -1,6 +1,5 @@
-"""The embedding batcher re-sends inputs one by one only for an answer about one input (H2
-item 5): a provider-wide 400 reaches every waiting stage after one call, never once per
-input."""
+"""The embedding batcher re-sends inputs one by one only for an answer about one input: a
+provider-wide 400 reaches every waiting stage after one call, never once per input."""
 
 from __future__ import annotations
 

@@ -266,7 +266,7 @@ async def test_embed_503_is_transient_without_upstream_body_or_key(fake, embedde
     ],
 )
 async def test_embed_status_is_mapped_per_section_6(fake, embedder, status, error_class) -> None:
-    """A 4xx with no code and no param is provider-wide (H2: never a verdict on the note);
+    """A 4xx with no code and no param is provider-wide (never a verdict on the note);
     the full table is ``test_provider_answer_classes.py``."""
     fake.script_embeddings(Scripted(status=status, json={"error": {"message": UPSTREAM_SECRET}}))
 
@@ -415,7 +415,7 @@ def _reasks(metrics: WorkerMetrics) -> float | None:
 async def test_judge_output_without_usable_structure_is_asked_again_once_then_invalid(
     fake, judge, judge_metrics, content
 ) -> None:
-    """§6 "still invalid after retries", issue 7 item 2: one re-ask, then ``InvalidOutputError``
+    """§6 "still invalid after retries": one re-ask, then ``InvalidOutputError``
     (permanent); the re-ask repeats the note and candidates plus a reminder, not the answer."""
     for _ in range(2):
         body = judge_body([], raw_content=content if content is not None else "")

@@ -1,4 +1,4 @@
-"""Every provider answer falls in one class (H2 item 1, docs/failures.md "Provider answers"):
+"""Every provider answer falls in one class (docs/failures.md "Provider answers"):
 one test per row of ``failure_policy.status_error``, against the fake provider speaking the
 exact body that the row's source reports, through both providers.
 

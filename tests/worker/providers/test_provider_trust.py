@@ -1,4 +1,4 @@
-"""What the provider HTTP client trusts (issue H4 item 4), against real HTTP servers: a 307/308
+"""What the provider HTTP client trusts, against real HTTP servers: a 307/308
 to the same origin is followed with the same body; a redirect to another origin, and any
 301/302/303, is a provider-wide error and the other origin receives nothing; an answer larger
 than the cap (declared, streamed, or a small gzip answer that inflates) is a classified error

@@ -1,4 +1,4 @@
-"""Rate budgets (H8 item 2) against the fake provider over real HTTP: the sliding-window
+"""Rate budgets against the fake provider over real HTTP: the sliding-window
 budget, rate-limit headers, the 429 cooldown of one provider only, and embedding batches split
 by tokens. Windows are shortened (a fraction of a second), never waited out in minutes.
 """

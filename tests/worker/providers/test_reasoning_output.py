@@ -1,4 +1,4 @@
-"""Reasoning models' answers (H2 item 2): a ``<think>…</think>`` block, or a lone reasoning
+"""Reasoning models' answers: a ``<think>…</think>`` block, or a lone reasoning
 block closed by ``</think>``, before the JSON verdict is read as that verdict; a separate
 ``reasoning_content`` field is ignored; the reasoning is never part of the verdict."""
 

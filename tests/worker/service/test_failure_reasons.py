@@ -1,5 +1,5 @@
-"""Every ``FAILED`` the worker writes carries its reason code, in the same statement (H2 item
-4), and is counted in ``pinlog_stage_failures_total{stage,reason}``."""
+"""Every ``FAILED`` the worker writes carries its reason code, in the same statement, and is
+counted in ``pinlog_stage_failures_total{stage,reason}``."""
 
 from __future__ import annotations
 

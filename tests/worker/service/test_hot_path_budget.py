@@ -1,4 +1,4 @@
-"""What one context costs (issue 9): statements on the worker's engine, and embedding stages
+"""What one context costs: statements on the worker's engine, and embedding stages
 coalesced into shared provider requests. Real worker, real database, real fake provider.
 """
 

@@ -1,4 +1,4 @@
-"""The provider gate through the running worker (§6, issue 7 item 1, H2).
+"""The provider gate through the running worker (§6).
 
 Errors about one input (400 ``context_length_exceeded``) fail that stage only, with the reason
 ``input_too_long``, and never open the gate. Provider-wide faults:

@@ -114,7 +114,7 @@ async def test_out_of_range_and_oversized_keyword_ids_are_discarded_without_db_e
 async def test_keyword_id_as_float_or_bool_is_dropped_alone_and_the_stage_completes(
     engine, worker, fake_openai, caplog
 ):
-    """§4, issue 7 item 3: a ``keywordId`` of ``3.0`` or ``true`` is never coerced into an id:
+    """§4: a ``keywordId`` of ``3.0`` or ``true`` is never coerced into an id:
     that item is dropped by itself, the valid item beside it is stored, the stage completes."""
     await make_state(engine, context_id=1)
     await make_state(engine, context_id=2)

@@ -1,4 +1,4 @@
-"""Invalid judge output through the running worker (§4, §6, issue 7 items 2 and 3).
+"""Invalid judge output through the running worker (§4, §6).
 
 An answer with no usable structure is asked again once (``pinlog_judge_reasks_total``), then
 the keyword stage is ``FAILED`` with earlier keywords untouched; a fenced JSON object is read

@@ -1,4 +1,4 @@
-"""The owner the core side wrote at create time is the truth (issue 7 item 8, §7, §8).
+"""The owner the core side wrote at create time is the truth (§7, §8).
 
 A request naming another user or record is refused (WARNING without user text, counted in
 ``pinlog_contract_violations_total``, nothing stored, no provider call) and the correct one

@@ -156,7 +156,7 @@ async def test_embedding_503_leaves_processing_with_warning_and_after_expiry_is_
 async def test_judge_401_leaves_keyword_stage_processing_and_keeps_embedding_completed(
     engine, worker, fake_openai, caplog
 ):
-    """H2: a 401 is the provider's (the key), not the note's: keyword left ``PROCESSING`` for
+    """A 401 is the provider's (the key), not the note's: keyword left ``PROCESSING`` for
     a later attempt, one ERROR line naming provider, status and the error fields."""
     fake_openai.script_judge(
         Scripted(status=401, json=error_body("Incorrect API key", code="invalid_api_key"))
@@ -220,7 +220,7 @@ async def test_breaker_threshold_3_stops_calls_after_3_errors_and_leaves_the_res
 ):
     """Five contexts against a provider answering 401; the gate opens at the third error.
 
-    Changed on purpose (H2, the §6 Deviation): no context ends ``FAILED`` for a provider-wide
+    Changed on purpose (the §6 Deviation): no context ends ``FAILED`` for a provider-wide
     fault, not even the first ``threshold`` ones; every context stays ``PROCESSING`` for a
     later attempt and no call is made once open.
     """

@@ -1,4 +1,4 @@
-"""A fault every note would get is the provider's, not the note's (H2, FC-12).
+"""A fault every note would get is the provider's, not the note's (FC-12).
 
 A real worker (the app on uvicorn, requests over HTTP) against the fake provider speaking each
 provider-wide body of docs/failures.md ("Provider answers"). Ten notes, sent one at a time as

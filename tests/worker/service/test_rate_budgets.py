@@ -1,4 +1,4 @@
-"""Rate budgets in the running worker (H8 item 2), with the window shortened to one second:
+"""Rate budgets in the running worker, with the window shortened to one second:
 "N requests per minute" is tested as N per second, never by waiting minutes.
 """
 

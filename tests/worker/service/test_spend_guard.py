@@ -1,4 +1,4 @@
-"""The spend guard (H8 item 3): a daily token cap closes that provider's gate until the next
+"""The spend guard: a daily token cap closes that provider's gate until the next
 UTC day; process requests are refused at accept time with 503 and ``Retry-After``, nothing is
 ``FAILED``, ``/readyz`` and the metrics show it, and a raised cap releases the work.
 """

@@ -1,4 +1,4 @@
-"""One hard deadline per stage, from the claim to the save (§2, §6, §10 #9, issue 7 item 4).
+"""One hard deadline per stage, from the claim to the save (§2, §6, §10 #9).
 
 Expiry 2 s makes the deadline 1.8 s (``failure_policy.STAGE_DEADLINE_FRACTION``). Settings that
 pass the startup check (provider timeout 0.9 s x 2 attempts < 2 s) still let waits the check

@@ -1,4 +1,4 @@
-"""Token and cost accounting (H8 item 1): the answer's ``usage`` (or the bytes ÷ 3 estimate
+"""Token and cost accounting: the answer's ``usage`` (or the bytes ÷ 3 estimate
 when it has none) in ``pinlog_provider_tokens_total`` and in ``ai.provider_usage_daily``,
 written off the hot path, on shutdown, and as the worker's role may.
 

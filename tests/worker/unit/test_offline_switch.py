@@ -1,4 +1,4 @@
-"""``PINLOG_OFFLINE`` and the offline encoder's settings (CONTRACT §5; issue 10)."""
+"""``PINLOG_OFFLINE`` and the offline encoder's settings (CONTRACT §5)."""
 
 from __future__ import annotations
 

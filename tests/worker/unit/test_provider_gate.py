@@ -1,4 +1,4 @@
-"""The provider gate (H2 item 3): provider-wide faults count, whatever their status; after the
+"""The provider gate: provider-wide faults count, whatever their status; after the
 threshold the gate opens, refuses calls without calling, and probes on its own timer.
 
 Concurrency is real (asyncio tasks) and driven by events; cooldowns are the gate's minimum

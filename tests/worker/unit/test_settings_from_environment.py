@@ -1,4 +1,4 @@
-"""Settings read from the environment (issue 7 item 6; docs/operations.md "Settings").
+"""Settings read from the environment (docs/operations.md "Settings").
 
 Every setting set but empty is either its default or refused, as documented per setting; any
 value with surrounding whitespace is refused without printing it; every problem is reported

@@ -1,4 +1,4 @@
-"""``usage`` parsing and the price table setting (H8 item 1)."""
+"""``usage`` parsing and the price table setting."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The ``Retry-After`` of a full queue comes from the measured drain rate (issue 9).
+"""The ``Retry-After`` of a full queue comes from the measured drain rate.
 
 A fixed 5 s made every refused caller of a burst wait while the queue emptied; the estimate
 asks callers back when the queue is about half drained, is not fooled by an idle spell, and
