@@ -199,7 +199,10 @@ async def build_worker(settings: Settings, metrics: WorkerMetrics) -> AsyncItera
             embedder=stage_embedder,
             gates=gates,
             # Votes (PINLOG_JUDGE_VOTES) wrap the metered judge: each call is one provider call.
-            judge=StageTaggedJudge(VotingJudge(judge, settings.judge_votes), "keyword"),
+            judge=StageTaggedJudge(
+                VotingJudge(judge, settings.judge_votes) if settings.judge_votes > 1 else judge,
+                "keyword",
+            ),
             presets=presets,
         )
         pool = WorkerPool(
@@ -251,6 +254,7 @@ async def build_worker(settings: Settings, metrics: WorkerMetrics) -> AsyncItera
             provider_refusals=ProviderRefusalPolicy(
                 settings.refuse_while_provider_unavailable,
                 metrics.rejected["provider_unavailable"],
+                gates,
             ),
             usage=ledger,
         )

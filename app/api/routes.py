@@ -2,17 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Request, status
 from fastapi.responses import JSONResponse
-from prometheus_client import CollectorRegistry
 
 from app.api import responses
 from app.api.schemas import ProcessContextBody, SearchBody, SearchResponse, SearchResult
 from app.service.health import Readiness
-from app.service.provider_gate import ProviderGate, ProviderRefusalPolicy
+from app.service.provider_gate import ProviderRefusalPolicy
 from app.service.requests import ProcessRequest
 from app.service.search import SearchService
 from app.service.worker_pool import WorkerPool
@@ -36,23 +34,13 @@ async def _search(request: Request) -> SearchService:
     return request.app.state.search
 
 
-async def _registry(request: Request) -> CollectorRegistry:
-    return request.app.state.metrics.registry
-
-
-async def _gates(request: Request) -> Mapping[str, ProviderGate]:
-    return request.app.state.gates
-
-
 async def _refusals(request: Request) -> ProviderRefusalPolicy:
     return request.app.state.provider_refusals
 
 
-Registry = Annotated[CollectorRegistry, Depends(_registry)]
 Pool = Annotated[WorkerPool, Depends(_pool)]
 ReadinessCheck = Annotated[Readiness, Depends(_readiness)]
 Search = Annotated[SearchService, Depends(_search)]
-Gates = Annotated[Mapping[str, ProviderGate], Depends(_gates)]
 ProviderRefusals = Annotated[ProviderRefusalPolicy, Depends(_refusals)]
 
 router = APIRouter()
@@ -64,23 +52,20 @@ router = APIRouter()
     responses=responses.PROCESS,
 )
 async def process_context(
-    body: ProcessContextBody, pool: Pool, gates: Gates, refusals: ProviderRefusals
+    body: ProcessContextBody, pool: Pool, refusals: ProviderRefusals
 ) -> JSONResponse:
     """Queue a context for processing: 202, or 503 with ``Retry-After`` (whole seconds) when
     a provider is unavailable (its gate is open: the time until its next probe; never 202 for
     work that will not run; unless ``PINLOG_REFUSE_WHILE_PROVIDER_UNAVAILABLE`` is
     off), or when the queue is full or the pool is shutting down (from the queue's drain rate:
     ``WorkerPool.retry_after_seconds``; the pool counts the refusal)."""
-    if refusals.enabled:
-        waits = [gate.retry_after_seconds() for gate in gates.values() if not gate.available]
-        if waits:
-            refusals.counter.inc()
-            names = " and ".join(name for name, gate in gates.items() if not gate.available)
-            return JSONResponse(
-                {"detail": f"{names} provider unavailable"},
-                status_code=status.HTTP_503_SERVICE_UNAVAILABLE,
-                headers={"Retry-After": str(max(w for w in waits if w is not None))},
-            )
+    refusal = refusals.refusal()
+    if refusal is not None:
+        return JSONResponse(
+            {"detail": f"{refusal.providers} provider unavailable"},
+            status_code=status.HTTP_503_SERVICE_UNAVAILABLE,
+            headers={"Retry-After": str(refusal.retry_after_seconds)},
+        )
     accepted = pool.submit(
         ProcessRequest(
             context_id=body.context_id,

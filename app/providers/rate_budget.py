@@ -142,6 +142,13 @@ class RateBudget:
 
     async def acquire(self, tokens: int) -> Grant:
         """Wait until one request with ``tokens`` fits (and no pause holds), then take it."""
+        if (
+            self._requests is None
+            and self._tokens is None
+            and not self._lock.locked()
+            and self._paused_until <= self._clock()
+        ):
+            return Grant(self, None)  # nothing to count and nothing to wait for
         async with self._lock:
             while True:
                 now = self._clock()

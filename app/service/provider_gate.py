@@ -36,7 +36,7 @@ import contextlib
 import logging
 import math
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -57,13 +57,39 @@ MIN_PROBE_INTERVAL_SECONDS = 0.1
 
 
 @dataclass(frozen=True, slots=True)
+class ProcessRefusal:
+    """Why a process request is refused: the unavailable providers (``"judge"``,
+    ``"embedding and judge"``) and the ``Retry-After`` in whole seconds (the latest of their
+    waits)."""
+
+    providers: str
+    retry_after_seconds: int
+
+
+@dataclass(frozen=True, slots=True)
 class ProviderRefusalPolicy:
     """Whether process requests are refused while a provider is unavailable
-    (``Settings.refuse_while_provider_unavailable``), and the counter of those refusals
+    (``Settings.refuse_while_provider_unavailable``), the gates deciding it, and the counter
+    of those refusals
     (``pinlog_process_requests_rejected_total{reason="provider_unavailable"}``)."""
 
     enabled: bool
     counter: Counter
+    gates: Mapping[str, ProviderGate]
+
+    def refusal(self) -> ProcessRefusal | None:
+        """The refusal for a process request now (counted), or ``None`` to accept it: never
+        202 for work that will not run."""
+        if not self.enabled:
+            return None
+        unavailable = [(name, gate) for name, gate in self.gates.items() if not gate.available]
+        if not unavailable:
+            return None
+        self.counter.inc()
+        return ProcessRefusal(
+            providers=" and ".join(name for name, _ in unavailable),
+            retry_after_seconds=max(gate.retry_after_seconds() or 1 for _, gate in unavailable),
+        )
 
 
 class ProviderGate:

@@ -12,9 +12,9 @@ at its deadline is cancelled and answers 503 with ``Retry-After`` (logged, and c
   second context. The commit itself is bounded by the command deadline; a commit whose outcome
   is unknown answers 503 through the service's own error table.
 
-Pure ASGI: the app runs in a task of its own so that the deadline can answer while the task
-winds down; a cancelled task gets ``CANCEL_GRACE_SECONDS`` to finish its cleanup before the
-answer, and then goes on without it (its own deadlines end it).
+Pure ASGI, in the request's own task: a timer cancels the app at the deadline (no task or
+wait per request on the accept path), the cancellation unwinds the app's cleanup (each step of
+it bounded by its own deadline), then the 503 is sent.
 """
 
 from __future__ import annotations
@@ -30,7 +30,6 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 logger = logging.getLogger(__name__)
 
-CANCEL_GRACE_SECONDS = 0.5
 EXPIRED_BODY = json.dumps({"detail": "request deadline exceeded"}).encode()
 
 
@@ -89,34 +88,40 @@ class RequestDeadlineMiddleware:
             await self._app(scope, receive, send)
             return
         state = _RequestState(self._on_commit_unknown)
+        task = asyncio.current_task()
         started = False
-        answered = False
+        expired = False
 
-        async def send_unless_answered(message: Message) -> None:
+        async def send_noting_start(message: Message) -> None:
             nonlocal started
-            if answered:
-                return  # the deadline has answered for this request
             if message["type"] == "http.response.start":
                 started = True
             await send(message)
 
+        def expire() -> None:
+            nonlocal expired
+            if started or state.committing or task is None:
+                return  # the answer is on its way, or a commit must not be cut
+            expired = True
+            task.cancel()
+
+        timer = asyncio.get_running_loop().call_later(self._seconds, expire)
         token = _current.set(state)
         try:
-            task = asyncio.ensure_future(self._app(scope, receive, send_unless_answered))
-            task.add_done_callback(_consume)
+            await self._app(scope, receive, send_noting_start)
+        except asyncio.CancelledError:
+            # Ours: answer below. Anyone else's (shutdown, a client gone): theirs.
+            if not expired or task is None or task.uncancel() > 0:
+                raise
+        else:
+            if expired and task is not None:
+                task.uncancel()  # the app swallowed our cancellation and answered itself
+            return
         finally:
+            timer.cancel()
             _current.reset(token)
-        try:
-            done, _ = await asyncio.wait({task}, timeout=self._seconds)
-            if done or started or state.committing:
-                await task
-                return
-            answered = True
-            task.cancel()
-            await asyncio.wait({task}, timeout=CANCEL_GRACE_SECONDS)
-        except BaseException:
-            task.cancel()
-            raise
+        if started:
+            return
         logger.warning(
             "request deadline exceeded: %s %s after %.1f s",
             scope.get("method", ""),
