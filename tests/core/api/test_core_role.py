@@ -56,6 +56,7 @@ async def test_the_core_role_serves_create_read_edit_and_delete(
         "DELETE FROM core.context",
         "INSERT INTO ai.context_keyword (context_id, keyword_id, preset_version) VALUES (1, 1, 1)",
         "CREATE TABLE core.intruder (id int)",
+        "UPDATE ai.provider_usage_daily SET calls = 0",
     ],
 )
 async def test_the_core_role_is_refused_outside_its_share(engine, statement):
