@@ -316,7 +316,8 @@ def token(
 def status(
     as_json: bool = typer.Option(False, "--json", help="One JSON object (docs/operations.md)"),
 ) -> None:
-    """Backlog, lag, coverage, failures and retries of live contexts, and the pause state."""
+    """Backlog, lag, coverage, failures and retries of live contexts, the pause state, and
+    today's and this month's provider spend."""
     import json
 
     from core_service.repository.db import create_engine

@@ -106,6 +106,13 @@ class CoreMetrics:
             ["retry_count"],
             registry=self.registry,
         )
+        self.provider_spend = Gauge(
+            "pinlog_core_provider_spend_usd",
+            "Estimated provider cost in USD of the UTC day (today) and month (month) so far, "
+            "from the workers' ledger; models without a price count nothing",
+            ["period"],
+            registry=self.registry,
+        )
         self.status_query_seconds = Histogram(
             "pinlog_core_status_query_seconds",
             "Duration of the statement behind the status gauges",

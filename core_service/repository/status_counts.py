@@ -1,4 +1,5 @@
-"""Counts over live contexts for ``pinlog-core status`` and the core's gauges, in one statement.
+"""Counts over live contexts and the provider spend, for ``pinlog-core status`` and the core's
+gauges, in one statement.
 
 A live context is not deleted, on an active record of an active member (its note can still be
 read and searched). Its state row says how far the AI got: the stage counts, the backlog (the
@@ -7,11 +8,20 @@ worker holds), the lag (the oldest ``updated_at`` among rows with a stage ``PEND
 ``PROCESSING``: how long that stage has waited, not the note's age), the stages ``FAILED`` in
 the last 24 hours by reason (``pinlog_platform.states.failure_reasons``), and ``retry_count``.
 Stage columns come from ``STAGE_ORDER`` and ``Status``: the statement is built once, at import.
+
+The same statement reads the provider spend from ``ai.provider_usage_daily`` (the workers'
+ledger, 0030; read by the core's role since 0041): per period of ``SPEND_PERIODS`` (today and
+this month, UTC days on the database clock, the day rule of ``app/repository/usage_ledger.py``)
+the calls, the tokens (prompt + completion + embedding), the estimated cost in USD (the sum of
+``cost_usd`` over the rows that have one) and the tokens of rows without a cost (models with no
+price): a cost with unpriced tokens beside it is a lower bound. This month's rows are one range
+of the primary key, whose first column is ``day``.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from decimal import Decimal
 
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -45,7 +55,23 @@ _STAGE_FAILURES = ", ".join(
     for stage in STAGE_ORDER
 )
 
-# Every figure of the status over live contexts (module docstring), one scan of them.
+# The ledger's UTC day on the database clock (app/repository/usage_ledger.py) and its month.
+_TODAY = "(now() AT TIME ZONE 'UTC')::date"
+_MONTH_START = "date_trunc('month', now() AT TIME ZONE 'UTC')::date"
+# Which of this month's ledger rows (``spent``, in STATUS_COUNTS) each spend period sums.
+SPEND_PERIODS = {"today": "spent.today", "month": "true"}
+_SPEND = ",\n".join(
+    f"""'{period}', jsonb_build_object(
+            'calls', coalesce(sum(calls) FILTER (WHERE {rows}), 0),
+            'tokens', coalesce(sum(tokens) FILTER (WHERE {rows}), 0),
+            'usd', coalesce(sum(cost_usd) FILTER (WHERE {rows}), 0)::text,
+            'unpriced_tokens', coalesce(sum(tokens) FILTER (WHERE {rows} AND cost_usd IS NULL), 0)
+        )"""
+    for period, rows in SPEND_PERIODS.items()
+)
+
+# Every figure of the status over live contexts (module docstring), one scan of them, and the
+# spend of this month's ledger rows.
 STATUS_COUNTS = text(
     f"""
     WITH live AS MATERIALIZED (
@@ -78,10 +104,25 @@ STATUS_COUNTS = text(
         )::float8 AS lag_seconds,
         {_RETRY_COUNTS},
         (SELECT coalesce(jsonb_object_agg(reason, n), jsonb_build_object())
-         FROM (SELECT reason, count(*) AS n FROM failed GROUP BY reason) AS f) AS failed_24h
+         FROM (SELECT reason, count(*) AS n FROM failed GROUP BY reason) AS f) AS failed_24h,
+        (SELECT jsonb_build_object({_SPEND})
+         FROM (SELECT day = {_TODAY} AS today, calls, cost_usd,
+                      prompt_tokens + completion_tokens + embedding_tokens AS tokens
+               FROM ai.provider_usage_daily WHERE day >= {_MONTH_START}) AS spent) AS spend
     FROM live
-    """  # noqa: S608 (names from Stage and Status only; values are bound)
+    """  # noqa: S608 (names from Stage, Status and SPEND_PERIODS only; values are bound)
 )
+
+
+@dataclass(frozen=True, slots=True)
+class Spend:
+    """The ledger's figures of one period: provider calls, tokens, the estimated cost in USD
+    of the priced rows, and the tokens of rows without a price (not in ``usd``)."""
+
+    calls: int
+    tokens: int
+    usd: Decimal
+    unpriced_tokens: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,6 +137,7 @@ class StatusCounts:
     lag_seconds: float
     failed_24h: dict[str, int]
     retry_counts: dict[int, int]
+    spend: dict[str, Spend]  # by period of SPEND_PERIODS
 
 
 async def read(conn: AsyncConnection, *, processing_expiry_seconds: float) -> StatusCounts:
@@ -116,4 +158,13 @@ async def read(conn: AsyncConnection, *, processing_expiry_seconds: float) -> St
         lag_seconds=float(row["lag_seconds"]),
         failed_24h={str(k): int(v) for k, v in row["failed_24h"].items()},
         retry_counts={n: int(row[f"retry_{n}"]) for n in range(RETRY_COUNT_CEILING + 1)},
+        spend={
+            period: Spend(
+                calls=int(row["spend"][period]["calls"]),
+                tokens=int(row["spend"][period]["tokens"]),
+                usd=Decimal(row["spend"][period]["usd"]),
+                unpriced_tokens=int(row["spend"][period]["unpriced_tokens"]),
+            )
+            for period in SPEND_PERIODS
+        },
     )

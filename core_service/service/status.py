@@ -26,7 +26,10 @@ logger = logging.getLogger(__name__)
 
 @dataclass(frozen=True, slots=True)
 class StatusReport:
-    """The status of the live contexts (``repository.status_counts``)."""
+    """The status of the live contexts and the provider spend (``repository.status_counts``);
+    ``spend[period]`` for ``today`` and ``month``: ``usd`` (rounded to 6 decimals, the priced
+    rows only), ``tokens``, ``calls`` and ``unpriced_tokens`` (tokens of models without a price,
+    not in ``usd``)."""
 
     paused: bool
     stages: dict[str, dict[str, int]]
@@ -35,6 +38,7 @@ class StatusReport:
     coverage: float
     failed_24h: dict[str, int]
     retry_count: dict[str, int]
+    spend: dict[str, dict[str, float | int]]
 
     @classmethod
     def from_counts(cls, counts: status_counts.StatusCounts) -> StatusReport:
@@ -50,6 +54,15 @@ class StatusReport:
             coverage=round(counts.completed / counts.live, 6) if counts.live else 1.0,
             failed_24h=dict(sorted(counts.failed_24h.items())),
             retry_count={str(n): count for n, count in sorted(counts.retry_counts.items())},
+            spend={
+                period: {
+                    "usd": round(float(spend.usd), 6),
+                    "tokens": spend.tokens,
+                    "calls": spend.calls,
+                    "unpriced_tokens": spend.unpriced_tokens,
+                }
+                for period, spend in counts.spend.items()
+            },
         )
 
     def as_json(self) -> dict[str, object]:
@@ -62,6 +75,7 @@ class StatusReport:
             "coverage": self.coverage,
             "failed_24h": self.failed_24h,
             "retry_count": self.retry_count,
+            "spend": self.spend,
         }
 
     def as_text(self) -> str:
@@ -75,6 +89,7 @@ class StatusReport:
         ]
         failed = ", ".join(f"{reason} {n}" for reason, n in self.failed_24h.items()) or "none"
         retries = ", ".join(f"{k}: {n}" for k, n in self.retry_count.items())
+        today, month = (_spent(self.spend[period]) for period in ("today", "month"))
         return "\n".join(
             [
                 f"dispatch:      {'PAUSED' if self.paused else 'running'}",
@@ -84,11 +99,19 @@ class StatusReport:
                 "COMPLETED",
                 f"failed (24 h): {failed}",
                 f"retry_count:   {retries}",
+                f"spend:         today {today}, this month {month}",
                 "stages of live contexts:",
                 header,
                 *rows,
             ]
         )
+
+
+def _spent(spend: dict[str, float | int]) -> str:
+    """``$usd (N tokens)``, and ``, U unpriced`` when U of the tokens are of models without a
+    price (not in ``usd``)."""
+    unpriced = f", {spend['unpriced_tokens']} unpriced" if spend["unpriced_tokens"] else ""
+    return f"${spend['usd']:.6f} ({spend['tokens']} tokens{unpriced})"
 
 
 async def read_status(engine: AsyncEngine, *, processing_expiry_seconds: float) -> StatusReport:
@@ -149,4 +172,6 @@ class StatusGauges:
             metrics.failed_24h.labels(reason).set(n)
         for retries, n in report.retry_count.items():
             metrics.retry_counts.labels(retries).set(n)
+        for period, spend in report.spend.items():
+            metrics.provider_spend.labels(period).set(spend["usd"])
         metrics.status_refreshed.set_to_current_time()

@@ -1,5 +1,5 @@
 """Read-only facts about core and ai rows, for assertions in core-service tests, and the one
-builder of a known mix of rows for the status figures (``STATUS_MIX``)."""
+builder of a known mix of rows for the status figures (``STATUS_MIX``, ``SPEND_MIX``)."""
 
 from __future__ import annotations
 
@@ -125,7 +125,8 @@ async def backdate(engine: AsyncEngine, context_id: int, seconds: float) -> None
 
 
 # (member, record deleted, context deleted, embedding, keyword, retry_count, seconds ago) of
-# the known mix; member 2 is withdrawn. The expected status is STATUS_OF_MIX.
+# the known mix; member 2 is withdrawn. The expected status is STATUS_OF_MIX (or
+# STATUS_OF_MIX_ON_THE_FIRST: ``build_status_mix`` returns the one of the database's day).
 STATUS_MIX = (
     (1, False, False, "COMPLETED", "COMPLETED", 0, 50),
     (1, False, False, "COMPLETED", "COMPLETED", 1, 50),
@@ -151,11 +152,49 @@ STATUS_OF_MIX = {
     "coverage": round(2 / 9, 6),
     "failed_24h": {"input_too_long": 1, "retries_exhausted": 1, "unknown": 1},
     "retry_count": {"0": 7, "1": 1, "2": 0, "3": 1},
+    "spend": {
+        "today": {"usd": 0.0003, "tokens": 3200, "calls": 6, "unpriced_tokens": 500},
+        "month": {"usd": 0.0004, "tokens": 9200, "calls": 20, "unpriced_tokens": 1500},
+    },
 }
+# On the first day of a month its earlier rows are today's.
+STATUS_OF_MIX_ON_THE_FIRST = {
+    **STATUS_OF_MIX,
+    "spend": {period: STATUS_OF_MIX["spend"]["month"] for period in ("today", "month")},
+}
+# The line of ``pinlog-core status`` for the spend of STATUS_OF_MIX, and on the first.
+SPEND_LINE = (
+    "spend:         today $0.000300 (3200 tokens, 500 unpriced), "
+    "this month $0.000400 (9200 tokens, 1500 unpriced)"
+)
+SPEND_LINE_ON_THE_FIRST = (
+    "spend:         today $0.000400 (9200 tokens, 1500 unpriced), "
+    "this month $0.000400 (9200 tokens, 1500 unpriced)"
+)
+
+# The UTC day on the database clock, as the workers' ledger writes it, and days before it.
+LEDGER_DAYS = {
+    "today": "(now() AT TIME ZONE 'UTC')::date",
+    "month_start": "date_trunc('month', now() AT TIME ZONE 'UTC')::date",
+    "last_month": "date_trunc('month', now() AT TIME ZONE 'UTC')::date - 1",
+}
+# (day of LEDGER_DAYS, provider, model, stage, calls, prompt, completion, embedding tokens,
+# cost_usd) of the mix's provider usage ledger; "local-judge" has no price (cost NULL).
+SPEND_MIX = (
+    ("today", "embedding", "text-embedding-3-small", "embedding", 3, 0, 0, 1500, "0.00003"),
+    ("today", "judge", "gpt-4o-mini", "keyword", 2, 1000, 200, 0, "0.00027"),
+    ("today", "judge", "local-judge", "keyword", 1, 400, 100, 0, None),
+    ("month_start", "embedding", "text-embedding-3-small", "search", 10, 0, 0, 5000, "0.0001"),
+    ("month_start", "judge", "local-judge", "probe", 4, 800, 200, 0, None),
+    ("last_month", "judge", "gpt-4o-mini", "keyword", 50, 100000, 20000, 0, "0.027"),
+    ("last_month", "judge", "local-judge", "keyword", 7, 7000, 700, 0, None),
+)
 
 
-async def build_status_mix(engine: AsyncEngine) -> None:
-    """Write ``STATUS_MIX`` (members 1 and 2, a place and a record per row) and pause."""
+async def build_status_mix(engine: AsyncEngine) -> dict[str, object]:
+    """Write ``STATUS_MIX`` (members 1 and 2, a place and a record per row), pause, and write
+    ``SPEND_MIX``; return the status it reads as today (``STATUS_OF_MIX``, or
+    ``STATUS_OF_MIX_ON_THE_FIRST`` on the first day of a UTC month)."""
     async with engine.begin() as conn:
         await conn.execute(
             text("INSERT INTO core.member (id, deleted_at) VALUES (1, NULL), (2, now())")
@@ -214,12 +253,30 @@ async def build_status_mix(engine: AsyncEngine) -> None:
                 "WHERE embedding_status = 'FAILED' AND updated_at > now() - interval '1 hour'"
             )
         )
+        for day, *row, cost in SPEND_MIX:
+            await conn.execute(
+                text(
+                    "INSERT INTO ai.provider_usage_daily (day, provider, model, stage, calls, "
+                    "prompt_tokens, completion_tokens, embedding_tokens, cost_usd) VALUES "
+                    f"({LEDGER_DAYS[day]}, :p, :m, :s, :n, :pt, :ct, :et, CAST(:usd AS numeric))"
+                ),
+                dict(zip(("p", "m", "s", "n", "pt", "ct", "et"), row, strict=True), usd=cost),
+            )
+        first_of_month = f"SELECT {LEDGER_DAYS['today']} = {LEDGER_DAYS['month_start']}"
+        first = (await conn.execute(text(first_of_month))).scalar_one()
+    return STATUS_OF_MIX_ON_THE_FIRST if first else STATUS_OF_MIX
 
 
-def assert_status_of_mix(status: dict[str, object]) -> None:
-    """``status`` is the JSON of the mix: exactly its keys and counts (the lag about 700 s)."""
-    assert list(status) == list(STATUS_OF_MIX)
-    assert abs(status["lag_seconds"] - STATUS_OF_MIX["lag_seconds"]) < 30
+def assert_status_of_mix(status: dict[str, object], expected: dict[str, object]) -> None:
+    """``status`` is the JSON of the mix: exactly the keys and figures of ``expected`` (what
+    ``build_status_mix`` returned; the lag about 700 s)."""
+    assert list(status) == list(expected)
+    assert abs(status["lag_seconds"] - expected["lag_seconds"]) < 30
     assert {k: v for k, v in status.items() if k != "lag_seconds"} == {
-        k: v for k, v in STATUS_OF_MIX.items() if k != "lag_seconds"
+        k: v for k, v in expected.items() if k != "lag_seconds"
     }
+
+
+def spend_line(expected: dict[str, object]) -> str:
+    """The text status line of the mix's spend, for ``expected`` of ``build_status_mix``."""
+    return SPEND_LINE_ON_THE_FIRST if expected is STATUS_OF_MIX_ON_THE_FIRST else SPEND_LINE

@@ -1,6 +1,6 @@
 """The core service runs as its own role, not the owner (0023): a login role
-that is only a member of ``pinlog_core_service`` serves the whole lifecycle over HTTP, and is
-refused where §0 gives the core nothing."""
+that is only a member of ``pinlog_core_service`` serves the whole lifecycle over HTTP, reads the
+status with the provider spend (0041), and is refused where §0 gives the core nothing."""
 
 from __future__ import annotations
 
@@ -9,7 +9,10 @@ from sqlalchemy import text
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError
 
+from core_service.repository import status_counts
+from core_service.service.status import StatusReport
 from tests.core.harness import bearer, core_settings, running_core
+from tests.core.support import build_status_mix
 
 LOGIN = "pinlog_core_test_login"
 
@@ -65,3 +68,14 @@ async def test_the_core_role_is_refused_outside_its_share(engine, statement):
         with pytest.raises(DBAPIError, match="permission denied"):
             await conn.execute(text(statement))
         await conn.rollback()
+
+
+async def test_the_core_role_reads_the_status_with_the_spend(engine):
+    """The one status statement, the workers' usage ledger included, as the core's role."""
+    expected = await build_status_mix(engine)
+    async with engine.connect() as conn:
+        await conn.execute(text("SET ROLE pinlog_core_service"))
+        counts = await status_counts.read(conn, processing_expiry_seconds=600)
+        await conn.rollback()
+
+    assert StatusReport.from_counts(counts).spend == expected["spend"]

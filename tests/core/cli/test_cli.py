@@ -15,7 +15,7 @@ from app.repository.db import create_engine
 from core_service.service.member_tokens import AUDIENCE
 from pinlog_platform import schema as migrations
 from tests.core.harness import JWT_SECRET
-from tests.core.support import assert_status_of_mix, build_status_mix
+from tests.core.support import assert_status_of_mix, build_status_mix, spend_line
 from tests.worker.harness import PROFILE, SECRET
 from tests.worker.support import make_state
 
@@ -151,15 +151,17 @@ async def test_configuration_and_database_problems_are_one_line_with_distinct_ex
 
 
 async def test_status_json_has_exactly_the_documented_keys_and_counts(engine, migrated_database):
-    await build_status_mix(engine)
+    """Both forms, the spend of today and this month included."""
+    expected = await build_status_mix(engine)
     env = _environment(PINLOG_CORE_DATABASE_URL=migrated_database)
 
     code, out, err = await _run([*CORE, "status", "--json"], env)
     text_code, text_out, _ = await _run([*CORE, "status"], env)
 
     assert code == 0, err
-    assert_status_of_mix(json.loads(out))
+    assert_status_of_mix(json.loads(out), expected)
     assert text_code == 0 and "PAUSED" in text_out and "backlog:       3" in text_out
+    assert spend_line(expected) in text_out.splitlines()
 
 
 async def test_pause_and_resume_print_the_state_and_are_idempotent(engine, migrated_database):
