@@ -12,18 +12,20 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
+from typing import TypeVar
 
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from pinlog_platform.db import connection
-from pinlog_platform.db.sqlstates import DRIVER_ERRORS, discards_connection
+from pinlog_platform.db.sqlstates import DRIVER_ERRORS, discards_connection, refused_before_running
 from pinlog_platform.http import request_deadline
 
 logger = logging.getLogger(__name__)
 
 Translate = Callable[[BaseException], None]
+T = TypeVar("T")
 
 
 @asynccontextmanager
@@ -101,3 +103,46 @@ async def read_only_snapshot(
         )
         async with conn.begin():
             yield conn
+
+
+async def single_statement(
+    engine: AsyncEngine,
+    run: Callable[[AsyncConnection], Awaitable[T]],
+    *,
+    translate: Translate,
+) -> T:
+    """``run`` one data-modifying statement on an autocommit connection: the statement is its
+    own transaction (one round trip), so nothing is half-written.
+
+    The statement is the commit: once it is sent, the request's deadline no longer fires
+    (``request_deadline.committing``) and the command deadline bounds it. A statement refused
+    before it ran (``sqlstates.refused_before_running``: a connection the server closed while
+    it was pooled, a read-only server, a session ended) is run once more on a fresh
+    connection, since SQLAlchemy has then replaced every connection pooled before the error;
+    this is what spares the pool a checkout round trip. A connection lost while the statement
+    was in flight is an unknown outcome: logged, counted, never retried. Driver errors go
+    through ``translate``.
+    """
+    try:
+        return await _run_autocommit(engine, run, translate=_propagate)
+    except DRIVER_ERRORS as exc:
+        if not refused_before_running(exc):
+            if discards_connection(exc) and not isinstance(exc, TimeoutError):
+                logger.warning("statement outcome unknown: %s", type(exc).__name__)
+                request_deadline.commit_outcome_unknown()
+            translate(exc)
+            raise
+        logger.info("statement refused before it ran (%s); once more", type(exc).__name__)
+    return await _run_autocommit(engine, run, translate=translate)
+
+
+async def _run_autocommit(
+    engine: AsyncEngine, run: Callable[[AsyncConnection], Awaitable[T]], *, translate: Translate
+) -> T:
+    async with autocommit(engine, translate=translate) as conn:
+        with request_deadline.committing():
+            return await run(conn)
+
+
+def _propagate(_exc: BaseException) -> None:
+    """A ``Translate`` that lets the driver error through (the caller decides)."""
