@@ -115,9 +115,10 @@ def _unanswered(exc: BaseException, progress: _SendProgress) -> WorkerUnanswered
 
 class WorkerEndpoint:
     """One worker instance: its base URL (as configured, without a trailing ``/``) and a
-    keep-alive session, opened on first use inside the running event loop."""
+    keep-alive session, opened on first use inside the running event loop. A call after
+    ``aclose`` is not sent (``ConnectError``)."""
 
-    __slots__ = ("_headers", "_session", "_timeout", "_trace", "_urls", "base_url")
+    __slots__ = ("_closed", "_headers", "_session", "_timeout", "_trace", "_urls", "base_url")
 
     def __init__(
         self,
@@ -134,6 +135,7 @@ class WorkerEndpoint:
         self._trace = trace
         self._urls: dict[str, URL] = {}
         self._session: aiohttp.ClientSession | None = None
+        self._closed = False
 
     async def post_json(
         self,
@@ -171,11 +173,13 @@ class WorkerEndpoint:
             raise _unanswered(exc, progress) from exc
 
     async def aclose(self) -> None:
+        self._closed = True
         if self._session is not None:
             await self._session.close()
-            self._session = None
 
     def _open(self) -> aiohttp.ClientSession:
+        if self._closed:
+            raise aiohttp.ClientConnectionError("worker endpoint closed")
         if self._session is None:
             self._session = aiohttp.ClientSession(
                 headers=self._headers,

@@ -232,3 +232,17 @@ async def test_a_dead_instance_is_skipped_for_the_next_one():
     assert [o.result for o in outcomes] == [DispatchResult.ACCEPTED] * 2
     assert sorted(o.causes for o in outcomes) == [("ConnectError", "HTTP 202"), ("HTTP 202",)]
     assert len(wire.bodies) == 2
+
+
+async def test_nothing_is_sent_once_the_endpoints_are_closed():
+    async with _wire(_accept) as (wire, url):
+        endpoints = WorkerEndpoints.connect(
+            [url], internal_secret="s", connect_timeout_seconds=1.0, read_timeout_seconds=1.0
+        )
+        sender = ProcessRequestSender(endpoints, attempt_deadline_seconds=3.0)
+        assert (await sender.send(REQUEST)).result is DispatchResult.ACCEPTED
+        await endpoints.aclose()
+        outcome = await sender.send(REQUEST)
+
+    assert (outcome.result, outcome.causes) == (DispatchResult.UNREACHABLE, ("ConnectError",))
+    assert len(wire.bodies) == 1
