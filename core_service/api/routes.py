@@ -7,7 +7,6 @@ from dataclasses import asdict
 from typing import Annotated
 
 from fastapi import APIRouter, Path, Query, Response, status
-from fastapi.responses import JSONResponse
 from pydantic import BeforeValidator
 
 from core_service.api.authentication import AuthenticatedRoute
@@ -42,6 +41,7 @@ from core_service.api.schemas import (
 )
 from core_service.service.record_reads import summarize
 from pinlog_platform.canonical_ids import parse_canonical_id
+from pinlog_platform.http.json_response import OrjsonResponse
 
 
 def _canonical_id(value: object) -> object:
@@ -76,7 +76,7 @@ router = APIRouter(prefix="/api/v1", route_class=AuthenticatedRoute)
 )
 async def create_record(
     body: CreateRecordBody, member_id: MemberId, lifecycle: Lifecycle
-) -> JSONResponse:
+) -> OrjsonResponse:
     """201 with a new record, 200 when the context joined the member's record for the place."""
     created = await lifecycle.create_record(
         member_id=member_id,
@@ -85,7 +85,7 @@ async def create_record(
         body=body.body,
     )
     payload = CreatedRecord(record_id=created.record_id, context_id=created.context_id)
-    return JSONResponse(
+    return OrjsonResponse(
         payload.model_dump(by_alias=True),
         status_code=status.HTTP_201_CREATED if created.record_created else status.HTTP_200_OK,
     )
