@@ -9,7 +9,7 @@ from typing import Annotated
 from fastapi import APIRouter, Path, Query, Response, status
 from pydantic import BeforeValidator
 
-from core_service.api.authentication import AuthenticatedRoute
+from core_service.api.authentication import AuthenticatedRoute, member_checked_by_operation
 from core_service.api.dependencies import Lifecycle, MemberId, Pages, Reader, Search
 from core_service.api.responses import (
     COMMON,
@@ -74,6 +74,7 @@ router = APIRouter(prefix="/api/v1", route_class=AuthenticatedRoute)
         **COMMON,
     },
 )
+@member_checked_by_operation
 async def create_record(
     body: CreateRecordBody, member_id: MemberId, lifecycle: Lifecycle
 ) -> OrjsonResponse:

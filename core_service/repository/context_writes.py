@@ -1,8 +1,8 @@
 """The client API's context writes (§9), each one data-modifying statement.
 
-A create, an add, an edit and the delete of one context each run as one statement on an
-autocommit connection: one round
-trip, one implicit transaction, nothing half-written. Their sub-statements take rows in the
+A create, an add, an edit and the delete of one context each run as one statement in a short
+transaction of its own (``pinlog_platform.db.transactions.single_statement``: ``BEGIN``, the
+statement, ``COMMIT``), nothing half-written. Their sub-statements take rows in the
 documented lock order (docs/lock-order.md) because every write selects from the CTE that locked
 the row before it: ``member`` (``FOR SHARE``) -> place -> record -> old context -> new context ->
 new state row -> old state row (``CANCELLED``) -> old embedding row (``is_deleted``).
@@ -323,8 +323,7 @@ async def create(
     place_name: str,
     body: str,
 ) -> CreateOutcome:
-    """Run ``CREATE_CONTEXT`` (autocommit: the statement is the transaction). Inputs are
-    normalised already; ``body`` is the stored text."""
+    """Run ``CREATE_CONTEXT``. Inputs are normalised already; ``body`` is the stored text."""
     row = (
         await conn.execute(
             CREATE_CONTEXT,

@@ -68,7 +68,12 @@ async def transaction(
                 if discards_connection(exc):
                     logger.warning("commit outcome unknown: %s", type(exc).__name__)
                     request_deadline.commit_outcome_unknown()
+                setattr(exc, _DURING_COMMIT, True)
                 raise
+
+
+# Set on a driver error raised by COMMIT: whatever it says, the transaction may have committed.
+_DURING_COMMIT = "pinlog_during_commit"
 
 
 @asynccontextmanager
@@ -111,37 +116,28 @@ async def single_statement(
     *,
     translate: Translate,
 ) -> T:
-    """``run`` one data-modifying statement on an autocommit connection: the statement is its
-    own transaction (one round trip), so nothing is half-written.
+    """``run`` one data-modifying statement in a short transaction of its own: ``BEGIN``,
+    the statement, ``COMMIT`` (three round trips), so nothing is half-written, and a statement
+    whose delivery was delayed past the client's deadline never commits on its own (the server
+    rolls back a transaction whose client is gone).
 
-    The statement is the commit: once it is sent, the request's deadline no longer fires
-    (``request_deadline.committing``) and the command deadline bounds it. A statement refused
-    before it ran (``sqlstates.refused_before_running``: a connection the server closed while
-    it was pooled, a read-only server, a session ended) is run once more on a fresh
-    connection, since SQLAlchemy has then replaced every connection pooled before the error;
-    this is what spares the pool a checkout round trip. A connection lost while the statement
-    was in flight is an unknown outcome: logged, counted, never retried. Driver errors go
-    through ``translate``.
+    Run once more on a fresh connection when the statement was refused before it ran
+    (``sqlstates.refused_before_running``: a connection the server closed while it was
+    pooled, a read-only server, a session ended), since SQLAlchemy has then replaced every
+    connection pooled before the error: this is what spares the pool a checkout round trip.
+    ``COMMIT`` is never retried (its outcome may be unknown: ``transaction``). Driver errors
+    go through ``translate``.
     """
     try:
-        return await _run_autocommit(engine, run, translate=_propagate)
+        async with transaction(engine, translate=_propagate) as conn:
+            return await run(conn)
     except DRIVER_ERRORS as exc:
-        if not refused_before_running(exc):
-            if discards_connection(exc) and not isinstance(exc, TimeoutError):
-                logger.warning("statement outcome unknown: %s", type(exc).__name__)
-                request_deadline.commit_outcome_unknown()
+        if getattr(exc, _DURING_COMMIT, False) or not refused_before_running(exc):
             translate(exc)
             raise
         logger.info("statement refused before it ran (%s); once more", type(exc).__name__)
-    return await _run_autocommit(engine, run, translate=translate)
-
-
-async def _run_autocommit(
-    engine: AsyncEngine, run: Callable[[AsyncConnection], Awaitable[T]], *, translate: Translate
-) -> T:
-    async with autocommit(engine, translate=translate) as conn:
-        with request_deadline.committing():
-            return await run(conn)
+    async with transaction(engine, translate=translate) as conn:
+        return await run(conn)
 
 
 def _propagate(_exc: BaseException) -> None:
