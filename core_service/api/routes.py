@@ -99,6 +99,7 @@ async def create_record(
     response_model=ContextIdOnly,
     response_model_by_alias=True,
 )
+@member_checked_by_operation
 async def add_context(
     record_id: Id, body: ContextBody, member_id: MemberId, lifecycle: Lifecycle
 ) -> ContextIdOnly:
@@ -119,6 +120,7 @@ async def add_context(
         **CONFLICT,
     },
 )
+@member_checked_by_operation
 async def modify_context(
     context_id: Id, body: ContextBody, member_id: MemberId, lifecycle: Lifecycle
 ) -> ContextIdOnly:
@@ -134,6 +136,7 @@ async def modify_context(
     status_code=status.HTTP_204_NO_CONTENT,
     responses={**COMMON, **NOT_FOUND, **CONFLICT},
 )
+@member_checked_by_operation
 async def delete_context(context_id: Id, member_id: MemberId, lifecycle: Lifecycle) -> Response:
     await lifecycle.delete_context(member_id=member_id, context_id=context_id)
     return Response(status_code=status.HTTP_204_NO_CONTENT)

@@ -50,6 +50,14 @@ _NEW_CONTEXT_AND_STATE = (
     )"""
 )
 
+# The caller is an active member (read in the statement's snapshot, unlocked: the record's
+# lock orders these writes against a withdrawal, which deletes the records). The add, modify
+# and delete below answer "not active" from it, so the route verifies only the token.
+_ACTIVE_MEMBER = """
+    WITH member AS (
+        SELECT id FROM core.member WHERE id = :member_id AND deleted_at IS NULL
+    ),"""
+
 # §9 Create: the active member (FOR SHARE: a concurrent withdrawal waits or is seen), the place
 # (found, or inserted with this name), the member's active record of the place (touched, or
 # inserted with the name this member gave), then the context and its state row. Empty
@@ -110,21 +118,25 @@ CREATE_CONTEXT = text(
 # the ownership check), then the context and its state row. No row: missing, deleted or
 # another member's record.
 ADD_CONTEXT = text(
-    """
-    WITH record AS (
+    _ACTIVE_MEMBER  # noqa: S608 (constant fragments)
+    + """
+    record AS (
         UPDATE core.record AS r SET updated_at = now()
-        FROM core.place AS p
-        WHERE r.id = :record_id AND r.member_id = :member_id AND r.deleted_at IS NULL
+        FROM core.place AS p, member
+        WHERE r.id = :record_id AND r.member_id = member.id AND r.deleted_at IS NULL
           AND p.id = r.place_id
         RETURNING r.id, p.external_place_id, coalesce(r.place_name, p.name) AS place_name
     ),
     target AS (
         SELECT id AS record_id, now() AS origin_created_at FROM record
-    ),"""  # noqa: S608 (constant fragments)
+    ),"""
     + _NEW_CONTEXT_AND_STATE
     + """
-    SELECT record.external_place_id, record.place_name, new_context.id AS context_id
-    FROM record JOIN new_context ON true
+    SELECT EXISTS (SELECT 1 FROM member) AS member_active,
+           record.external_place_id, record.place_name, new_context.id AS context_id
+    FROM (VALUES (1)) AS one
+    LEFT JOIN record ON true
+    LEFT JOIN new_context ON true
     """
 )
 
@@ -135,8 +147,9 @@ ADD_CONTEXT = text(
 # context and state row (origin_created_at carried), the old context soft-deleted, its state
 # CANCELLED and its vector hidden, each selecting from the lock before it.
 MODIFY_CONTEXT = text(
-    """
-    WITH owner AS (
+    _ACTIVE_MEMBER  # noqa: S608 (constant fragments)
+    + """
+    owner AS (
         SELECT record_id, member_id, deleted_at IS NOT NULL AS deleted, replaced_by
         FROM core.context WHERE id = :context_id
     ),
@@ -147,6 +160,7 @@ MODIFY_CONTEXT = text(
         JOIN core.place AS p ON p.id = r.place_id
         WHERE owner.member_id = :member_id AND NOT owner.deleted
           AND r.member_id = :member_id AND r.deleted_at IS NULL
+          AND EXISTS (SELECT 1 FROM member)
         FOR UPDATE OF r
     ),
     old AS (
@@ -159,7 +173,7 @@ MODIFY_CONTEXT = text(
         SELECT record.id AS record_id, old.origin_created_at
         FROM old, record
         WHERE NOT old.deleted AND NOT old.unchanged
-    ),"""  # noqa: S608 (constant fragments)
+    ),"""
     + _NEW_CONTEXT_AND_STATE
     + """,
     touched AS (
@@ -181,13 +195,15 @@ MODIFY_CONTEXT = text(
         UPDATE ai.context_embedding AS e SET is_deleted = true, updated_at = now()
         FROM cancelled_old WHERE e.context_id = cancelled_old.context_id
     )
-    SELECT owner.member_id = :member_id AS owned, owner.deleted AS owner_deleted,
+    SELECT EXISTS (SELECT 1 FROM member) AS member_active,
+           owner.member_id = :member_id AS owned, owner.deleted AS owner_deleted,
            owner.replaced_by AS owner_replaced_by,
            record.id IS NOT NULL AS record_active,
            record.external_place_id, record.place_name, record.id AS record_id,
            old.deleted AS old_deleted, old.replaced_by AS old_replaced_by,
            old.unchanged, new_context.id AS new_id
-    FROM owner
+    FROM (VALUES (1)) AS one
+    LEFT JOIN owner ON true
     LEFT JOIN record ON true
     LEFT JOIN old ON true
     LEFT JOIN new_context ON true
@@ -201,8 +217,9 @@ MODIFY_CONTEXT = text(
 # waited is re-read at its lock and no longer counts. The context is soft-deleted only while
 # another active one remains; then its state is CANCELLED and its vector hidden.
 DELETE_CONTEXT = text(
-    """
-    WITH owner AS (
+    _ACTIVE_MEMBER  # noqa: S608 (constant fragments)
+    + """
+    owner AS (
         SELECT record_id, member_id, deleted_at IS NOT NULL AS deleted, replaced_by
         FROM core.context WHERE id = :context_id
     ),
@@ -211,6 +228,7 @@ DELETE_CONTEXT = text(
         FROM owner JOIN core.record AS r ON r.id = owner.record_id
         WHERE owner.member_id = :member_id AND NOT owner.deleted
           AND r.member_id = :member_id AND r.deleted_at IS NULL
+          AND EXISTS (SELECT 1 FROM member)
         FOR UPDATE OF r
     ),
     contexts AS (
@@ -240,13 +258,15 @@ DELETE_CONTEXT = text(
         UPDATE ai.context_embedding AS e SET is_deleted = true, updated_at = now()
         FROM cancelled WHERE e.context_id = cancelled.context_id
     )
-    SELECT owner.member_id = :member_id AS owned, owner.deleted AS owner_deleted,
+    SELECT EXISTS (SELECT 1 FROM member) AS member_active,
+           owner.member_id = :member_id AS owned, owner.deleted AS owner_deleted,
            owner.replaced_by AS owner_replaced_by,
            EXISTS (SELECT 1 FROM record) AS record_active,
            (SELECT NOT active FROM contexts WHERE id = :context_id) AS old_deleted,
            (SELECT replaced_by FROM contexts WHERE id = :context_id) AS old_replaced_by,
            EXISTS (SELECT 1 FROM deleted) AS deleted
-    FROM owner
+    FROM (VALUES (1)) AS one
+    LEFT JOIN owner ON true
     """
 )
 
@@ -271,9 +291,13 @@ class CreateOutcome:
 
 @dataclass(frozen=True, slots=True)
 class AddedContext:
-    context_id: int
-    external_place_id: str
-    place_name: str
+    """``member_active`` False: nothing written (401); ``context_id`` None: no active record
+    of this member has that id (404)."""
+
+    member_active: bool
+    context_id: int | None = None
+    external_place_id: str = ""
+    place_name: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -284,9 +308,11 @@ class ModifyOutcome:
     was deleted before this statement began (``owner_replaced_by``: the context that replaced
     it, if any). ``record_active`` False: its record is deleted. ``old_deleted``: deleted by a
     transaction that committed while this one waited for its locks. ``unchanged``: same body,
-    nothing written. ``new_id``: the new context.
+    nothing written. ``new_id``: the new context. ``member_active`` False: the caller is not
+    an active member, nothing written (401).
     """
 
+    member_active: bool
     owned: bool | None
     owner_deleted: bool = False
     owner_replaced_by: int | None = None
@@ -306,6 +332,7 @@ class DeleteOutcome:
     the context was soft-deleted (False with every check passed: it was the record's last
     active context, nothing written)."""
 
+    member_active: bool
     owned: bool | None
     owner_deleted: bool = False
     owner_replaced_by: int | None = None
@@ -347,10 +374,8 @@ async def create(
     )
 
 
-async def add(
-    conn: AsyncConnection, *, member_id: int, record_id: int, body: str
-) -> AddedContext | None:
-    """Run ``ADD_CONTEXT``; ``None``: no active record of this member has that id."""
+async def add(conn: AsyncConnection, *, member_id: int, record_id: int, body: str) -> AddedContext:
+    """Run ``ADD_CONTEXT``."""
     row = (
         await conn.execute(
             ADD_CONTEXT,
@@ -361,10 +386,10 @@ async def add(
                 "text_sha256": fingerprint(body),
             },
         )
-    ).one_or_none()
-    if row is None:
-        return None
-    return AddedContext(int(row.context_id), row.external_place_id, row.place_name)
+    ).one()
+    if row.context_id is None:
+        return AddedContext(member_active=bool(row.member_active))
+    return AddedContext(True, int(row.context_id), row.external_place_id, row.place_name)
 
 
 async def modify(
@@ -381,11 +406,10 @@ async def modify(
                 "text_sha256": fingerprint(body),
             },
         )
-    ).one_or_none()
-    if row is None:
-        return ModifyOutcome(owned=None)
+    ).one()
     return ModifyOutcome(
-        owned=bool(row.owned),
+        member_active=bool(row.member_active),
+        owned=None if row.owned is None else bool(row.owned),
         owner_deleted=bool(row.owner_deleted),
         owner_replaced_by=row.owner_replaced_by,
         record_active=bool(row.record_active),
@@ -403,11 +427,10 @@ async def delete(conn: AsyncConnection, *, member_id: int, context_id: int) -> D
     """Run ``DELETE_CONTEXT``."""
     row = (
         await conn.execute(DELETE_CONTEXT, {"member_id": member_id, "context_id": context_id})
-    ).one_or_none()
-    if row is None:
-        return DeleteOutcome(owned=None)
+    ).one()
     return DeleteOutcome(
-        owned=bool(row.owned),
+        member_active=bool(row.member_active),
+        owned=None if row.owned is None else bool(row.owned),
         owner_deleted=bool(row.owner_deleted),
         owner_replaced_by=row.owner_replaced_by,
         record_active=bool(row.record_active),

@@ -133,15 +133,18 @@ class ContextLifecycle:
     async def add_context(self, *, member_id: int, record_id: int, body: str) -> int:
         """Add a context to an active record of the member; the new context id.
 
-        Raises ``InvalidBodyError`` (422), ``NotFoundError`` (404: missing, deleted or another
-        member's record), ``UnavailableError`` (503).
+        Raises ``InvalidBodyError`` (422), ``UnauthenticatedError`` (401: withdrawn member),
+        ``NotFoundError`` (404: missing, deleted or another member's record),
+        ``UnavailableError`` (503).
         """
         stored_body = normalize_body(body)
         added = await single_statement(
             self._engine,
             partial(context_writes.add, member_id=member_id, record_id=record_id, body=stored_body),
         )
-        if added is None:
+        if not added.member_active:
+            raise UnauthenticatedError("member is not active")
+        if added.context_id is None:
             raise NotFoundError("record")
         self._count("add", "added")
         self._dispatcher.dispatch_soon(
@@ -164,8 +167,9 @@ class ContextLifecycle:
 
         An unchanged body (after normalisation) is a no-op: the old id, state untouched, no
         dispatch. Nothing is inherited by the new context; ``origin_created_at`` is carried.
-        Raises ``InvalidBodyError`` (422), ``NotFoundError`` (404: never existed or another
-        member's), ``ConflictError`` (409: already deleted), ``UnavailableError`` (503).
+        Raises ``InvalidBodyError`` (422), ``UnauthenticatedError`` (401: withdrawn member),
+        ``NotFoundError`` (404: never existed or another member's), ``ConflictError`` (409:
+        already deleted), ``UnavailableError`` (503).
         """
         stored_body = normalize_body(body)
         outcome = await single_statement(
@@ -174,6 +178,8 @@ class ContextLifecycle:
                 context_writes.modify, member_id=member_id, context_id=context_id, body=stored_body
             ),
         )
+        if not outcome.member_active:
+            raise UnauthenticatedError("member is not active")
         if not outcome.owned:
             raise NotFoundError("context")
         if outcome.owner_deleted:
@@ -202,13 +208,16 @@ class ContextLifecycle:
     async def delete_context(self, *, member_id: int, context_id: int) -> None:
         """Soft-delete one context and cancel its AI work (§9 Delete).
 
-        Raises ``NotFoundError`` (404), ``ConflictError`` (409: already deleted, or the
-        record's last active context), ``UnavailableError`` (503).
+        Raises ``UnauthenticatedError`` (401: withdrawn member), ``NotFoundError`` (404),
+        ``ConflictError`` (409: already deleted, or the record's last active context),
+        ``UnavailableError`` (503).
         """
         outcome = await single_statement(
             self._engine,
             partial(context_writes.delete, member_id=member_id, context_id=context_id),
         )
+        if not outcome.member_active:
+            raise UnauthenticatedError("member is not active")
         if not outcome.owned:
             raise NotFoundError("context")
         if outcome.owner_deleted:
