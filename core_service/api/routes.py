@@ -201,6 +201,7 @@ async def list_records(
         **NOT_FOUND,
     },
 )
+@member_checked_by_operation
 async def get_record(record_id: Id, member_id: MemberId, reader: Reader) -> RecordItem:
     """Owner: bodies and PUBLIC + PRIVATE_ONLY keywords; others: neither bodies nor private."""
     view = await reader.get(viewer_id=member_id, record_id=record_id)

@@ -19,7 +19,7 @@ from tests.fault_proxy import fault_proxy
 
 # Pinned per operation (docs/scaling.md "The core's database round trips"): a write is one
 # statement in a transaction of its own (BEGIN, the statement, COMMIT) that also checks the
-# member; a read is the bearer token's member check, then one statement.
+# member; a read is one statement that checks the member too.
 EXPECTED = {
     "create (new record)": 3,
     "create (existing record)": 3,
@@ -27,7 +27,7 @@ EXPECTED = {
     "edit": 3,
     "edit (unchanged)": 3,
     "delete": 3,
-    "read": 2,
+    "read": 1,
 }
 
 
