@@ -22,7 +22,7 @@ import tempfile
 import time
 from pathlib import Path
 
-import httpx
+import aiohttp
 import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -100,12 +100,17 @@ async def run(requests: int, concurrency: int) -> None:
         for m in members
     }
     try:
-        async with httpx.AsyncClient(base_url=base, timeout=30) as client:
+        # aiohttp: the driver's CPU per request (httpx costs ~2 ms) must stay small beside the
+        # core's on a 2-core machine.
+        connector = aiohttp.TCPConnector(limit=concurrency)
+        timeout = aiohttp.ClientTimeout(total=30)
+        async with aiohttp.ClientSession(base, connector=connector, timeout=timeout) as client:
             while True:
                 try:
-                    if (await client.get("/readyz")).status_code == 200:
-                        break
-                except httpx.TransportError:
+                    async with client.get("/readyz") as ready:
+                        if ready.status == 200:
+                            break
+                except aiohttp.ClientError:
                     pass
                 await asyncio.sleep(0.1)
             created: list[tuple[int, int, int]] = []  # (member, record, context) per create
@@ -128,29 +133,35 @@ async def _phase(client, kind, requests, concurrency, headers, pid, created) -> 
         member_id = 1 + n % 8
         began = time.perf_counter()
         if kind == "create":
-            response = await client.post(
-                "/api/v1/records",
-                json={
-                    "externalPlaceId": f"p{n % 50}",
-                    "placeName": "카페",
-                    "body": f"메모 {n} 조용한 카페",
-                },
-                headers=headers[member_id],
+            status, body = await _call(
+                client.post(
+                    "/api/v1/records",
+                    json={
+                        "externalPlaceId": f"p{n % 50}",
+                        "placeName": "카페",
+                        "body": f"메모 {n} 조용한 카페",
+                    },
+                    headers=headers[member_id],
+                )
             )
-            created.append((member_id, response.json()["recordId"], response.json()["contextId"]))
+            created.append((member_id, body["recordId"], body["contextId"]))
         elif kind == "edit":
             owner, _record, context_id = created[n % len(created)]
-            response = await client.put(
-                f"/api/v1/contexts/{context_id}",
-                json={"body": f"고친 메모 {n}"},
-                headers=headers[owner],
+            status, body = await _call(
+                client.put(
+                    f"/api/v1/contexts/{context_id}",
+                    json={"body": f"고친 메모 {n}"},
+                    headers=headers[owner],
+                )
             )
-            if response.status_code == 200:
-                created[n % len(created)] = (owner, _record, response.json()["contextId"])
+            if status == 200:
+                created[n % len(created)] = (owner, _record, body["contextId"])
         else:
             owner, record_id, _context = created[n % len(created)]
-            response = await client.get(f"/api/v1/records/{record_id}", headers=headers[owner])
-        assert response.status_code < 500, response.text
+            status, body = await _call(
+                client.get(f"/api/v1/records/{record_id}", headers=headers[owner])
+            )
+        assert status < 500, body
         latencies.append(time.perf_counter() - began)
 
     async def worker() -> None:
@@ -167,6 +178,11 @@ async def _phase(client, kind, requests, concurrency, headers, pid, created) -> 
         f"p99 {p99 * 1000:6.1f} ms, "
         f"core CPU {cpu / requests * 1000:5.2f} ms/request (concurrency {concurrency})"
     )
+
+
+async def _call(request) -> tuple[int, dict]:
+    async with request as response:
+        return response.status, await response.json()
 
 
 def main() -> None:

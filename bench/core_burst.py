@@ -10,8 +10,10 @@ than the core's creates, which is what makes a burst), or the offline encoder an
 
 - ``burst`` (default): the worker's own throughput first (requests posted straight to it, its
   queue never empty), then ``--notes`` creates through the core's API with production rescan
-  timings; prints the drain time beside ``notes / worker throughput``, the dispatches sent,
-  refused and held, the rescan's claims, ``FAILED`` notes and retries spent.
+  timings; prints the drain time beside ``notes / worker throughput``, the creates per second
+  the core accepted with their latency percentiles, the notes per second completed end to end
+  as a share of the worker alone, the dispatches sent, refused and held, the rescan's claims,
+  ``FAILED`` notes and retries spent.
 - ``outage``: the worker stopped, ``--notes`` creates, four retry windows of shortened timings
   (rescan period and pending expiry ``--window`` seconds each), the worker started again;
   prints ``FAILED`` notes, retries spent, the drain time after the restart, dispatches sent.
@@ -36,6 +38,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import aiohttp
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy import text
@@ -143,8 +146,11 @@ async def _wait_finished(engine: AsyncEngine, where: str, limit_seconds: float) 
     return time.monotonic() - started
 
 
-async def _creates(base_url: str, notes: int, concurrency: int, tag: str) -> float:
-    """``notes`` creates through the core's API; the seconds they took."""
+async def _creates(
+    base_url: str, notes: int, concurrency: int, tag: str
+) -> tuple[float, list[float]]:
+    """``notes`` creates through the core's API: the seconds they took, and each one's latency
+    (seconds). aiohttp: the driver's own CPU per request must stay small beside the core's."""
     headers = {
         m: {"Authorization": f"Bearer {issue_token(m, secret=JWT_SECRET, ttl_seconds=3600)}"}
         for m in MEMBERS
@@ -152,23 +158,34 @@ async def _creates(base_url: str, notes: int, concurrency: int, tag: str) -> flo
     queue: asyncio.Queue[int] = asyncio.Queue()
     for i in range(notes):
         queue.put_nowait(i)
-    async with httpx.AsyncClient(base_url=base_url, timeout=60) as client:
+    latencies: list[float] = []
+    connector = aiohttp.TCPConnector(limit=concurrency)
+    timeout = aiohttp.ClientTimeout(total=60)
+    async with aiohttp.ClientSession(base_url, connector=connector, timeout=timeout) as client:
 
         async def submitter() -> None:
             while not queue.empty():
                 i = queue.get_nowait()
                 member_id = MEMBERS[i % len(MEMBERS)]
-                response = await client.post(
+                began = time.perf_counter()
+                async with client.post(
                     "/api/v1/records",
                     json={"externalPlaceId": f"{tag}-{i}", "placeName": "카페",
                           "body": NOTE.format(i=i)},
                     headers=headers[member_id],
-                )  # fmt: skip
-                assert response.status_code in (200, 201), response.text
+                ) as response:  # fmt: skip
+                    await response.read()
+                    assert response.status in (200, 201), response.status
+                latencies.append(time.perf_counter() - began)
 
         started = time.monotonic()
         await asyncio.gather(*(submitter() for _ in range(concurrency)))
-    return time.monotonic() - started
+    return time.monotonic() - started, latencies
+
+
+def _percentile(values: list[float], share: float) -> float:
+    ordered = sorted(values)
+    return ordered[max(0, int(len(ordered) * share) - 1)]
 
 
 async def _worker_alone(engine: AsyncEngine, worker: Process, notes: int) -> float:
@@ -293,13 +310,20 @@ async def _run(args: argparse.Namespace, fake: FakeOpenAI) -> None:
         core_rows = f"context_id < {DIRECT_FIRST_ID}"
         if scenario == "burst":
             throughput = await _worker_alone(engine, worker, notes)
-            created = await _creates(core.base_url, notes, concurrency, "burst")
+            created, latencies = await _creates(core.base_url, notes, concurrency, "burst")
             drain = created + await _wait_finished(engine, core_rows, args.limit_seconds)
             print(
                 f"worker alone: {throughput:.1f} contexts/s (queue {queue}, concurrency "
                 f"{args.worker_concurrency}, provider {args.provider}, embedding "
                 f"{args.embedding_ms} ms, judge {args.judge_ms} ms); {notes} notes / that = "
                 f"{notes / throughput:.1f} s"
+            )
+            print(
+                f"through the core: {notes / created:.1f} creates/s accepted (concurrency "
+                f"{concurrency}; create p50 {_percentile(latencies, 0.5) * 1000:.1f} ms, "
+                f"p99 {_percentile(latencies, 0.99) * 1000:.1f} ms, "
+                f"max {max(latencies) * 1000:.1f} ms); {notes / drain:.1f} notes/s completed "
+                f"end to end = {notes / drain / throughput:.2f} x the worker alone"
             )
             await _report(engine, core, f"burst of {notes} creates ({created:.1f} s)", drain)
         else:

@@ -145,6 +145,7 @@ async def build_core(
             settings.database_url,
             pool_size=1,
             transaction_pooling=settings.database_transaction_pooling,
+            pre_ping=True,
             command_timeout_seconds=command_timeout,
         )
         stack.push_async_callback(probe_engine.dispose)

@@ -16,7 +16,6 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
 
 from core_service.api.routes import router
 from core_service.composition import Core, build_core
@@ -35,6 +34,7 @@ from core_service.metrics import CoreMetrics
 from core_service.ops import bind_ops_socket, readiness_problems, serving_ops
 from core_service.settings import CoreSettings
 from pinlog_platform.http.body_limit import BodySizeLimitMiddleware
+from pinlog_platform.http.json_response import OrjsonResponse
 from pinlog_platform.http.probes import liveness
 from pinlog_platform.http.request_deadline import RequestDeadlineMiddleware
 from pinlog_platform.http.request_timing import RequestTimingMiddleware
@@ -112,11 +112,11 @@ def create_app(
     app.add_exception_handler(CoreError, _core_error)
 
     @app.get("/readyz")
-    async def readyz(request: Request) -> JSONResponse:
+    async def readyz(request: Request) -> OrjsonResponse:
         """Readiness, public: ready or not, without reasons (those are on the ops listener)."""
         if await readiness_problems(request.app.state.probe_engine):
-            return JSONResponse({"status": "unavailable"}, status_code=503)
-        return JSONResponse({"status": "ready"})
+            return OrjsonResponse({"status": "unavailable"}, status_code=503)
+        return OrjsonResponse({"status": "ready"})
 
     return app
 
@@ -134,7 +134,7 @@ _ERROR_STATUSES: tuple[tuple[type[CoreError], int], ...] = (
 )
 
 
-async def _core_error(_request: Request, exc: Exception) -> JSONResponse:
+async def _core_error(_request: Request, exc: Exception) -> OrjsonResponse:
     for error_class, status in _ERROR_STATUSES:
         if isinstance(exc, error_class):
             headers = {}
@@ -147,17 +147,17 @@ async def _core_error(_request: Request, exc: Exception) -> JSONResponse:
             body: dict[str, object] = {"detail": str(exc)}
             if isinstance(exc, ConflictError) and exc.replaced_by is not None:
                 body["replacedBy"] = exc.replaced_by
-            return JSONResponse(body, status_code=status, headers=headers)
+            return OrjsonResponse(body, status_code=status, headers=headers)
     # DatabaseFault and anything unmapped: a bug of ours. The message names only a SQLSTATE.
     logger.error("internal error: %s: %s", type(exc).__name__, exc)
-    return JSONResponse({"detail": "internal error"}, status_code=500)
+    return OrjsonResponse({"detail": "internal error"}, status_code=500)
 
 
 # A path id that is not canonical names nothing: the not-found answer of that resource.
 _PATH_RESOURCES = {"record_id": "record", "context_id": "context"}
 
 
-async def _path_or_body_error(request: Request, exc: Exception) -> JSONResponse:
+async def _path_or_body_error(request: Request, exc: Exception) -> OrjsonResponse:
     """422 for a body or query that fails validation; 404 for a path id that is not
     canonical ASCII decimal within BIGINT, with the body a missing resource gets, so that
     ``1_0`` or ``01`` reveals nothing the id ``10`` or ``1`` would not."""

@@ -20,6 +20,11 @@ class CoreMetrics:
             ["operation", "outcome"],
             registry=self.registry,
         )
+        self.create_step_by_step = Counter(
+            "pinlog_core_create_step_by_step_total",
+            "Creates that met a place or record committed concurrently and ran step by step",
+            registry=self.registry,
+        )
         self.dispatches = Counter(
             "pinlog_core_dispatches_total",
             "Requests to the worker's process endpoint by origin and result",

@@ -18,11 +18,11 @@ from collections.abc import AsyncIterator, Iterator
 
 import uvicorn
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from pinlog_platform.db.engines import ACCEPTS_WRITES as ACCEPTS_WRITES_SQL
+from pinlog_platform.http.json_response import OrjsonResponse
 from pinlog_platform.http.probes import liveness, metrics
 
 READINESS_TIMEOUT_SECONDS = 1.0
@@ -65,15 +65,15 @@ def create_ops_app(public: FastAPI) -> FastAPI:
     ops.include_router(metrics)
 
     @ops.get("/readyz")
-    async def readyz(_request: Request) -> JSONResponse:
+    async def readyz(_request: Request) -> OrjsonResponse:
         """Readiness with its reasons: ``{"status": "unavailable", "problems": [...]}``, or
         ``{"status": "ready", "dispatch": "paused" | "running"}``: a pause keeps 200, so that
         it never takes the client API out of a load balancer."""
         problems = await readiness_problems(public.state.probe_engine)
         if problems:
-            return JSONResponse({"status": "unavailable", "problems": problems}, status_code=503)
+            return OrjsonResponse({"status": "unavailable", "problems": problems}, status_code=503)
         paused = await public.state.pause.paused()
-        return JSONResponse({"status": "ready", "dispatch": "paused" if paused else "running"})
+        return OrjsonResponse({"status": "ready", "dispatch": "paused" if paused else "running"})
 
     return ops
 

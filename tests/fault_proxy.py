@@ -4,7 +4,9 @@ A real asyncio server on a loopback port; each client connection gets its own co
 the database (its Unix socket or TCP address). ``freeze()`` stops forwarding in both
 directions while every socket stays open (a silent peer: half-open TCP after a failover, a
 partition, a NAT that dropped its state); ``thaw()`` delivers what was held. ``cut()`` closes
-every connection and refuses new ones until ``thaw()``.
+every connection and refuses new ones until ``thaw()``. ``round_trips`` counts the server's
+``ReadyForQuery`` messages: one per round trip a client waited for (a simple query, an extended
+query's ``Sync``, the end of the startup), read from the wire on the side.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ class FaultProxy:
         self._writers: set[asyncio.StreamWriter] = set()
         self._server: asyncio.base_events.Server | None = None
         self.port = 0
+        self.round_trips = 0
 
     @property
     def url(self) -> str:
@@ -79,19 +82,56 @@ class FaultProxy:
             return
         self._writers.update((writer, up_writer))
         await asyncio.gather(
-            self._pipe(reader, up_writer), self._pipe(up_reader, writer), return_exceptions=True
+            self._pipe(reader, up_writer),
+            self._pipe(up_reader, writer, ServerMessages(self._ready_for_query)),
+            return_exceptions=True,
         )
         for w in (writer, up_writer):
             self._writers.discard(w)
             w.transport.abort()
 
-    async def _pipe(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    def _ready_for_query(self) -> None:
+        self.round_trips += 1
+
+    async def _pipe(
+        self,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        messages: ServerMessages | None = None,
+    ) -> None:
         with contextlib.suppress(OSError, asyncio.IncompleteReadError):
             while data := await reader.read(65536):
+                if messages is not None:
+                    messages.feed(data)
                 await self._flowing.wait()
                 writer.write(data)
                 await writer.drain()
         writer.transport.abort()
+
+
+class ServerMessages:
+    """Splits the server's side of one PostgreSQL connection into messages (a type byte and a
+    length that counts itself) and calls ``on_ready`` for each ``ReadyForQuery`` (``Z``). The
+    one-byte answer to an ``SSLRequest`` (``N``) may come first."""
+
+    def __init__(self, on_ready) -> None:
+        self._on_ready = on_ready
+        self._buffer = bytearray()
+        self._started = False
+
+    def feed(self, data: bytes) -> None:
+        self._buffer += data
+        if not self._started and self._buffer:
+            self._started = True
+            if self._buffer[:1] == b"N":
+                del self._buffer[:1]
+        while len(self._buffer) >= 5:
+            length = int.from_bytes(self._buffer[1:5], "big")
+            if len(self._buffer) < 1 + length:
+                return
+            if self._buffer[:1] == b"Z":
+                self._on_ready()
+            del self._buffer[: 1 + length]
 
 
 @asynccontextmanager

@@ -1,4 +1,7 @@
-"""Typed dependencies of the routes: services from the app state and the caller's member id."""
+"""Typed dependencies of the routes: services from the app state and the caller's member id.
+
+Every dependency is a coroutine: FastAPI runs a plain function in its thread pool, a thread
+handoff per request for an attribute read."""
 
 from __future__ import annotations
 
@@ -12,25 +15,24 @@ from core_service.service.record_pages import RecordPages
 from core_service.service.record_reads import RecordReader
 
 
-def _lifecycle(request: Request) -> ContextLifecycle:
+async def _lifecycle(request: Request) -> ContextLifecycle:
     return request.app.state.lifecycle
 
 
-def _reader(request: Request) -> RecordReader:
+async def _reader(request: Request) -> RecordReader:
     return request.app.state.reader
 
 
-def _pages(request: Request) -> RecordPages:
+async def _pages(request: Request) -> RecordPages:
     return request.app.state.pages
 
 
-def _search(request: Request) -> PersonalSearch:
+async def _search(request: Request) -> PersonalSearch:
     return request.app.state.search
 
 
 async def _member_id(request: Request) -> int:
-    """The member ``AuthenticatedRoute`` authenticated before the body was read (a coroutine:
-    FastAPI would run a plain function in its thread pool)."""
+    """The member ``AuthenticatedRoute`` authenticated before the body was read."""
     return request.state.member_id
 
 

@@ -7,10 +7,9 @@ from dataclasses import asdict
 from typing import Annotated
 
 from fastapi import APIRouter, Path, Query, Response, status
-from fastapi.responses import JSONResponse
 from pydantic import BeforeValidator
 
-from core_service.api.authentication import AuthenticatedRoute
+from core_service.api.authentication import AuthenticatedRoute, member_checked_by_operation
 from core_service.api.dependencies import Lifecycle, MemberId, Pages, Reader, Search
 from core_service.api.responses import (
     COMMON,
@@ -42,6 +41,7 @@ from core_service.api.schemas import (
 )
 from core_service.service.record_reads import summarize
 from pinlog_platform.canonical_ids import parse_canonical_id
+from pinlog_platform.http.json_response import OrjsonResponse
 
 
 def _canonical_id(value: object) -> object:
@@ -74,9 +74,10 @@ router = APIRouter(prefix="/api/v1", route_class=AuthenticatedRoute)
         **COMMON,
     },
 )
+@member_checked_by_operation
 async def create_record(
     body: CreateRecordBody, member_id: MemberId, lifecycle: Lifecycle
-) -> JSONResponse:
+) -> OrjsonResponse:
     """201 with a new record, 200 when the context joined the member's record for the place."""
     created = await lifecycle.create_record(
         member_id=member_id,
@@ -85,7 +86,7 @@ async def create_record(
         body=body.body,
     )
     payload = CreatedRecord(record_id=created.record_id, context_id=created.context_id)
-    return JSONResponse(
+    return OrjsonResponse(
         payload.model_dump(by_alias=True),
         status_code=status.HTTP_201_CREATED if created.record_created else status.HTTP_200_OK,
     )
@@ -98,6 +99,7 @@ async def create_record(
     response_model=ContextIdOnly,
     response_model_by_alias=True,
 )
+@member_checked_by_operation
 async def add_context(
     record_id: Id, body: ContextBody, member_id: MemberId, lifecycle: Lifecycle
 ) -> ContextIdOnly:
@@ -118,6 +120,7 @@ async def add_context(
         **CONFLICT,
     },
 )
+@member_checked_by_operation
 async def modify_context(
     context_id: Id, body: ContextBody, member_id: MemberId, lifecycle: Lifecycle
 ) -> ContextIdOnly:
@@ -133,6 +136,7 @@ async def modify_context(
     status_code=status.HTTP_204_NO_CONTENT,
     responses={**COMMON, **NOT_FOUND, **CONFLICT},
 )
+@member_checked_by_operation
 async def delete_context(context_id: Id, member_id: MemberId, lifecycle: Lifecycle) -> Response:
     await lifecycle.delete_context(member_id=member_id, context_id=context_id)
     return Response(status_code=status.HTTP_204_NO_CONTENT)
@@ -197,6 +201,7 @@ async def list_records(
         **NOT_FOUND,
     },
 )
+@member_checked_by_operation
 async def get_record(record_id: Id, member_id: MemberId, reader: Reader) -> RecordItem:
     """Owner: bodies and PUBLIC + PRIVATE_ONLY keywords; others: neither bodies nor private."""
     view = await reader.get(viewer_id=member_id, record_id=record_id)

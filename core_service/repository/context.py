@@ -14,20 +14,17 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from pinlog_platform.states import STAGE_ORDER, Stage, Status
 
+# The columns a new context is written with (here and in ``context_writes``).
+INSERT_CONTEXT_COLUMNS = "(record_id, member_id, body, origin_created_at)"
+
 # A new context; origin_created_at is carried over by an edit, else now().
 INSERT_CONTEXT = text(
     """
-    INSERT INTO core.context (record_id, member_id, body, origin_created_at)
+    INSERT INTO core.context """  # noqa: S608 (constant fragments)
+    + INSERT_CONTEXT_COLUMNS
+    + """
     VALUES (:record_id, :member_id, :body, coalesce(CAST(:origin_created_at AS timestamptz), now()))
     RETURNING id
-    """
-)
-
-# Who owns a context and where it lives, without a lock (the lock order needs the record first).
-FIND_CONTEXT = text(
-    """
-    SELECT record_id, member_id, deleted_at IS NOT NULL AS deleted, replaced_by
-    FROM core.context WHERE id = :context_id
     """
 )
 
@@ -42,11 +39,6 @@ LOCK_CONTEXT = text(
 
 # The context (locked and deleted by this transaction) that replaces a failed one.
 MARK_REPLACED = text("UPDATE core.context SET replaced_by = :new_id WHERE id = :context_id")
-
-# Active contexts of a record (the last-context guard runs under the record's lock).
-COUNT_ACTIVE_IN_RECORD = text(
-    "SELECT count(*) FROM core.context WHERE record_id = :record_id AND deleted_at IS NULL"
-)
 
 # Lock the active contexts of some records, in id order, and return their ids.
 LOCK_ACTIVE_IN_RECORDS = text(
@@ -95,14 +87,6 @@ FILTER_ACTIVE_OWNED = text(
 
 
 @dataclass(frozen=True, slots=True)
-class ContextOwner:
-    record_id: int
-    member_id: int
-    deleted: bool
-    replaced_by: int | None = None
-
-
-@dataclass(frozen=True, slots=True)
 class LockedContext:
     body: str
     origin_created_at: datetime
@@ -143,14 +127,6 @@ async def insert(
     return int((await conn.execute(INSERT_CONTEXT, params)).scalar_one())
 
 
-async def find(conn: AsyncConnection, context_id: int) -> ContextOwner | None:
-    """Owner, record and deletion of a context, unlocked; ``None`` if it never existed."""
-    row = (await conn.execute(FIND_CONTEXT, {"context_id": context_id})).one_or_none()
-    if row is None:
-        return None
-    return ContextOwner(row.record_id, row.member_id, row.deleted, row.replaced_by)
-
-
 async def lock(conn: AsyncConnection, context_id: int) -> LockedContext:
     """``FOR UPDATE`` an existing context and read its body (contexts are never removed)."""
     row = (await conn.execute(LOCK_CONTEXT, {"context_id": context_id})).one()
@@ -160,11 +136,6 @@ async def lock(conn: AsyncConnection, context_id: int) -> LockedContext:
 async def mark_replaced(conn: AsyncConnection, *, context_id: int, new_id: int) -> None:
     """Name the context that replaced ``context_id`` (a 409 for the old id says it)."""
     await conn.execute(MARK_REPLACED, {"context_id": context_id, "new_id": new_id})
-
-
-async def count_active_in_record(conn: AsyncConnection, record_id: int) -> int:
-    result = await conn.execute(COUNT_ACTIVE_IN_RECORD, {"record_id": record_id})
-    return int(result.scalar_one())
 
 
 async def lock_active_in_records(conn: AsyncConnection, record_ids: Sequence[int]) -> list[int]:

@@ -28,13 +28,18 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from pinlog_platform.states.failure_reasons import FailureReason
 from pinlog_platform.text_fingerprint import fingerprint
 
+# The columns of a new context's state row (here and in ``context_writes``).
+INSERT_PENDING_STATE_COLUMNS = """(
+        context_id, embedding_status, keyword_status, retry_count, updated_at, user_id, record_id,
+        text_sha256, text_sha256_from_core)"""
+
 # Create: both stages PENDING, no retries spent, the owner as the core knows it and the digest
 # of the text it committed, marked as the core's (§9 Create; §3 scenario 5, Deviation).
 INSERT_PENDING_STATE = text(
     """
-    INSERT INTO ai.context_ai_state
-        (context_id, embedding_status, keyword_status, retry_count, updated_at, user_id, record_id,
-         text_sha256, text_sha256_from_core)
+    INSERT INTO ai.context_ai_state """
+    + INSERT_PENDING_STATE_COLUMNS
+    + """
     VALUES (:context_id, 'PENDING', 'PENDING', 0, now(), :user_id, :record_id,
             :text_sha256, true)
     """

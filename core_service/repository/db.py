@@ -28,15 +28,17 @@ SESSION_SETTINGS = MappingProxyType(
 )
 
 # The core's engine parameters, all in one place: a user request waits at most 5 s for a
-# pooled connection, 5 s to connect and 5 s for each command (COMMIT included); every reused
-# checkout is checked (a dead connection, or one left on a read-only server, costs no
-# request: pinlog_platform.db.engines). The request deadline (CoreSettings.
-# request_timeout_seconds, 10 s) bounds the whole request (docs/deployment.md, "Deadlines").
+# pooled connection, 5 s to connect and 5 s for each command (COMMIT included). No checkout
+# round trip on the request path: a connection the server closed while it was pooled is
+# replaced at checkout for free, and a write refused on it or on a read-only server runs once
+# more on a fresh connection (``single_statement``); only /readyz's engine pings
+# (pinlog_platform.db.engines). The request deadline (CoreSettings.request_timeout_seconds,
+# 10 s) bounds the whole request (docs/deployment.md, "Deadlines").
 COMMAND_TIMEOUT_SECONDS = 5.0
 ENGINE_PARAMETERS = engines.EngineParameters(
     session_settings=SESSION_SETTINGS,
     pool_timeout_seconds=5,
-    pre_ping=True,
+    pre_ping=False,
     connect_timeout_seconds=5,
     command_timeout_seconds=COMMAND_TIMEOUT_SECONDS,
 )
@@ -59,18 +61,22 @@ def create_engine(
     *,
     pool_size: int = 10,
     transaction_pooling: bool = False,
+    pre_ping: bool = False,
     command_timeout_seconds: float | None = COMMAND_TIMEOUT_SECONDS,
 ) -> AsyncEngine:
     """The core's async engine for a ``postgresql+asyncpg://`` URL (``ENGINE_PARAMETERS``).
     ``transaction_pooling`` is for PgBouncer in transaction mode: no startup parameters but
     ``application_name``, timeouts by ``SET LOCAL`` per transaction, no prepared-statement
-    reuse (``pinlog_platform.db.connection``). ``command_timeout_seconds=None`` is for
-    migrations (DDL may take longer than a request)."""
+    reuse (``pinlog_platform.db.connection``). ``pre_ping``: one round trip per reused
+    checkout that also refuses a read-only session (readiness only, never the request pool).
+    ``command_timeout_seconds=None`` is for migrations (DDL may take longer than a
+    request)."""
     return engines.create_engine(
         database_url,
         ENGINE_PARAMETERS,
         pool_size=pool_size,
         transaction_pooling=transaction_pooling,
+        pre_ping=pre_ping,
         command_timeout_seconds=command_timeout_seconds,
     )
 
@@ -91,3 +97,4 @@ def translate_database_error(exc: BaseException) -> None:
 # The platform's helpers with the core's translation.
 transaction = partial(transactions.transaction, translate=translate_database_error)
 autocommit = partial(transactions.autocommit, translate=translate_database_error)
+single_statement = partial(transactions.single_statement, translate=translate_database_error)

@@ -1,6 +1,7 @@
 """Reading records as a member sees them: active contexts and aggregated keywords (§9).
 
-One statement for any number of records. Keyword rules are whitelists in SQL: the context is
+One statement for any number of records, which also checks that the viewer is an active
+member. Keyword rules are whitelists in SQL: the context is
 active, its ``keyword_status = 'COMPLETED'``, the preset is active, and its visibility is
 ``PUBLIC``, or ``PRIVATE_ONLY`` when the viewer owns the record. Bodies and each context's AI
 state (statuses and failure reasons) are read only for the owner. Empty lists are
@@ -44,7 +45,8 @@ VISIBLE_KEYWORDS = """
 
 LOAD_RECORD_VIEWS = text(
     """
-    SELECT r.id AS record_id, r.member_id, p.external_place_id,
+    SELECT viewer.active AS viewer_active,
+           r.id AS record_id, r.member_id, p.external_place_id,
            coalesce(r.place_name, p.name) AS place_name,
            coalesce((
                SELECT json_agg(json_build_object(
@@ -64,9 +66,14 @@ LOAD_RECORD_VIEWS = text(
            ), '[]') AS contexts,"""  # noqa: S608 (constant fragments)
     + VISIBLE_KEYWORDS
     + """
-    FROM core.record AS r
-    JOIN core.place AS p ON p.id = r.place_id
-    WHERE r.id = ANY(CAST(:record_ids AS bigint[])) AND r.deleted_at IS NULL
+    FROM (
+        SELECT EXISTS (
+            SELECT 1 FROM core.member WHERE id = :viewer_id AND deleted_at IS NULL
+        ) AS active
+    ) AS viewer
+    LEFT JOIN (core.record AS r JOIN core.place AS p ON p.id = r.place_id)
+        ON viewer.active
+       AND r.id = ANY(CAST(:record_ids AS bigint[])) AND r.deleted_at IS NULL
     ORDER BY r.id
     """
 )
@@ -132,11 +139,17 @@ def _statuses(item: dict | None) -> AiStatuses | None:
 
 async def load(
     conn: AsyncConnection, *, viewer_id: int, record_ids: Sequence[int]
-) -> list[RecordView]:
-    """The active records among ``record_ids`` as ``viewer_id`` may see them, by id."""
+) -> list[RecordView] | None:
+    """The active records among ``record_ids`` as ``viewer_id`` may see them, by id; ``None``
+    when the viewer is not an active member (the statement checks it: the route verifies
+    only the token)."""
     params = {"viewer_id": viewer_id, "record_ids": list(record_ids)}
     views = []
     for row in await conn.execute(LOAD_RECORD_VIEWS, params):
+        if not row.viewer_active:
+            return None
+        if row.record_id is None:  # an active viewer, none of the records
+            continue
         contexts = tuple(
             ContextView(
                 context_id=int(item["contextId"]),

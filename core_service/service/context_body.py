@@ -76,15 +76,6 @@ def _visible(char: str) -> bool:
     return unicodedata.category(char)[0] not in "ZCM" and char not in _BLANK_GLYPHS
 
 
-def is_same_body(stored: str, requested: str) -> bool:
-    """True when ``requested`` normalises to ``stored`` (a no-op edit, §9 Modify).
-
-    ``stored`` is already normalised (the CHECK guarantees it). Raises ``InvalidBodyError``
-    for a ``requested`` body that could not be stored.
-    """
-    return normalize_body(requested) == stored
-
-
 # C0 and C1 controls (ESC, BEL, CR, LF, DEL included) and the bidirectional formatting
 # characters: marks, embeddings, overrides and isolates.
 _CONTROL_OR_BIDI = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")

@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import partial
 
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
@@ -26,13 +27,13 @@ from core_service.repository import (
     context,
     context_ai_state,
     context_embedding,
+    context_writes,
     member,
     place,
     record,
 )
-from core_service.repository.db import transaction
+from core_service.repository.db import single_statement, transaction
 from core_service.service.context_body import (
-    is_same_body,
     normalize_body,
     normalize_text,
     refuse_control_characters,
@@ -65,10 +66,6 @@ class ModifiedContext:
     replaced: bool
 
 
-class _Unchanged(Exception):
-    """Rolls a no-op edit back (its record lock touched ``updated_at``); stays in this module."""
-
-
 class ContextLifecycle:
     """Create, add, modify, delete contexts; delete records; withdraw members (§9)."""
 
@@ -83,7 +80,8 @@ class ContextLifecycle:
         self, *, member_id: int, external_place_id: str, place_name: str, body: str
     ) -> CreatedContext:
         """Get or create the member's active record for the place and add a first (or
-        further) context with its ``PENDING`` state, in one transaction (§9 Create).
+        further) context with its ``PENDING`` state, in one statement (§9 Create;
+        ``context_writes.CREATE_CONTEXT``).
 
         Raises ``InvalidBodyError`` (422), ``UnauthenticatedError`` (401: withdrawn member),
         ``UnavailableError`` (503).
@@ -98,16 +96,30 @@ class ContextLifecycle:
         place_name = normalize_text(
             place_name, field="placeName", max_characters=PLACE_NAME_CHARACTERS
         )
-        async with transaction(self._engine) as conn:
-            if not await member.lock_active(conn, member_id):
-                raise UnauthenticatedError("member is not active")
-            stored_place = await place.get_or_create(
-                conn, external_place_id=external_place_id, name=place_name
+        created = await single_statement(
+            self._engine,
+            partial(
+                context_writes.create,
+                member_id=member_id,
+                external_place_id=external_place_id,
+                place_name=place_name,
+                body=stored_body,
+            ),
+        )
+        if not created.member_active:
+            raise UnauthenticatedError("member is not active")
+        if created.raced:
+            (
+                record_id,
+                context_id,
+                record_created,
+                record_place_name,
+            ) = await self._create_step_by_step(
+                member_id, external_place_id, place_name, stored_body
             )
-            record_id, record_created, record_place_name = await self._active_record(
-                conn, member_id, stored_place.place_id, place_name
-            )
-            context_id = await insert_context(conn, member_id, record_id, stored_body)
+        else:
+            record_id, context_id = created.record_id, created.context_id
+            record_created, record_place_name = created.record_created, created.record_place_name
         self._count("create", "record_created" if record_created else "context_added")
         # The name the record's owner gave, as every later dispatch sends it (never a name
         # another member registered first for the place).
@@ -121,93 +133,103 @@ class ContextLifecycle:
     async def add_context(self, *, member_id: int, record_id: int, body: str) -> int:
         """Add a context to an active record of the member; the new context id.
 
-        Raises ``InvalidBodyError`` (422), ``NotFoundError`` (404: missing, deleted or another
-        member's record), ``UnavailableError`` (503).
+        Raises ``InvalidBodyError`` (422), ``UnauthenticatedError`` (401: withdrawn member),
+        ``NotFoundError`` (404: missing, deleted or another member's record),
+        ``UnavailableError`` (503).
         """
         stored_body = normalize_body(body)
-        async with transaction(self._engine) as conn:
-            record_place = await record.touch_active(conn, record_id=record_id, member_id=member_id)
-            if record_place is None:
-                raise NotFoundError("record")
-            context_id = await insert_context(conn, member_id, record_id, stored_body)
+        added = await single_statement(
+            self._engine,
+            partial(context_writes.add, member_id=member_id, record_id=record_id, body=stored_body),
+        )
+        if not added.member_active:
+            raise UnauthenticatedError("member is not active")
+        if added.context_id is None:
+            raise NotFoundError("record")
         self._count("add", "added")
         self._dispatcher.dispatch_soon(
             DispatchRequest(
-                context_id,
+                added.context_id,
                 member_id,
                 record_id,
                 stored_body,
-                record_place.external_place_id,
-                record_place.name,
+                added.external_place_id,
+                added.place_name,
             )
         )
-        return context_id
+        return added.context_id
 
     async def modify_context(
         self, *, member_id: int, context_id: int, body: str
     ) -> ModifiedContext:
-        """Edit = create the new context, then delete the old one, in one transaction (§9).
+        """Edit = create the new context, then delete the old one, in one statement (§9;
+        ``context_writes.MODIFY_CONTEXT``).
 
         An unchanged body (after normalisation) is a no-op: the old id, state untouched, no
         dispatch. Nothing is inherited by the new context; ``origin_created_at`` is carried.
-        Raises ``InvalidBodyError`` (422), ``NotFoundError`` (404: never existed or another
-        member's), ``ConflictError`` (409: already deleted), ``UnavailableError`` (503).
+        Raises ``InvalidBodyError`` (422), ``UnauthenticatedError`` (401: withdrawn member),
+        ``NotFoundError`` (404: never existed or another member's), ``ConflictError`` (409:
+        already deleted), ``UnavailableError`` (503).
         """
         stored_body = normalize_body(body)
-        try:
-            async with transaction(self._engine) as conn:
-                owner = await self._own_live_context(conn, member_id, context_id)
-                record_place = await record.touch_active(
-                    conn, record_id=owner.record_id, member_id=member_id
-                )
-                if record_place is None:
-                    raise ConflictError("context is already deleted")
-                old = await context.lock(conn, context_id)
-                if old.deleted:
-                    raise ConflictError("context is already deleted", replaced_by=old.replaced_by)
-                if is_same_body(old.body, stored_body):
-                    raise _Unchanged
-                new_id = await insert_context(
-                    conn, member_id, owner.record_id, stored_body, old.origin_created_at
-                )
-                await cancel_contexts(conn, [context_id])
-        except _Unchanged:
+        outcome = await single_statement(
+            self._engine,
+            partial(
+                context_writes.modify, member_id=member_id, context_id=context_id, body=stored_body
+            ),
+        )
+        if not outcome.member_active:
+            raise UnauthenticatedError("member is not active")
+        if not outcome.owned:
+            raise NotFoundError("context")
+        if outcome.owner_deleted:
+            raise ConflictError("context is already deleted", replaced_by=outcome.owner_replaced_by)
+        if not outcome.record_active:
+            raise ConflictError("context is already deleted")
+        if outcome.old_deleted:
+            raise ConflictError("context is already deleted", replaced_by=outcome.old_replaced_by)
+        if outcome.unchanged:
             self._count("modify", "unchanged")
             return ModifiedContext(context_id, replaced=False)
+        assert outcome.new_id is not None and outcome.record_id is not None
         self._count("modify", "replaced")
         self._dispatcher.dispatch_soon(
             DispatchRequest(
-                new_id,
+                outcome.new_id,
                 member_id,
-                owner.record_id,
+                outcome.record_id,
                 stored_body,
-                record_place.external_place_id,
-                record_place.name,
+                outcome.external_place_id,
+                outcome.place_name,
             )
         )
-        return ModifiedContext(new_id, replaced=True)
+        return ModifiedContext(outcome.new_id, replaced=True)
 
     async def delete_context(self, *, member_id: int, context_id: int) -> None:
         """Soft-delete one context and cancel its AI work (§9 Delete).
 
-        Raises ``NotFoundError`` (404), ``ConflictError`` (409: already deleted, or the
-        record's last active context), ``UnavailableError`` (503).
+        Raises ``UnauthenticatedError`` (401: withdrawn member), ``NotFoundError`` (404),
+        ``ConflictError`` (409: already deleted, or the record's last active context),
+        ``UnavailableError`` (503).
         """
-        async with transaction(self._engine) as conn:
-            owner = await self._own_live_context(conn, member_id, context_id)
-            if (
-                await record.touch_active(conn, record_id=owner.record_id, member_id=member_id)
-                is None
-            ):
-                raise ConflictError("context is already deleted")
-            locked = await context.lock(conn, context_id)
-            if locked.deleted:
-                raise ConflictError("context is already deleted", replaced_by=locked.replaced_by)
-            if await context.count_active_in_record(conn, owner.record_id) <= 1:
-                raise ConflictError(
-                    "context is the last active one of its record; delete the record instead"
-                )
-            await cancel_contexts(conn, [context_id])
+        outcome = await single_statement(
+            self._engine,
+            partial(context_writes.delete, member_id=member_id, context_id=context_id),
+        )
+        if not outcome.member_active:
+            raise UnauthenticatedError("member is not active")
+        if not outcome.owned:
+            raise NotFoundError("context")
+        if outcome.owner_deleted:
+            raise ConflictError("context is already deleted", replaced_by=outcome.owner_replaced_by)
+        if not outcome.record_active:
+            raise ConflictError("context is already deleted")
+        if outcome.old_deleted:
+            raise ConflictError("context is already deleted", replaced_by=outcome.old_replaced_by)
+        if not outcome.deleted:
+            raise ConflictError(
+                "context is the last active one of its record; delete the record instead"
+            )
         self._count("delete", "deleted")
 
     async def delete_record(self, *, member_id: int, record_id: int) -> int:
@@ -239,6 +261,25 @@ class ContextLifecycle:
         self._count("withdraw", "withdrawn")
         return len(context_ids)
 
+    async def _create_step_by_step(
+        self, member_id: int, external_place_id: str, place_name: str, stored_body: str
+    ) -> tuple[int, int, bool, str]:
+        """§9 Create as one statement per row, each with a new snapshot: for the rare create
+        that met a place or record committed concurrently (``context_writes`` module
+        docstring). ``(record_id, context_id, record_created, record_place_name)``."""
+        async with transaction(self._engine) as conn:
+            if not await member.lock_active(conn, member_id):
+                raise UnauthenticatedError("member is not active")
+            stored_place = await place.get_or_create(
+                conn, external_place_id=external_place_id, name=place_name
+            )
+            record_id, record_created, record_place_name = await self._active_record(
+                conn, member_id, stored_place.place_id, place_name
+            )
+            context_id = await insert_context(conn, member_id, record_id, stored_body)
+        self._metrics.create_step_by_step.inc()
+        return record_id, context_id, record_created, record_place_name
+
     async def _active_record(
         self, conn: AsyncConnection, member_id: int, place_id: int, place_name: str
     ) -> tuple[int, bool, str]:
@@ -256,17 +297,6 @@ class ContextLifecycle:
             if existing is not None:
                 return existing.record_id, False, existing.place_name
         raise UnavailableError("record is changing concurrently; try again")
-
-    @staticmethod
-    async def _own_live_context(
-        conn: AsyncConnection, member_id: int, context_id: int
-    ) -> context.ContextOwner:
-        owner = await context.find(conn, context_id)
-        if owner is None or owner.member_id != member_id:
-            raise NotFoundError("context")
-        if owner.deleted:
-            raise ConflictError("context is already deleted", replaced_by=owner.replaced_by)
-        return owner
 
     def _count(self, operation: str, outcome: str) -> None:
         self._metrics.lifecycle_operations.labels(operation, outcome).inc()

@@ -7,26 +7,27 @@ member owns the record and the context, neither is deleted) before it is shown.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from dataclasses import dataclass
 
-import httpx
+import orjson
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from core_service.errors import UnavailableError, UpstreamError
 from core_service.repository import context
 from core_service.repository.db import autocommit
 from core_service.service.context_body import normalize_body
-from core_service.service.worker_endpoints import WorkerEndpoints
+from core_service.service.worker_endpoints import WorkerAnswer, WorkerEndpoints, WorkerUnanswered
 from pinlog_platform.search import SearchCuts, clamp_similarity
 
 logger = logging.getLogger(__name__)
 
 SEARCH_PATH = "/internal/v1/search"
 # Embedding the query is a provider call: allow it more than a dispatch's 3 s.
-SEARCH_TIMEOUT = httpx.Timeout(10.0, connect=1.0)
-# The whole answer, however slowly its bytes arrive (httpx times each read, not the answer).
+SEARCH_CONNECT_TIMEOUT_SECONDS = 1.0
+SEARCH_READ_TIMEOUT_SECONDS = 10.0
+# The whole answer, however slowly its bytes arrive (the read timeout times each wait for
+# bytes, not the answer).
 SEARCH_DEADLINE_SECONDS = 12.0
 
 
@@ -41,7 +42,7 @@ class SearchHit:
     keyword_matched: bool = False
 
 
-def _parsed_hits(response: httpx.Response) -> list[SearchHit]:
+def _parsed_hits(answer: WorkerAnswer) -> list[SearchHit]:
     """The worker's hits; ``UpstreamError`` (502) for an answer not of §7's shape."""
     try:
         hits = [
@@ -51,7 +52,7 @@ def _parsed_hits(response: httpx.Response) -> list[SearchHit]:
                 clamp_similarity(float(item["similarity"])),
                 item.get("keywordMatched", False) is True,
             )
-            for item in response.json()["results"]
+            for item in orjson.loads(answer.body)["results"]
         ]
     except (ValueError, KeyError, TypeError) as exc:
         logger.error("search: malformed answer from the worker (%s)", type(exc).__name__)
@@ -90,8 +91,7 @@ class PersonalSearch:
             "limit": limit,
             "embeddingProfile": self._profile,
         }
-        response = await self._ask_a_worker(payload)
-        hits = _parsed_hits(response)
+        hits = _parsed_hits(await self._ask_a_worker(payload))
         if not hits:
             return []
         async with autocommit(self._engine) as conn:
@@ -106,21 +106,26 @@ class PersonalSearch:
                 shown.append(hit)
         return self._cuts.apply(normalised, shown)
 
-    async def _ask_a_worker(self, payload: dict[str, object]) -> httpx.Response:
+    async def _ask_a_worker(self, payload: dict[str, object]) -> WorkerAnswer:
         """The first 200 from the worker instances in turn; an instance that is unreachable or
         answers 503 is skipped. ``UnavailableError`` when none answered, ``UpstreamError`` for
         any other status (422 means the embedding profiles disagree: a deployment error)."""
-        for client in self._endpoints.in_turn():
+        for endpoint in self._endpoints.in_turn():
             try:
-                async with asyncio.timeout(SEARCH_DEADLINE_SECONDS):
-                    response = await client.post(SEARCH_PATH, json=payload, timeout=SEARCH_TIMEOUT)
-            except (httpx.HTTPError, TimeoutError) as exc:
-                logger.warning("search: a worker is unreachable (%s)", type(exc).__name__)
+                answer = await endpoint.post_json(
+                    SEARCH_PATH,
+                    payload,
+                    deadline_seconds=SEARCH_DEADLINE_SECONDS,
+                    connect_timeout_seconds=SEARCH_CONNECT_TIMEOUT_SECONDS,
+                    read_timeout_seconds=SEARCH_READ_TIMEOUT_SECONDS,
+                )
+            except WorkerUnanswered as failed:
+                logger.warning("search: a worker is unreachable (%s)", failed.cause)
                 continue
-            if response.status_code == 503:
+            if answer.status == 503:
                 continue
-            if response.status_code != 200:
-                logger.error("search: worker answered HTTP %d", response.status_code)
+            if answer.status != 200:
+                logger.error("search: worker answered HTTP %d", answer.status)
                 raise UpstreamError("search failed")
-            return response
+            return answer
         raise UnavailableError("search unavailable")

@@ -12,27 +12,24 @@ the request, and says what happened (``DispatchResult``, docs/rescan.md "Budget"
   a worker gone with its queue): nothing is written, it is tried again later;
 - ``401``/``403``: the shared secret is wrong, a configuration fault; nothing is counted.
 
-No state is written here and nothing is logged: the dispatcher decides and logs.
+Each attempt's cause is ``HTTP <status>`` or the word ``WorkerUnanswered`` gives
+(``ConnectError``, ``ReadTimeout``, ...; ``worker_endpoints``), the same whatever HTTP library
+sends the request. No state is written here and nothing is logged: the dispatcher decides and logs.
 """
 
 from __future__ import annotations
 
-import asyncio
+from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any
 
-import httpx
-
-from core_service.service.worker_endpoints import WorkerEndpoints
+from core_service.service.worker_endpoints import WorkerEndpoint, WorkerEndpoints, WorkerUnanswered
 
 PROCESS_PATH = "/internal/v1/context/process"
 # Answers that mean "not now" (a full queue, a proxy without a healthy upstream), not a verdict.
 _REFUSAL_STATUSES = frozenset({429, 502, 503, 504})
 # Answers that mean the worker does not trust us: X-Internal-Secret differs (§8).
 _UNAUTHORIZED_STATUSES = frozenset({401, 403})
-# The httpcore trace event after which the worker has the whole request.
-_REQUEST_SENT_EVENT = "send_request_body.complete"
 # A Retry-After above this is read as this: a worker never asks for longer (app/service/
 # worker_pool.py caps at 60 s), and a bad proxy must not park the core's backlog for hours.
 RETRY_AFTER_CAP_SECONDS = 60.0
@@ -102,8 +99,8 @@ class ProcessRequestSender:
 
     def __init__(self, endpoints: WorkerEndpoints, *, attempt_deadline_seconds: float) -> None:
         self._endpoints = endpoints
-        # httpx's read timeout bounds each read, not the whole answer: a worker dripping bytes
-        # would hold a dispatch (and a rescan pass) forever without this deadline per attempt.
+        # The read timeout bounds each wait for answer bytes, not the whole answer: a worker
+        # dripping bytes would hold a dispatch (and a rescan pass) forever without this.
         self._attempt_deadline_seconds = attempt_deadline_seconds
 
     async def send(self, request: DispatchRequest) -> DispatchOutcome:
@@ -111,54 +108,37 @@ class ProcessRequestSender:
         results: list[tuple[DispatchResult, float | None]] = []
         causes: list[str] = []
         unauthorized: list[str] = []
-        for client in self._endpoints.in_turn():
-            result, wait, cause = await self._attempt(client, request)
+        for endpoint in self._endpoints.in_turn():
+            result, wait, cause = await self._attempt(endpoint, request)
             causes.append(cause)
             if result.ran:
                 return DispatchOutcome(result, None, tuple(causes), tuple(unauthorized))
             if result is DispatchResult.UNAUTHORIZED:
-                unauthorized.append(str(client.base_url))
+                unauthorized.append(endpoint.base_url)
             results.append((result, wait))
         result, wait = _combine(results)
         return DispatchOutcome(result, wait, tuple(causes), tuple(unauthorized))
 
     async def _attempt(
-        self, client: httpx.AsyncClient, request: DispatchRequest
+        self, endpoint: WorkerEndpoint, request: DispatchRequest
     ) -> tuple[DispatchResult, float | None, str]:
-        sent = _SendProbe()
         try:
-            async with asyncio.timeout(self._attempt_deadline_seconds):
-                response = await client.post(
-                    PROCESS_PATH, json=request.as_json(), extensions={"trace": sent.observe}
-                )
-        except (httpx.HTTPError, TimeoutError) as exc:
-            cause = type(exc).__name__
-            timed_out = isinstance(exc, (TimeoutError, httpx.TimeoutException))
-            if timed_out and sent.complete:
-                return DispatchResult.TIMED_OUT, None, cause
-            return DispatchResult.UNREACHABLE, None, cause
-        status = response.status_code
+            answer = await endpoint.post_json(
+                PROCESS_PATH, request.as_json(), deadline_seconds=self._attempt_deadline_seconds
+            )
+        except WorkerUnanswered as failed:
+            if failed.timed_out and failed.whole_request_sent:
+                return DispatchResult.TIMED_OUT, None, failed.cause
+            return DispatchResult.UNREACHABLE, None, failed.cause
+        status = answer.status
         cause = f"HTTP {status}"
-        if response.is_success:
+        if 200 <= status < 300:
             return DispatchResult.ACCEPTED, None, cause
         if status in _REFUSAL_STATUSES:
-            return DispatchResult.REFUSED, retry_after(response), cause
+            return DispatchResult.REFUSED, retry_after(answer.headers), cause
         if status in _UNAUTHORIZED_STATUSES:
             return DispatchResult.UNAUTHORIZED, None, cause
         return DispatchResult.REJECTED, None, cause
-
-
-class _SendProbe:
-    """An httpcore ``trace`` callback noting whether the whole request went out."""
-
-    __slots__ = ("complete",)
-
-    def __init__(self) -> None:
-        self.complete = False
-
-    async def observe(self, event: str, _info: dict[str, Any]) -> None:
-        if event.endswith(_REQUEST_SENT_EVENT):
-            self.complete = True
 
 
 def _combine(
@@ -174,10 +154,11 @@ def _combine(
     return DispatchResult.UNAUTHORIZED, None
 
 
-def retry_after(response: httpx.Response) -> float | None:
-    """``Retry-After`` in seconds when it is a non-negative number (RFC 9110 delay-seconds),
-    capped at ``RETRY_AFTER_CAP_SECONDS``; ``None`` when absent or not a number."""
-    value = response.headers.get("Retry-After")
+def retry_after(headers: Mapping[str, str]) -> float | None:
+    """An answer's ``Retry-After`` (``headers`` case-insensitive) in seconds when it is a
+    non-negative number (RFC 9110 delay-seconds), capped at ``RETRY_AFTER_CAP_SECONDS``;
+    ``None`` when absent or not a number."""
+    value = headers.get("Retry-After")
     if value is None:
         return None
     try:

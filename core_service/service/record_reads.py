@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from core_service.errors import NotFoundError
+from core_service.errors import NotFoundError, UnauthenticatedError
 from core_service.repository import record_view
 from core_service.repository.db import autocommit
 from core_service.repository.record_view import AiStatuses, RecordView
@@ -49,13 +49,18 @@ class RecordReader:
         self._engine = engine
 
     async def get(self, *, viewer_id: int, record_id: int) -> RecordView:
-        """One active record. Raises ``NotFoundError`` (404) when missing or deleted."""
+        """One active record. Raises ``UnauthenticatedError`` (401: the viewer is not an active
+        member), ``NotFoundError`` (404) when missing or deleted."""
         views = await self.get_many(viewer_id=viewer_id, record_ids=[record_id])
         if not views:
             raise NotFoundError("record")
         return views[0]
 
     async def get_many(self, *, viewer_id: int, record_ids: Sequence[int]) -> list[RecordView]:
-        """The active records among ``record_ids`` in one query, ordered by id."""
+        """The active records among ``record_ids`` in one query, ordered by id. Raises
+        ``UnauthenticatedError`` (401) when the viewer is not an active member."""
         async with autocommit(self._engine) as conn:
-            return await record_view.load(conn, viewer_id=viewer_id, record_ids=record_ids)
+            views = await record_view.load(conn, viewer_id=viewer_id, record_ids=record_ids)
+        if views is None:
+            raise UnauthenticatedError("member is not active")
+        return views

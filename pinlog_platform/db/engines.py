@@ -18,7 +18,9 @@ Every engine of both services (§6):
   reconnects by itself;
 - with ``pre_ping``, checks every reused connection at checkout with one round trip that also
   asks whether the session is read-only; a dead or read-only connection is replaced there
-  and costs no request (where a failed statement cannot simply be retried).
+  and costs no request (readiness probes). Without it, a connection the driver already knows
+  is closed (the server ended the session while it was pooled) is replaced at checkout with
+  no round trip.
 """
 
 from __future__ import annotations
@@ -160,6 +162,14 @@ def install_connection_checks(
         context.is_disconnect = True
 
     if not pre_ping:
+
+        @event.listens_for(sync_engine, "checkout")
+        def _check_open(dbapi_connection, _connection_record, _proxy) -> None:
+            # Free: asyncpg saw the server close the session while it was pooled (a restart,
+            # a failover, a terminated backend); SQLAlchemy then checks out another.
+            if dbapi_connection.driver_connection.is_closed():
+                raise sa_exc.DisconnectionError("connection was closed while pooled")
+
         return
     # The check is one trivial round trip: a server that does not answer it quickly is
     # treated as gone, and the connection replaced, instead of spending a command deadline.

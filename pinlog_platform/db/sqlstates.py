@@ -108,3 +108,30 @@ def worth_one_retry(exc: BaseException) -> bool:
             return True
         seen = seen.__cause__
     return False
+
+
+# asyncpg's error for a command on a connection it already knows is closed (the server ended
+# the session while it was pooled): raised before anything is sent.
+_ALREADY_CLOSED_MESSAGE = "connection is closed"
+
+
+def refused_before_running(exc: BaseException) -> bool:
+    """True when ``exc`` proves the statement did not run, so running it again cannot apply it
+    twice: the server refused it (25006, a write on a read-only server; 57P0x, the session
+    ended, which aborts its transaction), or the driver refused to send it on a connection the
+    server had already closed. A connection lost while the statement was in flight is not:
+    it may have committed. For statements that are their own transaction (a create)."""
+    chain: list[BaseException] = []
+    seen: BaseException | None = exc
+    while seen is not None and seen not in chain:
+        chain.append(seen)
+        seen = getattr(seen, "orig", None) or seen.__cause__
+    for error in chain:
+        if isinstance(error, TimeoutError | sa_exc.TimeoutError):
+            return False
+        state = getattr(error, "sqlstate", None)
+        if state is not None and str(state).startswith(("57P0", READ_ONLY_TRANSACTION)):
+            return True
+        if type(error).__name__ == "InterfaceError" and _ALREADY_CLOSED_MESSAGE in str(error):
+            return True
+    return False

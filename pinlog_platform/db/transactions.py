@@ -12,18 +12,20 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
+from typing import TypeVar
 
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from pinlog_platform.db import connection
-from pinlog_platform.db.sqlstates import DRIVER_ERRORS, discards_connection
+from pinlog_platform.db.sqlstates import DRIVER_ERRORS, discards_connection, refused_before_running
 from pinlog_platform.http import request_deadline
 
 logger = logging.getLogger(__name__)
 
 Translate = Callable[[BaseException], None]
+T = TypeVar("T")
 
 
 @asynccontextmanager
@@ -66,7 +68,12 @@ async def transaction(
                 if discards_connection(exc):
                     logger.warning("commit outcome unknown: %s", type(exc).__name__)
                     request_deadline.commit_outcome_unknown()
+                setattr(exc, _DURING_COMMIT, True)
                 raise
+
+
+# Set on a driver error raised by COMMIT: whatever it says, the transaction may have committed.
+_DURING_COMMIT = "pinlog_during_commit"
 
 
 @asynccontextmanager
@@ -101,3 +108,37 @@ async def read_only_snapshot(
         )
         async with conn.begin():
             yield conn
+
+
+async def single_statement(
+    engine: AsyncEngine,
+    run: Callable[[AsyncConnection], Awaitable[T]],
+    *,
+    translate: Translate,
+) -> T:
+    """``run`` one data-modifying statement in a short transaction of its own: ``BEGIN``,
+    the statement, ``COMMIT`` (three round trips), so nothing is half-written, and a statement
+    whose delivery was delayed past the client's deadline never commits on its own (the server
+    rolls back a transaction whose client is gone).
+
+    Run once more on a fresh connection when the statement was refused before it ran
+    (``sqlstates.refused_before_running``: a connection the server closed while it was
+    pooled, a read-only server, a session ended), since SQLAlchemy has then replaced every
+    connection pooled before the error: this is what spares the pool a checkout round trip.
+    ``COMMIT`` is never retried (its outcome may be unknown: ``transaction``). Driver errors
+    go through ``translate``.
+    """
+    try:
+        async with transaction(engine, translate=_propagate) as conn:
+            return await run(conn)
+    except DRIVER_ERRORS as exc:
+        if getattr(exc, _DURING_COMMIT, False) or not refused_before_running(exc):
+            translate(exc)
+            raise
+        logger.info("statement refused before it ran (%s); once more", type(exc).__name__)
+    async with transaction(engine, translate=translate) as conn:
+        return await run(conn)
+
+
+def _propagate(_exc: BaseException) -> None:
+    """A ``Translate`` that lets the driver error through (the caller decides)."""

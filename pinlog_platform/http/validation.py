@@ -8,14 +8,15 @@ from __future__ import annotations
 
 from fastapi import Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+
+from pinlog_platform.http.json_response import OrjsonResponse
 
 
-async def validation_error(_request: Request, exc: RequestValidationError) -> JSONResponse:
+async def validation_error(_request: Request, exc: RequestValidationError) -> OrjsonResponse:
     """HTTP 422 ``{"detail": [{"loc": [...], "msg": str, "type": str}, ...]}``, one item per
     failing field, without the ``input`` FastAPI would add."""
     detail = [
         {"loc": list(error.get("loc", ())), "msg": error.get("msg", ""), "type": error.get("type")}
         for error in exc.errors()
     ]
-    return JSONResponse({"detail": detail}, status_code=422)
+    return OrjsonResponse({"detail": detail}, status_code=422)

@@ -16,7 +16,7 @@ from sqlalchemy import text
 from core_service.errors import UnavailableError
 from core_service.repository.db import ENGINE_PARAMETERS
 from tests.core import support as facts
-from tests.core.harness import core_settings, running_core
+from tests.core.harness import bearer, core_settings, running_core
 from tests.fault_proxy import fault_proxy, set_read_only
 
 REQUEST_TIMEOUT = 2.0  # command deadline: half of it (core_service.repository.db)
@@ -107,3 +107,28 @@ async def test_a_read_only_database_answers_503_and_not_ready_then_recovers_with
     assert await _recovers(core, 2, "writable again", within=5.0) < 5.0
     contexts = await facts.count(engine, "SELECT count(*) FROM core.context")
     assert contexts == 2
+
+
+async def test_sessions_the_server_ended_while_pooled_cost_no_request(
+    core_with_fake_worker, engine
+):
+    """No checkout ping on the request pool: a pooled connection whose session the server
+    ended (a restart, a failover, a terminated backend) is replaced at checkout, or the write
+    refused on it runs once more on a fresh one. Every request answers as if nothing had
+    happened, and nothing is written twice."""
+    core = core_with_fake_worker
+    created = await core.create(1, "before")
+    assert created.status_code == 201
+    record_id = created.json()["recordId"]
+    for round_number in range(3):
+        await _admin(engine, TERMINATE_CORE)
+        added = await core.client.post(
+            f"/api/v1/records/{record_id}/contexts",
+            json={"body": f"after termination {round_number}"},
+            headers=bearer(1),
+        )
+        assert added.status_code == 201, added.text
+        again = await core.create(1, f"create after termination {round_number}")
+        assert again.status_code == 200, again.text
+    contexts = await facts.count(engine, "SELECT count(*) FROM core.context")
+    assert contexts == 7

@@ -225,6 +225,19 @@ async def test_withdrawal_cancels_everything_and_revokes_the_token(core_with_fak
 
     response = await core_with_fake_worker.client.delete("/api/v1/members/me", headers=bearer(1))
     after = await core_with_fake_worker.create(1, "탈퇴 후 메모")
+    # Each write and the record read check the member in their own statement (the token
+    # alone is still valid).
+    client, context_id = core_with_fake_worker.client, first["contextId"]
+    writes_after = [
+        await client.post(
+            f"/api/v1/records/{first['recordId']}/contexts", json={"body": "더"}, headers=bearer(1)
+        ),
+        await client.put(
+            f"/api/v1/contexts/{context_id}", json={"body": "고침"}, headers=bearer(1)
+        ),
+        await client.delete(f"/api/v1/contexts/{context_id}", headers=bearer(1)),
+        await client.get(f"/api/v1/records/{others['recordId']}", headers=bearer(1)),
+    ]
 
     assert response.status_code == 204
     for created in (first, second):
@@ -234,6 +247,9 @@ async def test_withdrawal_cancels_everything_and_revokes_the_token(core_with_fak
         )
     assert (await facts.state(engine, others["contextId"])).statuses == ("PENDING", "PENDING")
     assert after.status_code == 401
+    assert [w.status_code for w in writes_after] == [401, 401, 401, 401]
+    contexts = await facts.count(engine, "SELECT count(*) FROM core.context WHERE member_id = 1")
+    assert contexts == 2
 
 
 async def test_another_members_record_and_context_answer_404_like_a_missing_id(

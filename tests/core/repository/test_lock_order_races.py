@@ -178,3 +178,50 @@ async def test_record_delete_racing_a_change_never_leaves_a_live_context(
         outcomes.add(change_response.status_code)
         assert not any((await facts.invariant_violations(engine)).values())
     assert outcomes  # every round checked the invariants
+
+
+@pytest.mark.parametrize("committed_first", ["place", "place and record"])
+async def test_a_create_that_meets_a_concurrent_insert_runs_step_by_step(
+    committed_first, core_with_fake_worker, engine
+):
+    """The one-statement create cannot see a place or record committed after its snapshot
+    (core_service/repository/context_writes.py): it writes nothing, then the step-by-step
+    transaction finds the committed rows. One record, one place, no error."""
+    core = core_with_fake_worker
+    async with engine.connect() as other:
+        await other.begin()
+        place_id = (
+            await other.execute(
+                text(
+                    "INSERT INTO core.place (external_place_id, name) VALUES ('raced', '먼저') "
+                    "RETURNING id"
+                )
+            )
+        ).scalar_one()
+        record_id = None
+        if committed_first == "place and record":
+            record_id = (
+                await other.execute(
+                    text(
+                        "INSERT INTO core.record (member_id, place_id, place_name) "
+                        "VALUES (1, :p, '먼저') RETURNING id"
+                    ),
+                    {"p": place_id},
+                )
+            ).scalar_one()
+        creating = asyncio.create_task(core.create(1, "늦은 메모", place="raced"))
+        await _lock_waiters_reach(engine, 1)  # the create waits on the uncommitted place
+        await other.commit()
+    response = await creating
+
+    assert response.status_code == (200 if record_id else 201), response.text
+    if record_id is not None:
+        assert response.json()["recordId"] == record_id
+    assert await facts.count(engine, "SELECT count(*) FROM core.place") == 1
+    assert await facts.count(engine, "SELECT count(*) FROM core.record") == 1
+    assert await facts.count(engine, "SELECT count(*) FROM ai.context_ai_state") == 1
+    step_by_step = core.app.state.metrics.registry.get_sample_value(
+        "pinlog_core_create_step_by_step_total"
+    )
+    assert step_by_step == 1
+    assert not any((await facts.invariant_violations(engine)).values())
