@@ -56,6 +56,7 @@ CLEANED_TABLES = (
     "ai.context_embedding",
     "ai.context_ai_state",
     "ai.context_text_fingerprint",
+    "ai.keyword_preset_embedding",
     "ai.keyword_preset",
     "ai.provider_usage_daily",
     "core.context",
