@@ -12,6 +12,7 @@ import numpy as np
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from pinlog_platform.keyword_reads import keywords_shown
 from pinlog_platform.search import clamp_similarity
 
 
@@ -29,8 +30,9 @@ class SearchHit:
 
 # Exact cosine over one user's live, completed vectors of one profile; the best context per
 # record; the limit applied after de-duplication (§7). NaN (a zero vector) never qualifies (FC-04).
-# keyword_matched: a live context of the record (the user's, not deleted) with COMPLETED
-# keywords has an active PUBLIC or PRIVATE_ONLY preset (the owner's view, §9) whose vector of this
+# keyword_matched: a live context of the record (the user's, not deleted) whose keywords may
+# be shown (COMPLETED, or the previous judgment while re-judged: pinlog_platform.keyword_reads)
+# has an active PUBLIC or PRIVATE_ONLY preset (the owner's view, §9) whose vector of this
 # profile has a cosine to the query above :keyword_threshold.
 SEARCH_SIMILAR = text(
     """
@@ -43,7 +45,9 @@ SEARCH_SIMILAR = text(
         JOIN ai.keyword_preset_embedding AS kv
           ON kv.preset_id = kp.id AND kv.embedding_profile = :profile
         WHERE ke.user_id = :user_id AND ke.record_id = best.record_id AND ke.is_deleted = false
-          AND ks.keyword_status = 'COMPLETED'
+          AND """  # noqa: S608 (a constant fragment)
+    + keywords_shown("ks")
+    + """
           AND kp.is_active AND kp.visibility IN ('PUBLIC', 'PRIVATE_ONLY')
           AND 1 - (kv.embedding <=> CAST(:query AS vector)) > :keyword_threshold
     ) AS keyword_matched

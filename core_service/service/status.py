@@ -35,6 +35,7 @@ class StatusReport:
     coverage: float
     failed_24h: dict[str, int]
     retry_count: dict[str, int]
+    reprocess: dict[str, object]
 
     @classmethod
     def from_counts(cls, counts: status_counts.StatusCounts) -> StatusReport:
@@ -50,10 +51,15 @@ class StatusReport:
             coverage=round(counts.completed / counts.live, 6) if counts.live else 1.0,
             failed_24h=dict(sorted(counts.failed_24h.items())),
             retry_count={str(n): count for n, count in sorted(counts.retry_counts.items())},
+            reprocess={
+                **counts.reprocess,
+                "failed_context_ids": list(counts.reprocess_failed_ids),
+            },
         )
 
     def as_json(self) -> dict[str, object]:
-        """Exactly the keys of docs/operations.md "Status"."""
+        """Exactly the keys of docs/operations.md "Status"; ``reprocess`` is
+        ``{"pending", "processing", "failed", "failed_context_ids"}``."""
         return {
             "paused": self.paused,
             "stages": self.stages,
@@ -62,6 +68,7 @@ class StatusReport:
             "coverage": self.coverage,
             "failed_24h": self.failed_24h,
             "retry_count": self.retry_count,
+            "reprocess": self.reprocess,
         }
 
     def as_text(self) -> str:
@@ -75,6 +82,8 @@ class StatusReport:
         ]
         failed = ", ".join(f"{reason} {n}" for reason, n in self.failed_24h.items()) or "none"
         retries = ", ".join(f"{k}: {n}" for k, n in self.retry_count.items())
+        reprocess = self.reprocess
+        failed_ids = ", ".join(str(i) for i in reprocess["failed_context_ids"])
         return "\n".join(
             [
                 f"dispatch:      {'PAUSED' if self.paused else 'running'}",
@@ -84,6 +93,9 @@ class StatusReport:
                 "COMPLETED",
                 f"failed (24 h): {failed}",
                 f"retry_count:   {retries}",
+                f"reprocess:     {reprocess['pending']} waiting, {reprocess['processing']} "
+                f"running, {reprocess['failed']} failed (showing their previous keywords)"
+                + (f": {failed_ids}" if failed_ids else ""),
                 "stages of live contexts:",
                 header,
                 *rows,
@@ -149,4 +161,6 @@ class StatusGauges:
             metrics.failed_24h.labels(reason).set(n)
         for retries, n in report.retry_count.items():
             metrics.retry_counts.labels(retries).set(n)
+        for state in ("pending", "processing", "failed"):
+            metrics.reprocess_contexts.labels(state).set(report.reprocess[state])
         metrics.status_refreshed.set_to_current_time()

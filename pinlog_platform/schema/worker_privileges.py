@@ -3,7 +3,8 @@
 Table-level privileges by table of schema ``ai``, and the columns it may ``INSERT`` or ``UPDATE``
 where it has no table-level privilege of that kind: it can change neither the owner columns of
 a state row (``user_id``, ``record_id``) nor what §0 reserves for the core (``retry_count``,
-``rescanned_at``, ``text_sha256_from_core``, ``context_embedding.is_deleted``), nor the preset columns frozen by
+``rescanned_at``, ``text_sha256_from_core``, ``keyword_reprocess_version``,
+``context_embedding.is_deleted``), nor the preset columns frozen by
 ``0050_keyword_preset_embedding.sql`` (``keyword_preset.embedding``, ``embedding_profile``).
 ``0004_worker_role.sql``, ``0022_worker_column_grants.sql`` and ``0050`` grant exactly this;
 ``tests/platform/test_worker_privileges.py`` compares the database with it. A later migration

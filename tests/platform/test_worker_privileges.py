@@ -65,6 +65,7 @@ async def test_the_worker_role_has_exactly_the_declared_privileges(engine):
         "UPDATE ai.context_ai_state SET rescanned_at = now()",
         "UPDATE ai.context_ai_state SET text_sha256_from_core = false",
         "UPDATE ai.context_embedding SET is_deleted = false",
+        "UPDATE ai.context_ai_state SET keyword_reprocess_version = 1",
         "UPDATE ai.keyword_preset SET embedding_profile = 'x'",
         "UPDATE ai.keyword_preset SET code = 'RENAMED'",
         "INSERT INTO ai.keyword_preset (id, code, display_name, category, description, examples, "

@@ -37,6 +37,7 @@ async def test_an_empty_database_reads_as_nothing_waiting(engine):
         "coverage": 1.0,
         "failed_24h": {},
         "retry_count": {"0": 0, "1": 0, "2": 0, "3": 0},
+        "reprocess": {"pending": 0, "processing": 0, "failed": 0, "failed_context_ids": []},
     }
 
 
@@ -52,10 +53,12 @@ async def test_the_gauges_come_from_one_refresh_with_its_duration(engine):
     text = generate_latest(metrics.registry).decode()
     assert sample_value(text, "pinlog_core_dispatch_paused") == 1
     assert sample_value(text, "pinlog_core_backlog_contexts") == 3
-    assert sample_value(text, "pinlog_core_coverage_ratio") == pytest.approx(2 / 9)
+    assert sample_value(text, "pinlog_core_coverage_ratio") == pytest.approx(3 / 13, abs=1e-6)
     assert sample_value(text, "pinlog_core_lag_seconds") == pytest.approx(700, abs=30)
     assert sample_value(text, "pinlog_core_failed_stages_24h", reason="unknown") == 1
     assert sample_value(text, "pinlog_core_failed_stages_24h", reason="input_too_long") == 1
     assert sample_value(text, "pinlog_core_live_retry_count", retry_count="3") == 1
-    assert sample_value(text, "pinlog_core_live_stages", stage="keyword", status="FAILED") == 3
+    assert sample_value(text, "pinlog_core_live_stages", stage="keyword", status="FAILED") == 4
+    for state in ("pending", "processing", "failed"):
+        assert sample_value(text, "pinlog_core_reprocess_contexts", state=state) == 1
     assert sample_value(text, "pinlog_core_status_query_seconds_count") == 1
