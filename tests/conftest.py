@@ -34,6 +34,7 @@ PROCESS_MODULES = frozenset(
     {
         "tests/core/cli/test_cli.py",
         "tests/core/cli/test_retry_failed.py",
+        "tests/core/cli/test_reprocess_keywords.py",
         "tests/ops/test_doctor.py",
         "tests/ops/test_embedded_postgres_unclean_exit.py",
         "tests/ops/test_pgbouncer.py",
