@@ -135,8 +135,15 @@ async def build_worker(settings: Settings, metrics: WorkerMetrics) -> AsyncItera
         attach_budget(judge, budgets["judge"])
         # A column of another width would fail every save; refuse before serving (§5).
         await check_vector_columns(databases.engine, settings.vector_dimension)
-        presets = PresetCache(databases.engine, settings.embedding_profile)
+        presets = PresetCache(
+            databases.engine,
+            settings.embedding_profile,
+            refresh_seconds=settings.presets_refresh_seconds,
+        )
         await presets.reload()
+        # A new list is picked up in the background, never on a request (§4 Deviation).
+        presets.start_refreshing()
+        stack.push_async_callback(presets.aclose)
         # One gate per provider, probing with the unbatched providers.
         gates = {
             "embedding": _gate(

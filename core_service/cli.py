@@ -1,5 +1,5 @@
 """The ``pinlog-core`` command: ``db upgrade``, ``serve``, ``rescan --once``, ``token``,
-``status``, ``pause``, ``resume``, ``retry-failed``."""
+``status``, ``pause``, ``resume``, ``retry-failed``, ``reprocess keywords``."""
 
 from __future__ import annotations
 
@@ -16,6 +16,12 @@ db_app = typer.Typer(
     no_args_is_help=True, rich_markup_mode=None, help="Database schema (every migration)."
 )
 app.add_typer(db_app, name="db")
+reprocess_app = typer.Typer(
+    no_args_is_help=True,
+    rich_markup_mode=None,
+    help="Judge finished work again after an operational change (docs/operations.md).",
+)
+app.add_typer(reprocess_app, name="reprocess")
 
 PROGRAM = "pinlog-core"
 add_version_option(app, PROGRAM, help_text="PinLog core service.")
@@ -465,6 +471,142 @@ def retry_failed(
         f"taken by a worker {result.taken}; "
         f"left PENDING for the rescan {len(result.replaced) - result.taken}"
     )
+
+
+# Exit code of `reprocess keywords` when the workers did not load the current list in time.
+WORKERS_NOT_READY = 1
+
+
+@reprocess_app.command("keywords")
+def reprocess_keywords(
+    rate: int = typer.Option(
+        50, "--rate", min=1, max=10_000, metavar="N", help="Contexts reset per second at most"
+    ),
+    wait: float = typer.Option(
+        120.0,
+        "--wait",
+        min=0,
+        metavar="SECONDS",
+        help="How long to wait for every worker to load the current preset list",
+    ),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Only count; change nothing"),
+) -> None:
+    """Judge again the keywords of every live context judged with an older preset list: wait
+    until every worker of PINLOG_CORE_WORKER_BASE_URL reports the current list version, then
+    send their keyword stages back to PENDING, N a second, and dispatch them. Reads keep
+    showing the previous keywords meanwhile."""
+    from core_service.settings import ProfileInUseSettings, RescanSettings
+
+    settings = _load(ProfileInUseSettings if dry_run else RescanSettings)
+    from core_service.service.keyword_reprocess import NoUsablePresets, WorkersNotReady
+
+    try:
+        if dry_run:
+            plan = _run_with_database(lambda: _reprocess_plan(settings))
+            typer.echo(
+                f"preset list version {plan.version} of profile {plan.profile}: would reset "
+                f"{plan.stale} context(s) judged with an older list"
+            )
+            return
+        report = _run_with_database(lambda: _reprocess(settings, rate=rate, wait=wait))
+    except NoUsablePresets:
+        startup.fail(
+            PROGRAM,
+            exit_codes.DATABASE_NOT_READY,
+            [
+                f"no preset is usable under profile {settings.embedding_profile}: run "
+                "`pinlog-ai presets load` with that profile first"
+            ],
+        )
+    except WorkersNotReady as exc:
+        startup.fail(
+            PROGRAM,
+            WORKERS_NOT_READY,
+            [
+                f"not every worker reported preset list version {exc.version} within "
+                f"{wait:g} s; nothing was reset. Their last answers:",
+                *(f"  {reading.describe()}" for reading in exc.readings),
+            ],
+        )
+    typer.echo(
+        f"reset {report.reset} context(s) for preset list version {report.version} in "
+        f"{report.seconds:.1f} s: taken by a worker {report.taken}, left for the rescan "
+        f"{report.waiting}, skipped {report.skipped} (changed meanwhile)"
+    )
+
+
+async def _reprocess_plan(settings):
+    from core_service.repository.db import create_engine
+    from core_service.service.keyword_reprocess import KeywordReprocess
+
+    engine = create_engine(
+        settings.database_url,
+        pool_size=1,
+        transaction_pooling=settings.database_transaction_pooling,
+    )
+    try:
+        return await KeywordReprocess(engine, profile=settings.embedding_profile).plan()
+    finally:
+        await engine.dispose()
+
+
+async def _reprocess(settings, *, rate: int, wait: float):
+    """Wait for the workers, then reset and dispatch (``service.keyword_reprocess``),
+    printing what happens."""
+    from core_service.composition import build_dispatcher, build_worker_endpoints
+    from core_service.metrics import CoreMetrics
+    from core_service.repository.db import create_engine
+    from core_service.service.keyword_reprocess import KeywordReprocess
+    from core_service.service.worker_readiness import ReadinessReader
+
+    engine = create_engine(
+        settings.database_url,
+        pool_size=2,
+        transaction_pooling=settings.database_transaction_pooling,
+    )
+    reader = ReadinessReader(settings.worker_base_urls)
+    reprocess = KeywordReprocess(engine, profile=settings.embedding_profile)
+    shown: list[str] = []
+
+    def waiting(version, readings) -> None:
+        lines = [reading.describe() for reading in readings]
+        if lines != shown:
+            shown[:] = lines
+            typer.echo(f"waiting for every worker to report preset list version {version}:")
+            for line in lines:
+                typer.echo(f"  {line}")
+
+    def progress(report) -> None:
+        typer.echo(
+            f"reset {report.reset}/{report.total} (taken {report.taken}, waiting "
+            f"{report.waiting}, skipped {report.skipped}) after {report.seconds:.1f} s"
+        )
+
+    try:
+        version = await reprocess.wait_for_workers(reader, timeout_seconds=wait, on_wait=waiting)
+        plan = await reprocess.plan(version)
+        typer.echo(
+            f"every worker is on preset list version {version} of profile {plan.profile}; "
+            f"{plan.stale} context(s) to judge again, {rate} a second at most"
+        )
+        metrics = CoreMetrics()
+        endpoints = build_worker_endpoints(settings)
+        dispatcher = build_dispatcher(settings, engine, endpoints, metrics)
+        dispatcher.start()
+        try:
+            return await reprocess.run(
+                plan,
+                dispatcher,
+                rate=rate,
+                on_progress=progress,
+                on_paused=lambda: typer.echo("dispatch paused: waiting for `pinlog-core resume`"),
+            )
+        finally:
+            await dispatcher.close(2.0)
+            await endpoints.aclose()
+    finally:
+        await reader.aclose()
+        await engine.dispose()
 
 
 def _counts(counts) -> str:

@@ -86,12 +86,20 @@ class CoreMetrics:
         self.backlog = Gauge(
             "pinlog_core_backlog_contexts",
             "Live contexts waiting for a worker (next stage PENDING, or PROCESSING past the "
-            "processing expiry)",
+            "processing expiry), a reprocess's keyword stages not included",
+            registry=self.registry,
+        )
+        self.reprocess_contexts = Gauge(
+            "pinlog_core_reprocess_contexts",
+            "Live contexts whose keyword stage a reprocess sent back, by its state (pending, "
+            "processing, failed: showing the previous keywords)",
+            ["state"],
             registry=self.registry,
         )
         self.lag = Gauge(
             "pinlog_core_lag_seconds",
-            "Seconds the oldest PENDING or PROCESSING stage of a live context has waited",
+            "Seconds the oldest PENDING or PROCESSING stage of a live context has waited (new "
+            "work: a reprocess's keyword stages not included)",
             registry=self.registry,
         )
         self.coverage = Gauge(

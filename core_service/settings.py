@@ -267,9 +267,17 @@ class CoreSettings(HttpServingSettings, TokenSettings, StateClockSettings):
         return tuple(self.worker_base_url.split(","))
 
 
+class ProfileInUseSettings(CoreDatabaseSettings):
+    """The database and the embedding profile in use: what ``reprocess keywords --dry-run``
+    reads (it only counts; no worker, no secret)."""
+
+    embedding_profile: str = CoreSettings.model_fields["embedding_profile"]
+
+
 class RescanSettings(CoreSettings):
-    """What ``rescan --once`` reads: ``CoreSettings`` but the signing key of member tokens,
-    which only ``serve`` and ``token`` use (validated when given)."""
+    """What ``rescan --once``, ``retry-failed`` and ``reprocess keywords`` read:
+    ``CoreSettings`` but the signing key of member tokens, which only ``serve`` and ``token``
+    use (validated when given)."""
 
     jwt_secret: SecretStr | None = Field(
         default=None, description="HS256 key of member tokens; unused by rescan"

@@ -34,6 +34,7 @@ PROCESS_MODULES = frozenset(
     {
         "tests/core/cli/test_cli.py",
         "tests/core/cli/test_retry_failed.py",
+        "tests/core/cli/test_reprocess_keywords.py",
         "tests/ops/test_doctor.py",
         "tests/ops/test_embedded_postgres_unclean_exit.py",
         "tests/ops/test_pgbouncer.py",
@@ -56,6 +57,7 @@ CLEANED_TABLES = (
     "ai.context_embedding",
     "ai.context_ai_state",
     "ai.context_text_fingerprint",
+    "ai.keyword_preset_embedding",
     "ai.keyword_preset",
     "ai.provider_usage_daily",
     "core.context",

@@ -3,7 +3,8 @@
 It records every ``POST /internal/v1/context/process`` body and answers by mode: ``accept``
 (202), ``refuse`` (503 with ``Retry-After``, as a full worker queue does), ``reject`` (422, as
 for a request the worker finds invalid) or ``hang`` (never answers until released), so the
-core's dispatch and rescan are tested over real TCP.
+core's dispatch and rescan are tested over real TCP. ``GET /readyz`` answers the worker's
+pinned body with ``profile`` and ``preset_version`` (``ready`` false: 503, ``unavailable``).
 Runs on the test's event loop (``tests.worker.harness.serving``).
 """
 
@@ -33,10 +34,15 @@ class FakeWorker:
         self._arrived = asyncio.Condition()
         # What POST /internal/v1/search answers (a JSON body); None: no such route (404).
         self.search_answer: object | None = None
+        # What GET /readyz reports (the worker's pinned body).
+        self.ready = True
+        self.profile = "openai-text-embedding-3-small-1536-cosine-v1"
+        self.preset_version: int | None = 1
         self.app = Starlette(
             routes=[
                 Route("/internal/v1/context/process", self._process, methods=["POST"]),
                 Route("/internal/v1/search", self._search, methods=["POST"]),
+                Route("/readyz", self._readyz, methods=["GET"]),
             ]
         )
 
@@ -47,6 +53,17 @@ class FakeWorker:
         """Return once ``count`` process requests have arrived; ``TimeoutError`` otherwise."""
         async with asyncio.timeout(timeout_seconds), self._arrived:
             await self._arrived.wait_for(lambda: len(self.requests) >= count)
+
+    async def _readyz(self, _request: Request) -> JSONResponse:
+        available = {"available": True, "retryAfterSeconds": None, "reason": None}
+        body = {
+            "status": "ready" if self.ready else "unavailable",
+            "mode": "online",
+            "profile": self.profile,
+            "presetVersion": self.preset_version,
+            "providers": {"embedding": available, "judge": available},
+        }
+        return JSONResponse(body, status_code=200 if self.ready else 503)
 
     async def _search(self, request: Request) -> JSONResponse:
         if self.search_answer is None:

@@ -12,6 +12,7 @@ import numpy as np
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from pinlog_platform.keyword_reads import keywords_shown
 from pinlog_platform.search import clamp_similarity
 
 
@@ -29,9 +30,10 @@ class SearchHit:
 
 # Exact cosine over one user's live, completed vectors of one profile; the best context per
 # record; the limit applied after de-duplication (§7). NaN (a zero vector) never qualifies (FC-04).
-# keyword_matched: a live context of the record (the user's, not deleted) with COMPLETED
-# keywords has an active PUBLIC or PRIVATE_ONLY preset (the owner's view, §9) of this profile
-# whose cosine to the query exceeds :keyword_threshold.
+# keyword_matched: a live context of the record (the user's, not deleted) whose keywords may
+# be shown (COMPLETED, or the previous judgment while re-judged: pinlog_platform.keyword_reads)
+# has an active PUBLIC or PRIVATE_ONLY preset (the owner's view, §9) whose vector of this
+# profile has a cosine to the query above :keyword_threshold.
 SEARCH_SIMILAR = text(
     """
     SELECT record_id, context_id, similarity, EXISTS (
@@ -40,11 +42,14 @@ SEARCH_SIMILAR = text(
         JOIN ai.context_ai_state AS ks ON ks.context_id = ke.context_id
         JOIN ai.context_keyword AS ck ON ck.context_id = ke.context_id
         JOIN ai.keyword_preset AS kp ON kp.id = ck.keyword_id
+        JOIN ai.keyword_preset_embedding AS kv
+          ON kv.preset_id = kp.id AND kv.embedding_profile = :profile
         WHERE ke.user_id = :user_id AND ke.record_id = best.record_id AND ke.is_deleted = false
-          AND ks.keyword_status = 'COMPLETED'
+          AND """  # noqa: S608 (a constant fragment)
+    + keywords_shown("ks")
+    + """
           AND kp.is_active AND kp.visibility IN ('PUBLIC', 'PRIVATE_ONLY')
-          AND kp.embedding_profile = :profile
-          AND 1 - (kp.embedding <=> CAST(:query AS vector)) > :keyword_threshold
+          AND 1 - (kv.embedding <=> CAST(:query AS vector)) > :keyword_threshold
     ) AS keyword_matched
     FROM (
         SELECT DISTINCT ON (e.record_id) e.record_id, e.context_id,

@@ -60,17 +60,20 @@ STALE_PROCESSING_EXHAUSTED = text(
     """
 )
 
-# Presets whose vector cannot be compared by cosine: zero norm, or another dimension.
+# Presets whose vector of the current profile cannot be compared by cosine: zero norm, or
+# another dimension (the vectors' column declares none, 0050: each profile has its own).
 BROKEN_PRESET_VECTORS = text(
     """
-    SELECT id::text AS example, count(*) OVER () AS total
-    FROM ai.keyword_preset
-    WHERE vector_dims(embedding) <> :dimension OR vector_norm(embedding) = 0
-    ORDER BY id LIMIT :examples
+    SELECT preset_id::text AS example, count(*) OVER () AS total
+    FROM ai.keyword_preset_embedding
+    WHERE embedding_profile = :profile
+      AND (vector_dims(embedding) <> :dimension OR vector_norm(embedding) = 0)
+    ORDER BY preset_id LIMIT :examples
     """
 )
 
-# The ai vector columns whose declared dimension (the type modifier) is not the configured one.
+# The ai vector columns whose declared dimension (the type modifier) is not the configured one;
+# a column that declares none (-1: the preset vectors of every profile, 0050) is not one.
 VECTOR_COLUMNS_OF_OTHER_DIMENSION = text(
     """
     SELECT format('ai.%s.%s is %s', c.relname, a.attname,
@@ -81,6 +84,7 @@ VECTOR_COLUMNS_OF_OTHER_DIMENSION = text(
     JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
     WHERE n.nspname = 'ai' AND c.relname IN ('context_embedding', 'keyword_preset')
       AND a.attname = 'embedding' AND NOT a.attisdropped AND a.atttypmod <> :dimension
+      AND a.atttypmod <> -1
     ORDER BY c.relname LIMIT :examples
     """
 )

@@ -21,6 +21,7 @@ VECTOR_COLUMN_DIMENSIONS = text(
 
 
 async def dimensions(conn: AsyncConnection) -> dict[str, int]:
-    """``{'context_embedding.embedding': 1536, ...}``; empty before the schema exists."""
+    """``{'context_embedding.embedding': 1536, ...}``, ``-1`` for a column that declares no
+    dimension; empty before the schema exists."""
     rows = await conn.execute(VECTOR_COLUMN_DIMENSIONS)
     return {row.name: int(row.dimension) for row in rows}

@@ -1,9 +1,22 @@
-"""``pinlog-ai presets load``: embed the preset file with the current profile and upsert it (§4).
+"""``pinlog-ai presets load``: embed the preset file with the current profile and store it (§4;
+per-profile vectors: §1 Deviation in docs/contract.md).
 
-The preset file is validated strictly (``PresetFileError`` names the field). When nothing
-changed (content and profile), nothing is embedded or written. Otherwise every preset in the
-file is embedded in one provider call and written with list version ``max(stored) + 1``;
-active presets missing from the file are retired (``is_active = false``), never deleted.
+The preset file is validated strictly (``PresetFileError`` names the field). The shared preset
+rows (id, code, names, examples, visibility, active, version) are the same for every profile;
+each profile has its own vectors of them. A load under profile P:
+
+- writes nothing when the shared rows equal the file and P's vectors are current (embedded
+  from each preset's current revision);
+- when the file changed (content, or presets missing from it): embeds every preset in one
+  provider call, writes the shared rows with list version ``max(stored) + 1``, retires active
+  presets missing from the file (``is_active = false``, never deleted) and writes P's vectors;
+- when only P's vectors are missing or stale (the list was loaded under another profile):
+  embeds and writes P's vectors, stamped with the presets' current revisions; the shared rows
+  and the list version stay as they are.
+
+Another profile's vectors are never written. After a changing load under P they are stale
+until that profile is loaded too: its workers keep their last list until then
+(``pinlog_platform.preset_list``).
 """
 
 from __future__ import annotations
@@ -21,7 +34,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from app.providers.base import EmbeddingProvider
 from app.repository import keyword_preset
 from app.repository.db import transaction
-from app.repository.keyword_preset import PresetRow
+from app.repository.keyword_preset import PresetDefinition, PresetRow
 from app.service.vector_columns import check_vector_columns
 
 logger = logging.getLogger(__name__)
@@ -70,10 +83,15 @@ class PresetFile(BaseModel):
 
 @dataclass(frozen=True, slots=True)
 class LoadReport:
+    """What a load wrote: ``changed`` anything at all; ``list_changed`` the shared rows (a new
+    list ``version``), else only this profile's vectors (or nothing); ``presets`` in the file,
+    ``retired`` by this load."""
+
     changed: bool
     version: int
     presets: int
     retired: int
+    list_changed: bool = False
 
 
 def read_preset_file(path: Path = DEFAULT_PRESET_FILE) -> PresetFile:
@@ -84,17 +102,16 @@ def read_preset_file(path: Path = DEFAULT_PRESET_FILE) -> PresetFile:
         raise PresetFileError(f"{path.name}: {exc}") from exc
 
 
-def _same(stored: PresetRow, entry: PresetEntry, profile: str) -> bool:
-    """Whether loading ``entry`` under ``profile`` would store what is already stored."""
-    return stored.embedding_profile == profile and all(
-        getattr(stored, name) == value for name, value in dict(entry).items()
-    )
+def _same(stored: PresetDefinition, entry: PresetEntry) -> bool:
+    """Whether ``entry``'s shared fields are what is already stored."""
+    return all(getattr(stored, name) == value for name, value in dict(entry).items())
 
 
 async def load_presets(
     engine: AsyncEngine, embedder: EmbeddingProvider, preset_file: PresetFile, profile: str
 ) -> LoadReport:
-    """Bring ``ai.keyword_preset`` in line with ``preset_file`` under ``profile``.
+    """Bring the shared preset rows in line with ``preset_file`` and ``profile``'s vectors
+    with them (module docstring).
 
     Raises ``PresetFileError`` when an id's code differs from the stored one (codes are
     immutable), ``ConfigurationError`` when the embedder's vectors (``embedder.dimension``,
@@ -103,7 +120,8 @@ async def load_presets(
     """
     await check_vector_columns(engine, embedder.dimension)
     async with transaction(engine) as conn:
-        stored = {row.id: row for row in await keyword_preset.load_all(conn)}
+        stored = {row.id: row for row in await keyword_preset.load_definitions(conn)}
+        vectors = await keyword_preset.vector_versions(conn, profile)
     for entry in preset_file.presets:
         if entry.id in stored and stored[entry.id].code != entry.code:
             raise PresetFileError(
@@ -111,29 +129,44 @@ async def load_presets(
             )
     listed = {entry.id for entry in preset_file.presets}
     to_retire = [row for row in stored.values() if row.is_active and row.id not in listed]
-    unchanged = not to_retire and all(
-        entry.id in stored and _same(stored[entry.id], entry, profile)
-        for entry in preset_file.presets
+    list_unchanged = not to_retire and all(
+        entry.id in stored and _same(stored[entry.id], entry) for entry in preset_file.presets
     )
     current_version = max((row.version for row in stored.values()), default=0)
-    if unchanged:
-        return LoadReport(False, current_version, len(preset_file.presets), 0)
+    if list_unchanged:
+        revisions = {entry.id: stored[entry.id].version for entry in preset_file.presets}
+        if all(vectors.get(preset_id) == version for preset_id, version in revisions.items()):
+            return LoadReport(False, current_version, len(preset_file.presets), 0)
+    else:
+        revisions = dict.fromkeys(listed, current_version + 1)
 
-    vectors = await embedder.embed([entry.embedding_input() for entry in preset_file.presets])
-    version = current_version + 1
+    vectors_of_file = await embedder.embed(
+        [entry.embedding_input() for entry in preset_file.presets]
+    )
     rows = [
-        _row(entry, vector, profile, version)
-        for entry, vector in zip(preset_file.presets, vectors, strict=True)
+        _row(entry, vector, profile, revisions[entry.id])
+        for entry, vector in zip(preset_file.presets, vectors_of_file, strict=True)
     ]
+    retired = 0
     async with transaction(engine) as conn:
-        await keyword_preset.upsert_all(conn, rows)
-        retired = await keyword_preset.retire_missing(
-            conn, kept_ids=sorted(listed), version=version
-        )
-    logger.info("presets loaded: %d presets, version %d, %d retired", len(rows), version, retired)
-    return LoadReport(True, version, len(rows), retired)
+        if not list_unchanged:
+            await keyword_preset.upsert_definitions(conn, rows)
+            retired = await keyword_preset.retire_missing(
+                conn, kept_ids=sorted(listed), version=current_version + 1
+            )
+        await keyword_preset.upsert_vectors(conn, rows)
+    version = current_version if list_unchanged else current_version + 1
+    logger.info(
+        "presets loaded: %d presets, list version %d, %d retired, %s",
+        len(rows),
+        version,
+        retired,
+        "vectors of this profile only" if list_unchanged else "list changed",
+    )
+    return LoadReport(True, version, len(rows), retired, list_changed=not list_unchanged)
 
 
 def _row(entry: PresetEntry, vector: np.ndarray, profile: str, version: int) -> PresetRow:
-    """The stored form of ``entry``: its fields plus what the load supplies."""
+    """The stored form of ``entry``: its fields plus what the load supplies (``version``: the
+    revision the vector is embedded from, which the shared row carries too)."""
     return PresetRow(**dict(entry), embedding=vector, embedding_profile=profile, version=version)

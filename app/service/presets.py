@@ -1,12 +1,20 @@
 """The preset cache and its immutable snapshots; candidate selection by cosine (§4, FC-04).
 
 A request takes one snapshot and uses it from candidate search to save, so ``preset_version``
-never mixes within a judgment.
+never mixes within a judgment. The cache is loaded at startup (none usable: startup fails) and
+refreshed in the background every ``PINLOG_PRESETS_REFRESH_SECONDS`` (§4 Deviation: a new list
+is picked up without a restart): a refresh builds a new snapshot off the request path and
+swaps it in with one assignment; a request that already holds the previous one finishes with
+it. A refresh that fails (database, or no usable preset left for the profile) keeps the last
+snapshot and logs one WARNING.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass, fields
 
 import numpy as np
@@ -23,7 +31,9 @@ logger = logging.getLogger(__name__)
 
 @dataclass(frozen=True, slots=True)
 class PresetSnapshot:
-    """Usable presets of one profile; ``unit_vectors`` is float64 ``(n_presets, dimension)``."""
+    """Usable presets of one profile; ``version`` is the list version they were loaded as
+    (``pinlog_platform.preset_list``, 0 for none); ``unit_vectors`` is float64
+    ``(n_presets, dimension)``."""
 
     profile: str
     version: int
@@ -57,8 +67,10 @@ def _candidate(preset: PresetRow, similarity: float) -> JudgeCandidate:
     )
 
 
-def build_snapshot(profile: str, rows: list[PresetRow]) -> PresetSnapshot:
-    """Snapshot of ``rows``; presets whose vector has zero or non-finite norm are rejected."""
+def build_snapshot(profile: str, rows: Sequence[PresetRow]) -> PresetSnapshot:
+    """Snapshot of ``rows`` (the presets usable under ``profile``); presets whose vector has
+    zero or non-finite norm are rejected. The version is the highest among all of ``rows``,
+    rejected ones included: the list version as ``pinlog_platform.preset_list`` defines it."""
     usable: list[PresetRow] = []
     vectors: list[np.ndarray] = []
     for row in rows:
@@ -71,23 +83,27 @@ def build_snapshot(profile: str, rows: list[PresetRow]) -> PresetSnapshot:
             continue
         usable.append(row)
         vectors.append(embedding / norm)
-    version = max((row.version for row in usable), default=0)
+    version = max((row.version for row in rows), default=0)
     matrix = np.vstack(vectors) if vectors else np.zeros((0, 0), np.float64)
     return PresetSnapshot(profile, version, tuple(usable), matrix)
 
 
 class PresetCache:
-    """Holds the current snapshot; loaded at startup, replaced atomically by ``reload``."""
+    """Holds the current snapshot; loaded at startup, replaced atomically by ``reload``, and
+    by ``refresh_once`` every ``refresh_seconds`` once ``start_refreshing`` runs."""
 
-    def __init__(self, engine: AsyncEngine, profile: str) -> None:
+    def __init__(self, engine: AsyncEngine, profile: str, *, refresh_seconds: float = 30.0) -> None:
         self._engine = engine
         self._profile = profile
+        self._refresh_seconds = refresh_seconds
         self._snapshot: PresetSnapshot | None = None
+        self._refresher: asyncio.Task[None] | None = None
 
     async def reload(self) -> PresetSnapshot:
-        """Load usable presets of the current profile.
+        """Load the presets usable under the current profile and make them the snapshot.
 
-        Raises ``ConfigurationError`` when none are usable (startup must fail, §4).
+        Raises ``ConfigurationError`` when none are usable (startup must fail, §4), keeping the
+        snapshot held before.
         """
         async with autocommit(self._engine) as conn:
             rows = await keyword_preset.load_usable(conn, self._profile)
@@ -97,11 +113,50 @@ class PresetCache:
                 f"no usable keyword presets for embedding profile {self._profile!r}; "
                 "run `pinlog-ai presets load`"
             )
-        self._snapshot = snapshot
-        logger.info(
-            "preset cache loaded: %d presets, version %d", len(snapshot.presets), snapshot.version
-        )
+        previous, self._snapshot = self._snapshot, snapshot
+        if previous is None or _changed(previous, snapshot):
+            logger.info(
+                "preset cache loaded: %d presets, version %d",
+                len(snapshot.presets),
+                snapshot.version,
+            )
         return snapshot
+
+    async def refresh_once(self) -> bool:
+        """One background refresh: ``True`` when a snapshot was loaded; ``False`` (one
+        WARNING, the last snapshot kept) when the database failed or no preset was usable."""
+        try:
+            await self.reload()
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            # The class names the cause; the message of a ConfigurationError is ours.
+            detail = str(exc) if isinstance(exc, ConfigurationError) else type(exc).__name__
+            logger.warning(
+                "preset refresh failed, keeping list version %s: %s",
+                self._snapshot.version if self._snapshot is not None else "none",
+                detail,
+            )
+            return False
+        return True
+
+    def start_refreshing(self) -> None:
+        """Refresh every ``refresh_seconds`` in a task of its own until ``aclose``."""
+        if self._refresher is None:
+            self._refresher = asyncio.create_task(self._refresh_forever())
+
+    async def _refresh_forever(self) -> None:
+        while True:
+            await asyncio.sleep(self._refresh_seconds)
+            await self.refresh_once()
+
+    async def aclose(self) -> None:
+        """Stop the background refresh (shutdown)."""
+        if self._refresher is not None:
+            self._refresher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._refresher
+            self._refresher = None
 
     @property
     def loaded(self) -> bool:
@@ -112,3 +167,10 @@ class PresetCache:
         if self._snapshot is None:
             raise RuntimeError("preset cache used before it was loaded")
         return self._snapshot
+
+
+def _changed(previous: PresetSnapshot, current: PresetSnapshot) -> bool:
+    """Whether a refresh loaded another list (version or presets), worth an INFO line."""
+    return previous.version != current.version or [p.id for p in previous.presets] != [
+        p.id for p in current.presets
+    ]

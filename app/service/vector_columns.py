@@ -2,7 +2,8 @@
 
 The stored dimension is ``Settings.vector_dimension`` (model vectors shorter than it are
 zero-padded, ``app.providers.padding``); it must equal every ai.* column's declared dimension,
-otherwise each save would fail at the database. Migrations are not edited to fit a model.
+otherwise each save would fail at the database. A column that declares none (the preset
+vectors, one set per profile: 0050) takes any. Migrations are not edited to fit a model.
 """
 
 from __future__ import annotations
@@ -13,6 +14,9 @@ from app.errors import ConfigurationError
 from app.repository import vector_columns
 from app.repository.db import autocommit
 
+# pgvector's type modifier of a column declared without a dimension.
+UNDECLARED = -1
+
 
 async def check_vector_columns(engine: AsyncEngine, stored_dimension: int) -> None:
     """``ConfigurationError`` naming the column when one is missing or of another dimension."""
@@ -21,7 +25,7 @@ async def check_vector_columns(engine: AsyncEngine, stored_dimension: int) -> No
     if not declared:
         raise ConfigurationError("no ai.* vector columns found: run `pinlog-ai db upgrade`")
     for name, dimension in declared.items():
-        if dimension != stored_dimension:
+        if dimension not in (stored_dimension, UNDECLARED):
             raise ConfigurationError(
                 f"ai.{name} is VECTOR({dimension}) but vectors are stored with dimension "
                 f"{stored_dimension} (PINLOG_VECTOR_DIMENSION)"

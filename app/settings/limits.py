@@ -94,6 +94,13 @@ class LimitSettings(BaseModel):
         default=600, ge=1, description="A PROCESSING stage older than this may be reclaimed (§2)"
     )
     keyword_top_k: int = Field(default=10, ge=1, le=100, description="Candidates per judgment")
+    presets_refresh_seconds: float = Field(
+        default=30.0,
+        gt=0,
+        le=3600,
+        description="How often the preset cache is reloaded in the background (a new list is "
+        "picked up without a restart; /readyz presetVersion reports the loaded one)",
+    )
     keyword_similarity_floor: float = Field(
         default=0.2, ge=-1.0, le=1.0, description="Minimum cosine of a candidate (§4)"
     )

@@ -2,8 +2,11 @@
 
 One statement for any number of records, which also checks that the viewer is an active
 member. Keyword rules are whitelists in SQL: the context is
-active, its ``keyword_status = 'COMPLETED'``, the preset is active, and its visibility is
-``PUBLIC``, or ``PRIVATE_ONLY`` when the viewer owns the record. Bodies and each context's AI
+active, its keywords may be shown (``keyword_status = 'COMPLETED'``, or its previous judgment
+while a preset reclassification re-judges it: ``pinlog_platform.keyword_reads``, the §9
+Deviation), the preset is active, and its visibility is ``PUBLIC``, or ``PRIVATE_ONLY`` when
+the viewer owns the record. One statement sees one snapshot: a context being re-judged shows
+its previous keywords or its new ones, never none. Bodies and each context's AI
 state (statuses and failure reasons) are read only for the owner. Empty lists are
 ``[]``, never ``null``.
 """
@@ -18,11 +21,14 @@ from datetime import datetime
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from pinlog_platform.keyword_reads import keywords_shown
 from pinlog_platform.states import Stage, Status
 
-# The keywords of record ``r`` that ``:viewer_id`` may see (§9 "Keyword read rules"), best
-# first, as a JSON array; one fragment for the record read and the owner's list of records.
-VISIBLE_KEYWORDS = """
+# The keywords of record ``r`` that ``:viewer_id`` may see (§9 "Keyword read rules" and its
+# Deviation), best first, as a JSON array; one fragment for the record read and the owner's list
+# of records.
+VISIBLE_KEYWORDS = (
+    """
        coalesce((
            SELECT json_agg(json_build_object(
                       'code', k.code, 'displayName', k.display_name, 'category', k.category)
@@ -34,7 +40,9 @@ VISIBLE_KEYWORDS = """
                JOIN ai.context_keyword AS ck ON ck.context_id = c.id
                JOIN ai.keyword_preset AS kp ON kp.id = ck.keyword_id
                WHERE c.record_id = r.id AND c.deleted_at IS NULL
-                 AND s.keyword_status = 'COMPLETED'
+                 AND """  # noqa: S608 (constant fragments)
+    + keywords_shown("s")
+    + """
                  AND kp.is_active
                  AND (kp.visibility = 'PUBLIC'
                       OR (kp.visibility = 'PRIVATE_ONLY' AND r.member_id = :viewer_id))
@@ -42,6 +50,7 @@ VISIBLE_KEYWORDS = """
            ) AS k
        ), '[]') AS keywords
 """
+)
 
 LOAD_RECORD_VIEWS = text(
     """

@@ -7,6 +7,12 @@ stage that would run next is ``PENDING``, or ``PROCESSING`` past the processing 
 worker holds), the lag (the oldest ``updated_at`` among rows with a stage ``PENDING`` or
 ``PROCESSING``: how long that stage has waited, not the note's age), the stages ``FAILED`` in
 the last 24 hours by reason (``pinlog_platform.states.failure_reasons``), and ``retry_count``.
+
+Rows a preset reclassification sent back (``keyword_reprocess_version`` set, keyword stage
+``PENDING`` or ``PROCESSING``: ``pinlog-core reprocess keywords``) are not new work: they are
+left out of the backlog and the lag and counted on their own, by keyword status, with the
+reprocesses that ended ``FAILED`` (those keep showing their previous keywords) and the first
+of their ids. The stage counts and the coverage count every live row as it is.
 Stage columns come from ``STAGE_ORDER`` and ``Status``: the statement is built once, at import.
 
 The same statement reads the provider spend from ``ai.provider_usage_daily`` (the workers'
@@ -20,7 +26,7 @@ of the primary key, whose first column is ``day``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from decimal import Decimal
 
 from sqlalchemy import text
@@ -48,6 +54,11 @@ _RETRY_COUNTS = ",\n".join(
 )
 _ANY_UNFINISHED = " OR ".join(f"{stage.status_column} IN {_UNFINISHED}" for stage in STAGE_ORDER)
 _ALL_COMPLETED = " AND ".join(f"{stage.status_column} = 'COMPLETED'" for stage in STAGE_ORDER)
+# A keyword stage a reprocess sent back (core_service/repository/keyword_reprocess.py).
+_REPROCESSED = "keyword_reprocess_version IS NOT NULL"
+_REPROCESSING = f"({_REPROCESSED} AND keyword_status IN {_UNFINISHED})"
+# How many ids of failed reprocesses the status lists.
+FAILED_REPROCESS_EXAMPLES = 10
 # (status, reason) of every stage of a live row, for the failures by reason.
 _STAGE_FAILURES = ", ".join(
     f"({stage.status_column}, coalesce({FAILURE_COLUMNS[stage.status_column]}, "
@@ -84,7 +95,7 @@ STATUS_COUNTS = text(
     WITH live AS MATERIALIZED (
         SELECT {", ".join(f"s.{stage.status_column}" for stage in STAGE_ORDER)},
                {", ".join(f"s.{FAILURE_COLUMNS[stage.status_column]}" for stage in STAGE_ORDER)},
-               s.retry_count, s.updated_at
+               s.retry_count, s.updated_at, s.context_id, s.keyword_reprocess_version
         FROM core.context AS c
         JOIN core.record AS r ON r.id = c.record_id
         JOIN core.member AS m ON m.id = c.member_id
@@ -102,13 +113,24 @@ STATUS_COUNTS = text(
         {_STAGE_COUNTS},
         count(*) FILTER (WHERE {_ALL_COMPLETED}) AS completed,
         count(*) FILTER (
-            WHERE {NEXT_STAGE_SQL} = 'PENDING'
+            WHERE NOT {_REPROCESSING} AND ({NEXT_STAGE_SQL} = 'PENDING'
                OR {NEXT_STAGE_SQL} = 'PROCESSING'
-                  AND updated_at < now() - make_interval(secs => :processing_expiry_seconds)
+                  AND updated_at < now() - make_interval(secs => :processing_expiry_seconds))
         ) AS backlog,
         coalesce(
-            extract(epoch FROM now() - min(updated_at) FILTER (WHERE {_ANY_UNFINISHED})), 0
+            extract(epoch FROM now() - min(updated_at) FILTER (
+                WHERE ({_ANY_UNFINISHED}) AND NOT {_REPROCESSING})), 0
         )::float8 AS lag_seconds,
+        count(*) FILTER (WHERE {_REPROCESSED} AND keyword_status = 'PENDING')
+            AS reprocess_pending,
+        count(*) FILTER (WHERE {_REPROCESSED} AND keyword_status = 'PROCESSING')
+            AS reprocess_processing,
+        count(*) FILTER (WHERE {_REPROCESSED} AND keyword_status = 'FAILED')
+            AS reprocess_failed,
+        coalesce((array_agg(context_id ORDER BY context_id)
+                  FILTER (WHERE {_REPROCESSED} AND keyword_status = 'FAILED'))
+                 [1:{FAILED_REPROCESS_EXAMPLES}], CAST(ARRAY[] AS bigint[]))
+            AS reprocess_failed_ids,
         {_RETRY_COUNTS},
         (SELECT coalesce(jsonb_object_agg(reason, n), jsonb_build_object())
          FROM (SELECT reason, count(*) AS n FROM failed GROUP BY reason) AS f) AS failed_24h,
@@ -134,7 +156,9 @@ class Spend:
 
 @dataclass(frozen=True, slots=True)
 class StatusCounts:
-    """The figures of ``STATUS_COUNTS``; ``stages[stage][status]`` over live contexts."""
+    """The figures of ``STATUS_COUNTS``; ``stages[stage][status]`` over live contexts;
+    ``reprocess`` the keyword stages a reprocess sent back, by ``pending``, ``processing`` and
+    ``failed``, with the first ``FAILED_REPROCESS_EXAMPLES`` failed ids."""
 
     paused: bool
     live: int
@@ -145,6 +169,8 @@ class StatusCounts:
     failed_24h: dict[str, int]
     retry_counts: dict[int, int]
     spend: dict[str, Spend]  # by period of SPEND_PERIODS
+    reprocess: dict[str, int] = field(default_factory=dict)
+    reprocess_failed_ids: tuple[int, ...] = ()
 
 
 async def read(conn: AsyncConnection, *, processing_expiry_seconds: float) -> StatusCounts:
@@ -174,4 +200,8 @@ async def read(conn: AsyncConnection, *, processing_expiry_seconds: float) -> St
             )
             for period in SPEND_PERIODS
         },
+        reprocess={
+            state: int(row[f"reprocess_{state}"]) for state in ("pending", "processing", "failed")
+        },
+        reprocess_failed_ids=tuple(int(i) for i in row["reprocess_failed_ids"]),
     )

@@ -39,6 +39,7 @@ class StatusReport:
     failed_24h: dict[str, int]
     retry_count: dict[str, int]
     spend: dict[str, dict[str, float | int]]
+    reprocess: dict[str, object]
 
     @classmethod
     def from_counts(cls, counts: status_counts.StatusCounts) -> StatusReport:
@@ -63,10 +64,16 @@ class StatusReport:
                 }
                 for period, spend in counts.spend.items()
             },
+            reprocess={
+                **counts.reprocess,
+                "failed_context_ids": list(counts.reprocess_failed_ids),
+            },
         )
 
     def as_json(self) -> dict[str, object]:
-        """Exactly the keys of docs/operations.md "Status"."""
+        """Exactly the keys of docs/operations.md "Status"; ``reprocess`` is
+        ``{"pending", "processing", "failed", "failed_context_ids"}``, ``spend`` is
+        ``{"today": {...}, "month": {...}}``."""
         return {
             "paused": self.paused,
             "stages": self.stages,
@@ -76,6 +83,7 @@ class StatusReport:
             "failed_24h": self.failed_24h,
             "retry_count": self.retry_count,
             "spend": self.spend,
+            "reprocess": self.reprocess,
         }
 
     def as_text(self) -> str:
@@ -90,6 +98,8 @@ class StatusReport:
         failed = ", ".join(f"{reason} {n}" for reason, n in self.failed_24h.items()) or "none"
         retries = ", ".join(f"{k}: {n}" for k, n in self.retry_count.items())
         today, month = (_spent(self.spend[period]) for period in ("today", "month"))
+        reprocess = self.reprocess
+        failed_ids = ", ".join(str(i) for i in reprocess["failed_context_ids"])
         return "\n".join(
             [
                 f"dispatch:      {'PAUSED' if self.paused else 'running'}",
@@ -100,6 +110,9 @@ class StatusReport:
                 f"failed (24 h): {failed}",
                 f"retry_count:   {retries}",
                 f"spend:         today {today}, this month {month}",
+                f"reprocess:     {reprocess['pending']} waiting, {reprocess['processing']} "
+                f"running, {reprocess['failed']} failed (showing their previous keywords)"
+                + (f": {failed_ids}" if failed_ids else ""),
                 "stages of live contexts:",
                 header,
                 *rows,
@@ -174,4 +187,6 @@ class StatusGauges:
             metrics.retry_counts.labels(retries).set(n)
         for period, spend in report.spend.items():
             metrics.provider_spend.labels(period).set(spend["usd"])
+        for state in ("pending", "processing", "failed"):
+            metrics.reprocess_contexts.labels(state).set(report.reprocess[state])
         metrics.status_refreshed.set_to_current_time()

@@ -1,12 +1,15 @@
 """The one declared list of what the worker's role ``pinlog_ai_worker`` may do.
 
-Table-level privileges by table of schema ``ai``, and the columns it may ``UPDATE`` where it has
-no table-level ``UPDATE``: it can change neither the owner columns of a state row (``user_id``,
-``record_id``) nor what §0 reserves for the core (``retry_count``, ``rescanned_at``,
-``text_sha256_from_core``, ``context_embedding.is_deleted``). ``0004_worker_role.sql`` and
-``0022_worker_column_grants.sql`` grant exactly this; ``tests/platform/test_worker_privileges.py``
-compares the database with it. A later migration that adds a worker-written column grants its
-``UPDATE`` there and adds it here. No schema ``core`` privilege at all (§0).
+Table-level privileges by table of schema ``ai``, and the columns it may ``INSERT`` or ``UPDATE``
+where it has no table-level privilege of that kind: it can change neither the owner columns of
+a state row (``user_id``, ``record_id``) nor what §0 reserves for the core (``retry_count``,
+``rescanned_at``, ``text_sha256_from_core``, ``keyword_reprocess_version``,
+``context_embedding.is_deleted``), nor the preset columns frozen by
+``0050_keyword_preset_embedding.sql`` (``keyword_preset.embedding``, ``embedding_profile``).
+``0004_worker_role.sql``, ``0022_worker_column_grants.sql`` and ``0050`` grant exactly this;
+``tests/platform/test_worker_privileges.py`` compares the database with it. A later migration
+that adds a worker-written column grants it there and adds it here. No schema ``core``
+privilege at all (§0).
 """
 
 from __future__ import annotations
@@ -14,7 +17,10 @@ from __future__ import annotations
 WORKER_ROLE = "pinlog_ai_worker"
 
 TABLE_PRIVILEGES: dict[str, frozenset[str]] = {
-    "keyword_preset": frozenset({"SELECT", "INSERT", "UPDATE"}),
+    # presets load writes the shared columns (COLUMN_INSERTS, COLUMN_UPDATES) and the vectors
+    # of its own profile (0050).
+    "keyword_preset": frozenset({"SELECT"}),
+    "keyword_preset_embedding": frozenset({"SELECT", "INSERT"}),
     "context_ai_state": frozenset({"SELECT"}),
     "context_embedding": frozenset({"SELECT", "INSERT"}),
     "context_keyword": frozenset({"SELECT", "INSERT", "DELETE"}),
@@ -46,5 +52,37 @@ COLUMN_UPDATES: dict[str, frozenset[str]] = {
     # The UPSERT of a vector (never is_deleted, §0).
     "context_embedding": frozenset(
         {"user_id", "record_id", "embedding", "embedding_profile", "updated_at"}
+    ),
+    # presets load: every shared column but the key and the immutable code (§4), never the
+    # frozen vector columns (0050).
+    "keyword_preset": frozenset(
+        {
+            "display_name",
+            "category",
+            "description",
+            "examples",
+            "visibility",
+            "is_active",
+            "version",
+        }
+    ),
+    # presets load: a profile's vector of a preset, re-embedded (0050).
+    "keyword_preset_embedding": frozenset({"embedding", "preset_version", "updated_at"}),
+}
+
+COLUMN_INSERTS: dict[str, frozenset[str]] = {
+    # presets load inserts a new preset's shared columns only (0050).
+    "keyword_preset": frozenset(
+        {
+            "id",
+            "code",
+            "display_name",
+            "category",
+            "description",
+            "examples",
+            "visibility",
+            "is_active",
+            "version",
+        }
     ),
 }

@@ -99,7 +99,8 @@ WORKER_TRANSITIONS: frozenset[tuple[Status, Status]] = frozenset(
 
 class CoreOperation(StrEnum):
     """The core side's statements on ``ai.context_ai_state`` (§9), one per operation
-    (``core_service/repository/context_ai_state.py``)."""
+    (``core_service/repository/context_ai_state.py``; the operational reset of §0 in
+    ``core_service/repository/keyword_reprocess.py``)."""
 
     CREATE = "create"  # INSERT_PENDING_STATE (§9 Create)
     CANCEL = "cancel"  # CANCEL_STATES (§9 Delete, record deletion, withdrawal)
@@ -108,6 +109,7 @@ class CoreOperation(StrEnum):
     RESCAN_CLAIM = "rescan_claim"  # CLAIM_STALE (§9 rescan steps 2-3)
     COUNT_DISPATCH = "count_dispatch"  # RECORD_ACCEPTED_DISPATCH (docs/rescan.md "Budget")
     DEFER_DISPATCH = "defer_dispatch"  # DEFER_DISPATCH (docs/rescan.md "Backlog")
+    REPROCESS_KEYWORDS = "reprocess_keywords"  # RESET_KEYWORD_STAGES (§0 operational reset)
 
 
 # How each core operation may change one stage's status (§0, §9); ``None`` is "no row yet". A
@@ -116,7 +118,8 @@ class CoreOperation(StrEnum):
 # stages with requirements (one the pipeline can never reach). The rescan claim changes no
 # status: it stamps rescanned_at; counting an accepted dispatch changes no status either: it
 # spends a retry (all but a context's first); deferring one only sets next_dispatch_at. The
-# §0 operational COMPLETED -> PENDING reset has no statement, so it is not here.
+# §0 operational reset of a preset reclassification moves a keyword stage COMPLETED ->
+# PENDING, only while the embedding stage is COMPLETED too.
 CORE_TRANSITIONS: Mapping[CoreOperation, frozenset[tuple[Status | None, Status]]] = (
     MappingProxyType(
         {
@@ -138,6 +141,7 @@ CORE_TRANSITIONS: Mapping[CoreOperation, frozenset[tuple[Status | None, Status]]
             CoreOperation.RESCAN_CLAIM: frozenset(),
             CoreOperation.COUNT_DISPATCH: frozenset(),
             CoreOperation.DEFER_DISPATCH: frozenset(),
+            CoreOperation.REPROCESS_KEYWORDS: frozenset({(Status.COMPLETED, Status.PENDING)}),
         }
     )
 )

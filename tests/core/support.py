@@ -125,7 +125,8 @@ async def backdate(engine: AsyncEngine, context_id: int, seconds: float) -> None
 
 
 # (member, record deleted, context deleted, embedding, keyword, retry_count, seconds ago) of
-# the known mix; member 2 is withdrawn. The expected status is STATUS_OF_MIX (or
+# the known mix; member 2 is withdrawn; the rows of REPROCESSED_MIX_ROWS were sent back by a
+# reprocess (keyword_reprocess_version set). The expected status is STATUS_OF_MIX (or
 # STATUS_OF_MIX_ON_THE_FIRST: ``build_status_mix`` returns the one of the database's day).
 STATUS_MIX = (
     (1, False, False, "COMPLETED", "COMPLETED", 0, 50),
@@ -140,22 +141,29 @@ STATUS_MIX = (
     (1, False, True, "CANCELLED", "CANCELLED", 0, 60),  # deleted context: not live
     (1, True, False, "PENDING", "PENDING", 0, 5000),  # deleted record: not live
     (2, False, False, "PENDING", "PENDING", 0, 9000),  # withdrawn member: not live
+    (1, False, False, "COMPLETED", "PENDING", 0, 9000),  # reprocess waiting: no backlog, no lag
+    (1, False, False, "COMPLETED", "PROCESSING", 0, 10),  # reprocess running
+    (1, False, False, "COMPLETED", "FAILED", 0, 2 * 86400),  # reprocess failed (days ago)
+    (1, False, False, "COMPLETED", "COMPLETED", 0, 50),  # reprocessed, judged again
 )
+REPROCESSED_MIX_ROWS = frozenset({12, 13, 14, 15})
 STATUS_OF_MIX = {
     "paused": True,
     "stages": {
-        "embedding": {"PENDING": 1, "PROCESSING": 2, "COMPLETED": 4, "FAILED": 2, "CANCELLED": 0},
-        "keyword": {"PENDING": 4, "PROCESSING": 0, "COMPLETED": 2, "FAILED": 3, "CANCELLED": 0},
+        "embedding": {"PENDING": 1, "PROCESSING": 2, "COMPLETED": 8, "FAILED": 2, "CANCELLED": 0},
+        "keyword": {"PENDING": 5, "PROCESSING": 1, "COMPLETED": 3, "FAILED": 4, "CANCELLED": 0},
     },
     "backlog": 3,
     "lag_seconds": 700,  # about: the database clock moves meanwhile
-    "coverage": round(2 / 9, 6),
+    "coverage": round(3 / 13, 6),
     "failed_24h": {"input_too_long": 1, "retries_exhausted": 1, "unknown": 1},
-    "retry_count": {"0": 7, "1": 1, "2": 0, "3": 1},
+    "retry_count": {"0": 11, "1": 1, "2": 0, "3": 1},
     "spend": {
         "today": {"usd": 0.0003, "tokens": 3200, "calls": 6, "unpriced_tokens": 500},
         "month": {"usd": 0.0004, "tokens": 9200, "calls": 20, "unpriced_tokens": 1500},
     },
+    # failed_context_ids: the failed reprocess's id (assert_status_of_mix checks it apart)
+    "reprocess": {"pending": 1, "processing": 1, "failed": 1},
 }
 # On the first day of a month its earlier rows are today's.
 STATUS_OF_MIX_ON_THE_FIRST = {
@@ -231,11 +239,13 @@ async def build_status_mix(engine: AsyncEngine) -> dict[str, object]:
             await conn.execute(
                 text(
                     "INSERT INTO ai.context_ai_state (context_id, embedding_status, "
-                    "keyword_status, retry_count, updated_at, user_id, record_id) VALUES "
-                    "(:c, :e, :k, :n, now() - make_interval(secs => :ago), :m, :r)"
+                    "keyword_status, retry_count, updated_at, user_id, record_id, "
+                    "keyword_reprocess_version) VALUES "
+                    "(:c, :e, :k, :n, now() - make_interval(secs => :ago), :m, :r, :v)"
                 ),
                 {"c": context_id, "e": embedding, "k": keyword, "n": retries, "ago": float(ago),
-                 "m": member, "r": record_id},
+                 "m": member, "r": record_id,
+                 "v": 2 if index + 1 in REPROCESSED_MIX_ROWS else None},
             )  # fmt: skip
         await conn.execute(
             text("INSERT INTO core.dispatch_control (singleton, paused) VALUES (true, true)")
@@ -269,14 +279,73 @@ async def build_status_mix(engine: AsyncEngine) -> dict[str, object]:
 
 def assert_status_of_mix(status: dict[str, object], expected: dict[str, object]) -> None:
     """``status`` is the JSON of the mix: exactly the keys and figures of ``expected`` (what
-    ``build_status_mix`` returned; the lag about 700 s)."""
+    ``build_status_mix`` returned; the lag about 700 s; the failed reprocess's id apart)."""
     assert list(status) == list(expected)
     assert abs(status["lag_seconds"] - expected["lag_seconds"]) < 30
-    assert {k: v for k, v in status.items() if k != "lag_seconds"} == {
-        k: v for k, v in expected.items() if k != "lag_seconds"
+    reprocess = dict(status["reprocess"])
+    assert len(reprocess.pop("failed_context_ids")) == 1
+    assert {k: v for k, v in status.items() if k not in ("lag_seconds", "reprocess")} == {
+        k: v for k, v in expected.items() if k not in ("lag_seconds", "reprocess")
     }
+    assert reprocess == expected["reprocess"]
 
 
 def spend_line(expected: dict[str, object]) -> str:
     """The text status line of the mix's spend, for ``expected`` of ``build_status_mix``."""
     return SPEND_LINE_ON_THE_FIRST if expected is STATUS_OF_MIX_ON_THE_FIRST else SPEND_LINE
+
+
+async def make_judged(
+    engine: AsyncEngine,
+    *,
+    context_id: int,
+    user_id: int,
+    record_id: int,
+    profile: str,
+    preset_version: int | None = 1,
+    keyword_ids: tuple[int, ...] = (),
+    keyword_status: str = "COMPLETED",
+) -> None:
+    """What the worker leaves for a context of the core: its vector of ``profile``, both
+    stages ``COMPLETED`` (or the keyword stage as given), the keyword rows and the analysis row
+    of a judgment with list ``preset_version`` (``None``: no analysis row)."""
+    async with engine.begin() as conn:
+        await conn.execute(
+            text(
+                "INSERT INTO ai.context_embedding (context_id, user_id, record_id, embedding, "
+                "embedding_profile) VALUES (:id, :u, :r, :v, :p)"
+            ),
+            {"id": context_id, "u": user_id, "r": record_id, "p": profile,
+             "v": [1.0] + [0.0] * 1535},
+        )  # fmt: skip
+        await conn.execute(
+            text(
+                "UPDATE ai.context_ai_state SET embedding_status = 'COMPLETED', "
+                "keyword_status = :k, embedding_attempt = 1, keyword_attempt = 1, "
+                "updated_at = now() WHERE context_id = :id"
+            ),
+            {"id": context_id, "k": keyword_status},
+        )
+        for keyword_id in keyword_ids:
+            await conn.execute(
+                text(
+                    "INSERT INTO ai.context_keyword (context_id, keyword_id, confidence, "
+                    "preset_version) VALUES (:id, :k, 0.9, :v)"
+                ),
+                {"id": context_id, "k": keyword_id, "v": preset_version or 1},
+            )
+        if preset_version is not None:
+            await conn.execute(
+                text(
+                    "INSERT INTO ai.context_keyword_analysis (context_id, preset_version, "
+                    "model_profile) VALUES (:id, :v, 'fake-judge')"
+                ),
+                {"id": context_id, "v": preset_version},
+            )
+
+
+async def state_rows(engine: AsyncEngine) -> dict[int, tuple]:
+    """Every state row as a tuple of all its columns, by context id (to compare snapshots)."""
+    async with engine.connect() as conn:
+        rows = await conn.execute(text("SELECT * FROM ai.context_ai_state ORDER BY context_id"))
+        return {row.context_id: tuple(row) for row in rows}

@@ -7,7 +7,9 @@ from __future__ import annotations
 
 from sqlalchemy import text
 
+from app.repository import keyword_preset
 from app.repository.db import create_engine
+from pinlog_platform import preset_list
 from pinlog_platform import schema as migrations
 from pinlog_platform.schema import runner
 
@@ -76,3 +78,97 @@ async def test_a_database_migrated_before_the_move_upgrades_with_nothing_to_appl
     newer = [f.filename for f in migrations.discover() if f.filename not in LEDGER_BEFORE_THE_MOVE]
     assert applied == newer  # only files added after the move, none of the old ones again
     assert again == []
+
+
+async def test_a_database_with_presets_and_judgments_upgrades_to_vectors_per_profile(
+    make_empty_database, migrations_dir, tmp_path
+):
+    """0050 moves every preset vector to ``ai.keyword_preset_embedding`` under its profile,
+    current for its preset's version; the shared rows, the frozen columns, the judgments and
+    their keyword rows stay as they were, and the worker reads the same usable list."""
+    before = tmp_path / "before"
+    before.mkdir()
+    for file in sorted(migrations_dir.glob("*.sql")):
+        if file.name < "0050":
+            (before / file.name).write_text(file.read_text(encoding="utf-8"), encoding="utf-8")
+    url = await make_empty_database()
+    bare = create_engine(url, with_vector_codec=False)  # before the extension exists
+    try:
+        await migrations.upgrade(bare, directory=before)
+    finally:
+        await bare.dispose()
+    engine = create_engine(url)
+    profile = "openai-text-embedding-3-small-1536-cosine-v1"
+    try:
+        async with engine.begin() as conn:
+            for preset_id, visibility, active in ((1, "PUBLIC", True), (2, "BLOCKED", True),
+                                                  (3, "PUBLIC", False)):  # fmt: skip
+                await conn.execute(
+                    text(
+                        "INSERT INTO ai.keyword_preset (id, code, display_name, category, "
+                        "description, examples, embedding, embedding_profile, visibility, "
+                        "is_active, version) VALUES (:id, :code, '이름', 'ACTIVITY', '설명', "
+                        "'{하나,둘,셋}', :v, :p, :vis, :active, 4)"
+                    ),
+                    {"id": preset_id, "code": f"P{preset_id}", "v": _unit(preset_id),
+                     "p": profile, "vis": visibility, "active": active},
+                )  # fmt: skip
+            await conn.execute(
+                text(
+                    "INSERT INTO ai.context_ai_state (context_id, embedding_status, "
+                    "keyword_status) VALUES (10, 'COMPLETED', 'COMPLETED')"
+                )
+            )
+            await conn.execute(
+                text(
+                    "INSERT INTO ai.context_keyword (context_id, keyword_id, confidence, "
+                    "preset_version) VALUES (10, 1, 0.9, 4)"
+                )
+            )
+        applied = await migrations.upgrade(engine)
+        async with engine.connect() as conn:
+            vectors = (
+                await conn.execute(
+                    text(
+                        "SELECT preset_id, embedding_profile, preset_version, embedding::text "
+                        "FROM ai.keyword_preset_embedding ORDER BY preset_id"
+                    )
+                )
+            ).all()
+            frozen = (
+                (
+                    await conn.execute(
+                        text("SELECT embedding::text FROM ai.keyword_preset ORDER BY id")
+                    )
+                )
+                .scalars()
+                .all()
+            )
+            kept = (
+                await conn.execute(
+                    text(
+                        "SELECT s.keyword_status, s.keyword_reprocess_version, k.keyword_id "
+                        "FROM ai.context_ai_state s JOIN ai.context_keyword k USING (context_id)"
+                    )
+                )
+            ).one()
+            usable = await keyword_preset.load_usable(conn, profile)
+            list_version = (
+                await conn.execute(preset_list.LIST_VERSION, {"profile": profile})
+            ).scalar_one()
+    finally:
+        await engine.dispose()
+    assert {"0050_keyword_preset_embedding.sql", "0051_keyword_reprocess_marker.sql"} <= set(
+        applied
+    )
+    assert [(p, prof, v) for p, prof, v, _ in vectors] == [(i, profile, 4) for i in (1, 2, 3)]
+    assert [vector for *_, vector in vectors] == frozen  # moved, value for value
+    assert tuple(kept) == ("COMPLETED", None, 1)
+    assert [preset.id for preset in usable] == [1]
+    assert list_version == 4
+
+
+def _unit(seed: int) -> list[float]:
+    vector = [0.0] * 1536
+    vector[seed] = 1.0
+    return vector

@@ -67,6 +67,8 @@ async def test_failing_file_leaves_nothing_applied(empty_database, migrations_di
 
 
 async def test_vector_columns_match_the_default_profile_dimension(engine):
+    """The context vectors and the frozen preset column declare the default dimension; the
+    per-profile preset vectors (0050) declare none."""
     async with engine.connect() as conn:
         dimensions = (
             (
@@ -83,6 +85,17 @@ async def test_vector_columns_match_the_default_profile_dimension(engine):
         )
     default_dimension = Settings.model_fields["embedding_dimension"].default
     assert dimensions == [f"vector({default_dimension})"]
+    async with engine.connect() as conn:
+        per_profile = (
+            await conn.execute(
+                text(
+                    "SELECT format_type(atttypid, atttypmod) FROM pg_attribute "
+                    "WHERE attrelid = 'ai.keyword_preset_embedding'::regclass "
+                    "AND attname = 'embedding'"
+                )
+            )
+        ).scalar_one()
+    assert per_profile == "vector"
 
 
 async def test_worker_role_has_privileges_on_ai_only(engine):

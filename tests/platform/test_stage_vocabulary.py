@@ -107,7 +107,9 @@ def test_every_stage_has_columns_of_its_own():
 
 def test_each_side_writes_only_the_statuses_section_0_gives_it():
     """§0: the worker writes ``PROCESSING``, ``COMPLETED``, ``FAILED``; the core creates
-    ``PENDING``, cancels and finalizes. Neither moves a finished stage but the core's cancel."""
+    ``PENDING``, cancels and finalizes. Neither moves a finished stage but the core's cancel
+    and its operational reset (§0: ``COMPLETED -> PENDING``, the keyword stage of a preset
+    reclassification), which moves nothing else."""
     assert {after for _, after in WORKER_TRANSITIONS} <= {
         Status.PROCESSING,
         Status.COMPLETED,
@@ -121,7 +123,9 @@ def test_each_side_writes_only_the_statuses_section_0_gives_it():
             Status.FAILED,
             Status.CANCELLED,
         }, operation
-        if operation is not CoreOperation.CANCEL:
+        if operation is CoreOperation.REPROCESS_KEYWORDS:
+            assert moves == {(Status.COMPLETED, Status.PENDING)}
+        elif operation is not CoreOperation.CANCEL:
             assert {before for before, _ in moves} <= CLAIMABLE | {None}, operation
 
 

@@ -9,7 +9,12 @@ from sqlalchemy import text
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError
 
-from pinlog_platform.schema.worker_privileges import COLUMN_UPDATES, TABLE_PRIVILEGES, WORKER_ROLE
+from pinlog_platform.schema.worker_privileges import (
+    COLUMN_INSERTS,
+    COLUMN_UPDATES,
+    TABLE_PRIVILEGES,
+    WORKER_ROLE,
+)
 from tests.worker.harness import running_worker, worker_settings
 from tests.worker.support import fetch_state, make_embedding, make_state
 
@@ -43,11 +48,12 @@ async def test_the_worker_role_has_exactly_the_declared_privileges(engine):
         granted.setdefault(table, set()).add(privilege)
     assert granted == {table: set(privileges) for table, privileges in TABLE_PRIVILEGES.items()}
 
-    updates: dict[str, set[str]] = {}
+    by_privilege: dict[str, dict[str, set[str]]] = {"UPDATE": {}, "INSERT": {}}
     for schema, table, column, privilege in columns:
-        assert (schema, privilege) == ("ai", "UPDATE"), (schema, table, column, privilege)
-        updates.setdefault(table, set()).add(column)
-    assert updates == {table: set(cols) for table, cols in COLUMN_UPDATES.items()}
+        assert schema == "ai" and privilege in by_privilege, (schema, table, column, privilege)
+        by_privilege[privilege].setdefault(table, set()).add(column)
+    assert by_privilege["UPDATE"] == {table: set(cols) for table, cols in COLUMN_UPDATES.items()}
+    assert by_privilege["INSERT"] == {table: set(cols) for table, cols in COLUMN_INSERTS.items()}
 
 
 @pytest.mark.parametrize(
@@ -59,6 +65,12 @@ async def test_the_worker_role_has_exactly_the_declared_privileges(engine):
         "UPDATE ai.context_ai_state SET rescanned_at = now()",
         "UPDATE ai.context_ai_state SET text_sha256_from_core = false",
         "UPDATE ai.context_embedding SET is_deleted = false",
+        "UPDATE ai.context_ai_state SET keyword_reprocess_version = 1",
+        "UPDATE ai.keyword_preset SET embedding_profile = 'x'",
+        "UPDATE ai.keyword_preset SET code = 'RENAMED'",
+        "INSERT INTO ai.keyword_preset (id, code, display_name, category, description, examples, "
+        "embedding_profile) VALUES (99, 'X', 'x', 'ACTIVITY', 'x', '{a}', 'p')",
+        "DELETE FROM ai.keyword_preset_embedding",
         "SELECT count(*) FROM core.context",
     ],
 )

@@ -73,7 +73,7 @@ async def embed_bundled_presets(
         await embedder.aclose()
     fake.reset()
     async with engine.connect() as conn:
-        return await keyword_preset.load_all(conn)
+        return await keyword_preset.load_profile(conn, settings.embedding_profile)
 
 
 @dataclass

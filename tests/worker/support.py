@@ -15,7 +15,7 @@ import httpx
 import numpy as np
 import pytest
 from sqlalchemy import text
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from app.providers.hashing import hash_embed
 from app.repository.db import to_array
@@ -108,17 +108,20 @@ async def make_preset(
     description: str = "설명",
     examples: tuple[str, ...] = ("예시 하나", "예시 둘", "예시 셋"),
     embedding: np.ndarray | None = None,
-    profile: str = PROFILE,
+    profile: str | None = PROFILE,
     visibility: str = "PUBLIC",
     is_active: bool = True,
     version: int = 1,
+    vector_version: int | None = None,
 ) -> None:
+    """A preset's shared row and, unless ``profile`` is ``None``, its vector of ``profile``
+    embedded from revision ``vector_version`` (default: ``version``, a current vector)."""
     async with engine.begin() as conn:
         await conn.execute(
             text(
                 "INSERT INTO ai.keyword_preset (id, code, display_name, category, description, "
-                "examples, embedding, embedding_profile, visibility, is_active, version) "
-                "VALUES (:id, :code, :name, :cat, :desc, :ex, :v, :p, :vis, :active, :ver)"
+                "examples, visibility, is_active, version) "
+                "VALUES (:id, :code, :name, :cat, :desc, :ex, :vis, :active, :ver)"
             ),
             {
                 "id": preset_id,
@@ -127,13 +130,42 @@ async def make_preset(
                 "cat": category,
                 "desc": description,
                 "ex": list(examples),
-                "v": vector(f"preset {preset_id}") if embedding is None else embedding,
-                "p": profile,
                 "vis": visibility,
                 "active": is_active,
                 "ver": version,
             },
         )
+        if profile is not None:
+            await make_preset_vector(
+                conn,
+                preset_id=preset_id,
+                profile=profile,
+                embedding=embedding,
+                version=version if vector_version is None else vector_version,
+            )
+
+
+async def make_preset_vector(
+    conn: AsyncConnection,
+    *,
+    preset_id: int,
+    profile: str = PROFILE,
+    embedding: np.ndarray | None = None,
+    version: int = 1,
+) -> None:
+    """A preset's vector of ``profile``, embedded from revision ``version``."""
+    await conn.execute(
+        text(
+            "INSERT INTO ai.keyword_preset_embedding "
+            "(preset_id, embedding_profile, embedding, preset_version) VALUES (:id, :p, :v, :ver)"
+        ),
+        {
+            "id": preset_id,
+            "p": profile,
+            "v": vector(f"preset {preset_id}") if embedding is None else embedding,
+            "ver": version,
+        },
+    )
 
 
 async def make_keyword(

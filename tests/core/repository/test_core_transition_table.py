@@ -23,7 +23,7 @@ from sqlalchemy import text
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from core_service.repository import context_ai_state
+from core_service.repository import context_ai_state, keyword_reprocess
 from core_service.repository.context_ai_state import Expiries
 from pinlog_platform.states import (
     CLAIMABLE,
@@ -33,7 +33,7 @@ from pinlog_platform.states import (
     Stage,
     Status,
 )
-from tests.worker.support import make_state
+from tests.worker.support import PROFILE, make_embedding, make_state
 
 EXPIRIES = Expiries(pending_seconds=300, processing_seconds=600)
 STALE_SECONDS = 601  # past both expiries
@@ -124,6 +124,9 @@ async def _operate(engine: AsyncEngine, operation: CoreOperation) -> None:
     if operation is CoreOperation.CREATE:
         await _create_each(engine)
         return
+    if operation is CoreOperation.REPROCESS_KEYWORDS:
+        for context_id in CONTEXT_IDS:  # judged under the profile, no analysis: all stale
+            await make_embedding(engine, context_id=context_id, profile=PROFILE)
     batch = {"batch_size": len(CASES)}
     async with engine.begin() as conn:
         if operation is CoreOperation.CANCEL:
@@ -146,6 +149,10 @@ async def _operate(engine: AsyncEngine, operation: CoreOperation) -> None:
                     )
         elif operation is CoreOperation.DEFER_DISPATCH:
             await context_ai_state.defer_dispatch(conn, CONTEXT_IDS, delay_seconds=0)
+        elif operation is CoreOperation.REPROCESS_KEYWORDS:
+            await keyword_reprocess.reset_keyword_stages(
+                conn, CONTEXT_IDS, profile=PROFILE, version=2
+            )
         else:
             raise AssertionError(f"no statement drives {operation}")
 
@@ -180,6 +187,11 @@ def _expected(
         return statuses | blocked, retry
     if operation is CoreOperation.COUNT_DISPATCH and retry < MAX_RETRY:
         return statuses, retry + 1  # the second accepted dispatch spends one, no status moved
+    if operation is CoreOperation.REPROCESS_KEYWORDS and set(statuses.values()) == {
+        Status.COMPLETED
+    }:
+        # Only a finished pipeline: the keyword stage back to PENDING, a fresh budget.
+        return statuses | {Stage.KEYWORD: Status.PENDING}, 0
     return statuses, retry
 
 

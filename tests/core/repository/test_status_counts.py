@@ -69,6 +69,7 @@ async def test_an_empty_database_reads_as_nothing_waiting(engine):
             period: {"usd": 0.0, "tokens": 0, "calls": 0, "unpriced_tokens": 0}
             for period in PERIODS
         },
+        "reprocess": {"pending": 0, "processing": 0, "failed": 0, "failed_context_ids": []},
     }
     assert "spend:         today $0.000000 (0 tokens), this month $0.000000 (0 tokens)" in (
         report.as_text().splitlines()
@@ -84,15 +85,17 @@ async def test_the_gauges_come_from_one_refresh_with_its_duration(engine):
 
     await gauges.refresh_once()
 
-    body = generate_latest(metrics.registry).decode()
-    assert sample_value(body, "pinlog_core_dispatch_paused") == 1
-    assert sample_value(body, "pinlog_core_backlog_contexts") == 3
-    assert sample_value(body, "pinlog_core_coverage_ratio") == pytest.approx(2 / 9)
-    assert sample_value(body, "pinlog_core_lag_seconds") == pytest.approx(700, abs=30)
-    assert sample_value(body, "pinlog_core_failed_stages_24h", reason="unknown") == 1
-    assert sample_value(body, "pinlog_core_failed_stages_24h", reason="input_too_long") == 1
-    assert sample_value(body, "pinlog_core_live_retry_count", retry_count="3") == 1
-    assert sample_value(body, "pinlog_core_live_stages", stage="keyword", status="FAILED") == 3
-    assert sample_value(body, "pinlog_core_status_query_seconds_count") == 1
-    spend = {p: sample_value(body, "pinlog_core_provider_spend_usd", period=p) for p in PERIODS}
+    text = generate_latest(metrics.registry).decode()
+    assert sample_value(text, "pinlog_core_dispatch_paused") == 1
+    assert sample_value(text, "pinlog_core_backlog_contexts") == 3
+    assert sample_value(text, "pinlog_core_coverage_ratio") == pytest.approx(3 / 13, abs=1e-6)
+    assert sample_value(text, "pinlog_core_lag_seconds") == pytest.approx(700, abs=30)
+    assert sample_value(text, "pinlog_core_failed_stages_24h", reason="unknown") == 1
+    assert sample_value(text, "pinlog_core_failed_stages_24h", reason="input_too_long") == 1
+    assert sample_value(text, "pinlog_core_live_retry_count", retry_count="3") == 1
+    assert sample_value(text, "pinlog_core_live_stages", stage="keyword", status="FAILED") == 4
+    for state in ("pending", "processing", "failed"):
+        assert sample_value(text, "pinlog_core_reprocess_contexts", state=state) == 1
+    assert sample_value(text, "pinlog_core_status_query_seconds_count") == 1
+    spend = {p: sample_value(text, "pinlog_core_provider_spend_usd", period=p) for p in PERIODS}
     assert spend == pytest.approx({p: expected["spend"][p]["usd"] for p in PERIODS})

@@ -118,3 +118,33 @@ async def test_keyword_matched_uses_the_owners_visible_keywords_above_the_thresh
         30: False,
         40: False,
     }
+
+
+async def test_keyword_matched_keeps_a_re_judged_contexts_previous_keywords(engine, worker):
+    """§9 read rule, Deviation: record 10's keyword stage was sent back by a preset
+    reclassification (marked), so its previous keyword still matches; record 20's is unfinished
+    without the mark (a first judgment in flight), so nothing matches yet; record 30's
+    re-judgment ended FAILED and its previous keyword still matches."""
+    await seed(engine, QUERY, [0.9, 0.8, 0.7])
+    for preset_id, context_id in ((201, 1), (202, 2), (203, 3)):
+        await make_preset(
+            engine,
+            preset_id=preset_id,
+            code=f"REJUDGED_{preset_id}",
+            embedding=at_cosine(QUERY, 0.5, seed=preset_id),
+            profile=PROFILE,
+        )
+        await make_keyword(engine, context_id=context_id, keyword_id=preset_id)
+    async with engine.begin() as conn:
+        await conn.execute(
+            text(
+                "UPDATE ai.context_ai_state SET keyword_status = CASE context_id "
+                "WHEN 1 THEN 'PENDING' WHEN 2 THEN 'PROCESSING' ELSE 'FAILED' END, "
+                "keyword_reprocess_version = CASE WHEN context_id = 2 THEN NULL ELSE 2 END "
+                "WHERE context_id IN (1, 2, 3)"
+            )
+        )
+
+    results = strict_json(await search(worker, user_id=USER))["results"]
+
+    assert {r["recordId"]: r["keywordMatched"] for r in results} == {10: True, 20: False, 30: True}

@@ -8,6 +8,7 @@ import hashlib
 import numpy as np
 
 from app.repository import context_start, keyword_preset
+from pinlog_platform.preset_list import LIST_VERSION
 from pinlog_platform.states import Status
 from tests.worker.support import (
     PROFILE,
@@ -62,14 +63,22 @@ async def test_start_without_state_row_is_none(engine, stage_pool):
 
 
 async def test_usable_presets_exclude_blocked_inactive_and_other_profiles(engine):
-    await make_preset(engine, preset_id=1)
-    await make_preset(engine, preset_id=2, visibility="PRIVATE_ONLY")
-    await make_preset(engine, preset_id=3, visibility="BLOCKED")
-    await make_preset(engine, preset_id=4, is_active=False)
-    await make_preset(engine, preset_id=5, profile="other-model-1536-cosine-v1")
+    """Usable under a profile (pinlog_platform.preset_list): active, not BLOCKED, with a vector
+    of the profile embedded from the preset's current revision; the list version is the
+    highest revision among them, the same for the worker's rows and the core's statement."""
+    await make_preset(engine, preset_id=1, version=3)
+    await make_preset(engine, preset_id=2, visibility="PRIVATE_ONLY", version=3)
+    await make_preset(engine, preset_id=3, visibility="BLOCKED", version=4)
+    await make_preset(engine, preset_id=4, is_active=False, version=4)
+    await make_preset(engine, preset_id=5, profile="other-model-1536-cosine-v1", version=4)
+    await make_preset(engine, preset_id=6, version=4, vector_version=3)  # stale vector
+    await make_preset(engine, preset_id=7, profile=None, version=4)  # no vector at all
     async with engine.connect() as conn:
         presets = await keyword_preset.load_usable(conn, PROFILE)
+        version = (await conn.execute(LIST_VERSION, {"profile": PROFILE})).scalar_one()
+        other = (await conn.execute(LIST_VERSION, {"profile": "nobody"})).scalar_one()
     assert [preset.id for preset in presets] == [1, 2]
+    assert (version, other) == (3, 0)
     assert presets[0].examples == ("예시 하나", "예시 둘", "예시 셋")
     assert presets[0].embedding.shape == (1536,)
 

@@ -18,5 +18,8 @@ MakeWorker = Callable[..., AbstractAsyncContextManager[RunningWorker]]
 async def usable_preset_ids(engine: AsyncEngine, presets) -> set[int]:
     """Active, non-BLOCKED presets of the worker's profile: everything that may be offered."""
     return await preset_ids(
-        engine, f"is_active AND visibility <> 'BLOCKED' AND embedding_profile = '{PROFILE}'"
+        engine,
+        "is_active AND visibility <> 'BLOCKED' AND EXISTS (SELECT 1 FROM "
+        "ai.keyword_preset_embedding e WHERE e.preset_id = id AND e.preset_version = version "
+        f"AND e.embedding_profile = '{PROFILE}')",
     )

@@ -47,8 +47,9 @@ async def test_preset_reload_during_a_judgment_does_not_mix_preset_versions(
     held = hold()
     task = await start_held(worker, fake_openai.script_judge, held, 1, NOTE)
 
-    async with engine.begin() as conn:
+    async with engine.begin() as conn:  # as a load of version 7 leaves them
         await conn.execute(text("UPDATE ai.keyword_preset SET version = 7"))
+        await conn.execute(text("UPDATE ai.keyword_preset_embedding SET preset_version = 7"))
     await worker.app.state.presets.reload()
     release(held)
     await task

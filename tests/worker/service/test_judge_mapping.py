@@ -104,8 +104,9 @@ async def _process_with_judge_answer(
 @pytest.fixture
 async def preset_list_version_7(engine, presets) -> int:
     """The stored preset list at a later revision than the first load."""
-    async with engine.begin() as conn:
+    async with engine.begin() as conn:  # as a load of version 7 leaves the list and its vectors
         await conn.execute(text("UPDATE ai.keyword_preset SET version = 7"))
+        await conn.execute(text("UPDATE ai.keyword_preset_embedding SET preset_version = 7"))
     return 7
 
 

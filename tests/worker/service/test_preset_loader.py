@@ -1,4 +1,5 @@
-"""``pinlog-ai presets load`` semantics (§4): validation, idempotence, version bumps, retiring."""
+"""``pinlog-ai presets load`` semantics (§4): validation, idempotence, version bumps, retiring;
+one profile's load never touches another profile's vectors (§1 Deviation)."""
 
 from __future__ import annotations
 
@@ -30,15 +31,34 @@ def bundled() -> dict:
     return yaml.safe_load(DEFAULT_PRESET_FILE.read_text(encoding="utf-8"))
 
 
-async def stored(engine) -> list[tuple[int, str, bool, int, str]]:
+OTHER = "openai-text-embedding-3-small-1536-cosine-v2"
+
+
+async def stored(engine, profile: str = PROFILE) -> list[tuple[int, str, bool, int, int | None]]:
+    """``(id, code, is_active, version, revision of its vector of profile)`` by id."""
     async with engine.connect() as conn:
         rows = await conn.execute(
             text(
-                "SELECT id, code, is_active, version, embedding_profile "
-                "FROM ai.keyword_preset ORDER BY id"
-            )
+                "SELECT p.id, p.code, p.is_active, p.version, e.preset_version "
+                "FROM ai.keyword_preset AS p LEFT JOIN ai.keyword_preset_embedding AS e "
+                "ON e.preset_id = p.id AND e.embedding_profile = :profile ORDER BY p.id"
+            ),
+            {"profile": profile},
         )
         return [tuple(row) for row in rows]
+
+
+async def vectors_of(engine, profile: str) -> dict[int, tuple[str, int, object]]:
+    """``{preset_id: (vector as text, revision, updated_at)}`` of one profile."""
+    async with engine.connect() as conn:
+        rows = await conn.execute(
+            text(
+                "SELECT preset_id, embedding::text, preset_version, updated_at "
+                "FROM ai.keyword_preset_embedding WHERE embedding_profile = :profile"
+            ),
+            {"profile": profile},
+        )
+        return {row[0]: tuple(row[1:]) for row in rows}
 
 
 def test_bundled_preset_file_is_valid_and_has_the_required_mix():
@@ -63,7 +83,7 @@ async def test_first_load_embeds_all_in_one_call_and_writes_version_1(
     assert fake_openai.embedding_calls == 1
     rows = await stored(engine)
     assert len(rows) == len(preset_file.presets)
-    assert {(version, profile) for *_, version, profile in rows} == {(1, PROFILE)}
+    assert {(version, revision) for *_, version, revision in rows} == {(1, 1)}
 
 
 async def test_second_load_of_the_same_file_changes_nothing(engine, embedder, fake_openai):
@@ -85,8 +105,8 @@ async def test_changed_content_bumps_the_list_version_for_every_row(engine, embe
 
     report = await load_presets(engine, embedder, PresetFile.model_validate(data), PROFILE)
 
-    assert (report.changed, report.version) == (True, 2)
-    assert {row[3] for row in await stored(engine)} == {2}
+    assert (report.changed, report.version, report.list_changed) == (True, 2, True)
+    assert {(row[3], row[4]) for row in await stored(engine)} == {(2, 2)}
 
 
 async def test_preset_missing_from_the_file_is_retired_not_deleted(engine, embedder):
@@ -101,15 +121,42 @@ async def test_preset_missing_from_the_file_is_retired_not_deleted(engine, embed
     assert rows[removed["id"]][2] is False
 
 
-async def test_new_profile_reembeds_everything(engine, embedder, fake_openai):
+async def test_a_second_profile_gets_its_own_vectors_and_leaves_the_first_untouched(
+    engine, embedder, fake_openai
+):
     await load_presets(engine, embedder, read_preset_file(), PROFILE)
-    other = "openai-text-embedding-3-small-1536-cosine-v2"
+    first = await vectors_of(engine, PROFILE)
 
-    report = await load_presets(engine, embedder, read_preset_file(), other)
+    report = await load_presets(engine, embedder, read_preset_file(), OTHER)
 
-    assert report.changed
+    # Same list: its vectors only, no new list version, the first profile's rows as they were.
+    assert (report.changed, report.list_changed, report.version) == (True, False, 1)
     assert fake_openai.embedding_calls == 2
-    assert {row[4] for row in await stored(engine)} == {other}
+    assert await vectors_of(engine, PROFILE) == first
+    assert {(row[3], row[4]) for row in await stored(engine, OTHER)} == {(1, 1)}
+    again = await load_presets(engine, embedder, read_preset_file(), OTHER)
+    assert (again.changed, fake_openai.embedding_calls) == (False, 2)
+
+
+async def test_a_changed_list_under_one_profile_leaves_the_others_vectors_stale_until_loaded(
+    engine, embedder
+):
+    await load_presets(engine, embedder, read_preset_file(), PROFILE)
+    await load_presets(engine, embedder, read_preset_file(), OTHER)
+    other_before = await vectors_of(engine, OTHER)
+    data = bundled()
+    data["presets"][0]["description"] += " 수정됨."
+    changed = PresetFile.model_validate(data)
+
+    report = await load_presets(engine, embedder, changed, PROFILE)
+
+    assert (report.version, report.list_changed) == (2, True)
+    assert await vectors_of(engine, OTHER) == other_before  # untouched, now stale (revision 1)
+    assert {row[4] for row in await stored(engine, OTHER)} == {1}
+    caught_up = await load_presets(engine, embedder, changed, OTHER)
+    assert (caught_up.changed, caught_up.list_changed, caught_up.version) == (True, False, 2)
+    assert {(row[3], row[4]) for row in await stored(engine, OTHER)} == {(2, 2)}
+    assert {row[4] for row in await stored(engine, PROFILE)} == {2}
 
 
 async def test_code_of_a_stored_id_is_immutable(engine, embedder):

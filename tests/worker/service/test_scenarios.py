@@ -419,7 +419,10 @@ async def _nearest_stored_preset(engine, note: str) -> int:
     async with engine.connect() as conn:
         return (
             await conn.execute(
-                text("SELECT id FROM ai.keyword_preset ORDER BY embedding <=> :q LIMIT 1"),
+                text(
+                    "SELECT preset_id FROM ai.keyword_preset_embedding "
+                    "ORDER BY embedding <=> :q LIMIT 1"
+                ),
                 {"q": hash_embed(note, 1536)},
             )
         ).scalar_one()

@@ -108,17 +108,21 @@ def test_snapshot_of_only_rejected_presets_is_empty_and_yields_no_candidates():
     assert snapshot.candidates(EAST, top_k=10, floor=-1.0) == []
 
 
-def test_snapshot_version_is_the_highest_usable_preset_version():
+def test_snapshot_version_is_the_list_version_of_the_rows_loaded():
+    """The highest version among the rows the usable-presets statement returned, a rejected
+    vector's included: the list version as the core computes it (pinlog_platform.preset_list),
+    so a worker never reports a version the core would wait for in vain."""
     snapshot = build_snapshot(
         PROFILE,
         [
             preset(1, [1.0, 0.0, 0.0, 0.0], version=3),
             preset(2, [0.0, 1.0, 0.0, 0.0], version=4),
-            preset(9, [0.0, 0.0, 0.0, 0.0], version=7),  # rejected: its version does not count
+            preset(9, [0.0, 0.0, 0.0, 0.0], version=7),  # rejected as a candidate only
         ],
     )
 
-    assert snapshot.version == 4
+    assert snapshot.version == 7
+    assert [p.id for p in snapshot.presets] == [1, 2]
 
 
 def test_nan_similarity_is_never_a_candidate():

@@ -34,6 +34,7 @@ EMPTY_MEANS_DEFAULT = {
     "breaker_cooldown_seconds",
     "processing_expiry_seconds",
     "keyword_top_k",
+    "presets_refresh_seconds",
     "keyword_similarity_floor",
     "worker_concurrency",
     "queue_capacity",
