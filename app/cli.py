@@ -131,14 +131,18 @@ def presets_load(
 
     settings = _settings(ToolSettings)
 
+    from app.metrics import WorkerMetrics
     from app.providers.factory import build_embedding_provider
+    from app.providers.usage import StageTagged, attach_usage
     from app.repository.db import create_engine
     from app.service.preset_loader import (
         DEFAULT_PRESET_FILE,
+        PRESETS_STAGE,
         PresetFileError,
         load_presets,
         read_preset_file,
     )
+    from app.service.usage_ledger import UsageLedger
 
     try:
         preset_file = read_preset_file(file or DEFAULT_PRESET_FILE)
@@ -154,9 +158,19 @@ def presets_load(
             settings.database_url, transaction_pooling=settings.database_transaction_pooling
         )
         embedder = build_embedding_provider(settings)
+        # The preset embeddings are paid calls too: in the ledger under stage "presets",
+        # written once when the command ends.
+        ledger = UsageLedger(
+            engine, WorkerMetrics(), settings.prices, flush_seconds=settings.usage_flush_seconds
+        )
+        attach_usage(embedder, ledger)
         try:
-            return await load_presets(engine, embedder, preset_file, settings.embedding_profile)
+            return await load_presets(
+                engine, StageTagged(embedder, PRESETS_STAGE), preset_file,
+                settings.embedding_profile,
+            )  # fmt: skip
         finally:
+            await ledger.aclose()
             await embedder.aclose()
             await engine.dispose()
 

@@ -40,6 +40,8 @@ from app.service.vector_columns import check_vector_columns
 logger = logging.getLogger(__name__)
 
 DEFAULT_PRESET_FILE = Path(__file__).resolve().parents[1] / "presets" / "keyword_presets.yaml"
+# The ledger's stage of the preset embeddings ``presets load`` pays for (ai.provider_usage_daily).
+PRESETS_STAGE = "presets"
 
 
 class PresetFileError(ValueError):

@@ -17,6 +17,7 @@ from sqlalchemy.engine import make_url
 from pinlog_platform import schema as migrations
 from pinlog_platform.cli import exit_codes
 from tests.core.harness import JWT_SECRET
+from tests.e2e.processes import worker_environment
 from tests.worker.harness import PROFILE, SECRET
 
 ROLE = "pinlog_ai_cli_test"
@@ -121,3 +122,29 @@ async def test_serve_and_doctor_as_the_worker_role(worker_role_url, fake_openai_
     code, lines = await _run("app.cli", ["presets", "load"], worker_env)
     _no_traceback(lines)
     assert code == 0 and any(line.startswith("presets updated") for line in lines), lines
+
+
+async def test_presets_load_writes_what_its_embeddings_cost_to_the_ledger(
+    engine, migrated_database, fake_openai
+):
+    """``presets load`` pays for its embedding calls: one ledger row under stage
+    ``presets`` whose calls and tokens equal the ``usage`` the provider sent."""
+    code, lines = await _run(
+        "app.cli", ["presets", "load"], worker_environment(migrated_database, fake_openai)
+    )
+    _no_traceback(lines)
+    assert code == 0, lines
+    sent = fake_openai.usage_sent["embeddings"]
+    assert sent
+    async with engine.connect() as conn:
+        rows = (
+            await conn.execute(
+                text(
+                    "SELECT provider, stage, calls, embedding_tokens, estimated_tokens "
+                    "FROM ai.provider_usage_daily"
+                )
+            )
+        ).all()
+    assert [tuple(row) for row in rows] == [
+        ("embedding", "presets", len(sent), sum(u["prompt_tokens"] for u in sent), 0)
+    ]
