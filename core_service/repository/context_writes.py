@@ -58,6 +58,17 @@ _ACTIVE_MEMBER = """
         SELECT id FROM core.member WHERE id = :member_id AND deleted_at IS NULL
     ),"""
 
+# The caller's activity, then who owns the context :context_id and which record it is in,
+# unlocked (the lock order needs the record first).
+_ACTIVE_MEMBER_AND_OWNER = (
+    _ACTIVE_MEMBER  # noqa: S608 (constant fragments)
+    + """
+    owner AS (
+        SELECT record_id, member_id, deleted_at IS NOT NULL AS deleted, replaced_by
+        FROM core.context WHERE id = :context_id
+    ),"""
+)
+
 # §9 Create: the active member (FOR SHARE: a concurrent withdrawal waits or is seen), the place
 # (found, or inserted with this name), the member's active record of the place (touched, or
 # inserted with the name this member gave), then the context and its state row. Empty
@@ -147,12 +158,8 @@ ADD_CONTEXT = text(
 # context and state row (origin_created_at carried), the old context soft-deleted, its state
 # CANCELLED and its vector hidden, each selecting from the lock before it.
 MODIFY_CONTEXT = text(
-    _ACTIVE_MEMBER  # noqa: S608 (constant fragments)
+    _ACTIVE_MEMBER_AND_OWNER  # noqa: S608 (constant fragments)
     + """
-    owner AS (
-        SELECT record_id, member_id, deleted_at IS NOT NULL AS deleted, replaced_by
-        FROM core.context WHERE id = :context_id
-    ),
     record AS (
         SELECT r.id, p.external_place_id, coalesce(r.place_name, p.name) AS place_name
         FROM owner
@@ -217,12 +224,8 @@ MODIFY_CONTEXT = text(
 # waited is re-read at its lock and no longer counts. The context is soft-deleted only while
 # another active one remains; then its state is CANCELLED and its vector hidden.
 DELETE_CONTEXT = text(
-    _ACTIVE_MEMBER  # noqa: S608 (constant fragments)
+    _ACTIVE_MEMBER_AND_OWNER  # noqa: S608 (constant fragments)
     + """
-    owner AS (
-        SELECT record_id, member_id, deleted_at IS NOT NULL AS deleted, replaced_by
-        FROM core.context WHERE id = :context_id
-    ),
     record AS (
         SELECT r.id
         FROM owner JOIN core.record AS r ON r.id = owner.record_id
@@ -301,15 +304,15 @@ class AddedContext:
 
 
 @dataclass(frozen=True, slots=True)
-class ModifyOutcome:
-    """The rows ``modify`` found, in the order it locked them, and what it wrote.
+class ExistingContextLocks:
+    """What a statement on an existing context (``modify``, ``delete``) found, in the order it
+    locked the rows.
 
+    ``member_active`` False: the caller is not an active member, nothing written (401).
     ``owned`` None: the context never existed; False: another member's. ``owner_deleted``: it
     was deleted before this statement began (``owner_replaced_by``: the context that replaced
     it, if any). ``record_active`` False: its record is deleted. ``old_deleted``: deleted by a
-    transaction that committed while this one waited for its locks. ``unchanged``: same body,
-    nothing written. ``new_id``: the new context. ``member_active`` False: the caller is not
-    an active member, nothing written (401).
+    transaction that committed while this one waited for its locks (``old_replaced_by``).
     """
 
     member_active: bool
@@ -317,28 +320,27 @@ class ModifyOutcome:
     owner_deleted: bool = False
     owner_replaced_by: int | None = None
     record_active: bool = False
+    old_deleted: bool = False
+    old_replaced_by: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ModifyOutcome(ExistingContextLocks):
+    """``unchanged``: same body, nothing written. ``new_id``: the new context, in
+    ``record_id`` at the place the record's owner named."""
+
     record_id: int | None = None
     external_place_id: str = ""
     place_name: str = ""
-    old_deleted: bool = False
-    old_replaced_by: int | None = None
     unchanged: bool = False
     new_id: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
-class DeleteOutcome:
-    """What ``delete`` found and did; the fields as in ``ModifyOutcome``, and ``deleted``:
-    the context was soft-deleted (False with every check passed: it was the record's last
-    active context, nothing written)."""
+class DeleteOutcome(ExistingContextLocks):
+    """``deleted``: the context was soft-deleted (False with every check passed: it was the
+    record's last active context, nothing written)."""
 
-    member_active: bool
-    owned: bool | None
-    owner_deleted: bool = False
-    owner_replaced_by: int | None = None
-    record_active: bool = False
-    old_deleted: bool = False
-    old_replaced_by: int | None = None
     deleted: bool = False
 
 

@@ -178,16 +178,7 @@ class ContextLifecycle:
                 context_writes.modify, member_id=member_id, context_id=context_id, body=stored_body
             ),
         )
-        if not outcome.member_active:
-            raise UnauthenticatedError("member is not active")
-        if not outcome.owned:
-            raise NotFoundError("context")
-        if outcome.owner_deleted:
-            raise ConflictError("context is already deleted", replaced_by=outcome.owner_replaced_by)
-        if not outcome.record_active:
-            raise ConflictError("context is already deleted")
-        if outcome.old_deleted:
-            raise ConflictError("context is already deleted", replaced_by=outcome.old_replaced_by)
+        _refuse_unless_live(outcome)
         if outcome.unchanged:
             self._count("modify", "unchanged")
             return ModifiedContext(context_id, replaced=False)
@@ -216,16 +207,7 @@ class ContextLifecycle:
             self._engine,
             partial(context_writes.delete, member_id=member_id, context_id=context_id),
         )
-        if not outcome.member_active:
-            raise UnauthenticatedError("member is not active")
-        if not outcome.owned:
-            raise NotFoundError("context")
-        if outcome.owner_deleted:
-            raise ConflictError("context is already deleted", replaced_by=outcome.owner_replaced_by)
-        if not outcome.record_active:
-            raise ConflictError("context is already deleted")
-        if outcome.old_deleted:
-            raise ConflictError("context is already deleted", replaced_by=outcome.old_replaced_by)
+        _refuse_unless_live(outcome)
         if not outcome.deleted:
             raise ConflictError(
                 "context is the last active one of its record; delete the record instead"
@@ -300,6 +282,22 @@ class ContextLifecycle:
 
     def _count(self, operation: str, outcome: str) -> None:
         self._metrics.lifecycle_operations.labels(operation, outcome).inc()
+
+
+def _refuse_unless_live(found: context_writes.ExistingContextLocks) -> None:
+    """The answer to an edit or delete of a context that is not the caller's live one: 401 for
+    an inactive member, 404 for another member's or a missing context, 409 for a deleted one
+    (naming its replacement when there is one)."""
+    if not found.member_active:
+        raise UnauthenticatedError("member is not active")
+    if not found.owned:
+        raise NotFoundError("context")
+    if found.owner_deleted:
+        raise ConflictError("context is already deleted", replaced_by=found.owner_replaced_by)
+    if not found.record_active:
+        raise ConflictError("context is already deleted")
+    if found.old_deleted:
+        raise ConflictError("context is already deleted", replaced_by=found.old_replaced_by)
 
 
 async def insert_context(

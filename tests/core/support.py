@@ -3,6 +3,7 @@ builder of a known mix of rows for the status figures (``STATUS_MIX``, ``SPEND_M
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -349,3 +350,20 @@ async def state_rows(engine: AsyncEngine) -> dict[int, tuple]:
     async with engine.connect() as conn:
         rows = await conn.execute(text("SELECT * FROM ai.context_ai_state ORDER BY context_id"))
         return {row.context_id: tuple(row) for row in rows}
+
+
+# Sessions of this database waiting for a lock.
+LOCK_WAITERS = text(
+    "SELECT count(*) FROM pg_stat_activity "
+    "WHERE datname = current_database() AND wait_event_type = 'Lock'"
+)
+
+
+async def lock_waiters_reach(engine: AsyncEngine, count: int) -> None:
+    """Return once ``count`` sessions wait for a lock (``TimeoutError`` after 5 s)."""
+    async with asyncio.timeout(5):
+        while True:
+            async with engine.connect() as conn:
+                if (await conn.execute(LOCK_WAITERS)).scalar_one() >= count:
+                    return
+            await asyncio.sleep(0.01)  # polling the database for an observed state

@@ -19,19 +19,6 @@ from tests.core.harness import bearer
 from tests.worker.harness import PROFILE
 
 NEW_VERSION = 2
-LOCK_WAITERS = text(
-    "SELECT count(*) FROM pg_stat_activity "
-    "WHERE datname = current_database() AND wait_event_type = 'Lock'"
-)
-
-
-async def _lock_waiters_reach(engine, count: int) -> None:
-    async with asyncio.timeout(5):
-        while True:
-            async with engine.connect() as conn:
-                if (await conn.execute(LOCK_WAITERS)).scalar_one() >= count:
-                    return
-            await asyncio.sleep(0.01)  # polling the database for an observed state
 
 
 async def _created(core, body: str, *, member: int = 1, place: str = "place-1") -> tuple[int, int]:
@@ -203,9 +190,9 @@ async def test_a_reset_racing_a_lifecycle_operation_never_resurrects_or_leaks(
             return asyncio.create_task(OPERATIONS[operation](core.client, record_id, context_id))
 
         one = reset() if first == "reset" else change()
-        await _lock_waiters_reach(engine, 1)
+        await facts.lock_waiters_reach(engine, 1)
         other = change() if first == "reset" else reset()
-        await _lock_waiters_reach(engine, 2)
+        await facts.lock_waiters_reach(engine, 2)
         await blocking.rollback()
         done = await asyncio.wait_for(asyncio.gather(one, other), timeout=10)
 

@@ -15,20 +15,6 @@ from tests.core.harness import bearer
 from tests.worker.harness import PROFILE
 from tests.worker.support import arrived, make_embedding, release, set_statuses
 
-LOCK_WAITERS = text(
-    "SELECT count(*) FROM pg_stat_activity "
-    "WHERE datname = current_database() AND wait_event_type = 'Lock'"
-)
-
-
-async def _lock_waiters_reach(engine, count: int) -> None:
-    async with asyncio.timeout(5):
-        while True:
-            async with engine.connect() as conn:
-                if (await conn.execute(LOCK_WAITERS)).scalar_one() >= count:
-                    return
-            await asyncio.sleep(0.01)  # polling the database for an observed state
-
 
 async def _record_with_two_contexts(core) -> tuple[int, int, int]:
     first = (await core.create(1, "첫 메모: 창가 자리 조용함")).json()
@@ -82,11 +68,11 @@ async def test_lifecycle_operation_racing_a_worker_save_neither_deadlocks_nor_le
             {"id": context_id},
         )
         release(held)
-        await _lock_waiters_reach(engine, 1)  # the save waits for the state row
+        await facts.lock_waiters_reach(engine, 1)  # the save waits for the state row
         user_change = asyncio.create_task(
             OPERATIONS[operation](core_with_fake_worker.client, record_id, context_id)
         )
-        await _lock_waiters_reach(engine, 2)  # and so does the user's operation
+        await facts.lock_waiters_reach(engine, 2)  # and so does the user's operation
         await blocking.rollback()
         response = await asyncio.wait_for(user_change, timeout=10)
         await asyncio.wait_for(processing, timeout=10)
@@ -210,7 +196,7 @@ async def test_a_create_that_meets_a_concurrent_insert_runs_step_by_step(
                 )
             ).scalar_one()
         creating = asyncio.create_task(core.create(1, "늦은 메모", place="raced"))
-        await _lock_waiters_reach(engine, 1)  # the create waits on the uncommitted place
+        await facts.lock_waiters_reach(engine, 1)  # the create waits on the uncommitted place
         await other.commit()
     response = await creating
 
