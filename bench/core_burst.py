@@ -234,7 +234,7 @@ async def _report(engine: AsyncEngine, core: Process, label: str, drain: float) 
         engine,
         f"SELECT coalesce(sum(retry_count), 0) FROM ai.context_ai_state WHERE {core_rows}",  # noqa: S608
     )
-    metrics = await _metrics(core.base_url)
+    metrics = await _metrics(f"http://127.0.0.1:{core.env['PINLOG_CORE_OPS_PORT']}")
     dispatches = "pinlog_core_dispatches_total"
     total, held = _sum(metrics, dispatches), _sum(metrics, dispatches, result="held")
     refused = _sum(metrics, dispatches, result="refused")
@@ -301,6 +301,8 @@ async def _run(args: argparse.Namespace, fake: FakeOpenAI) -> None:
             PINLOG_CORE_JWT_SECRET=JWT_SECRET,
             PINLOG_CORE_EMBEDDING_PROFILE=profile,
             PINLOG_CORE_LOG_LEVEL="WARNING",
+            # /metrics is served on the operations listener only.
+            PINLOG_CORE_OPS_PORT=_free_port(),
             **timings,
         ),
     )
