@@ -54,6 +54,11 @@ ERROR_BODY_BYTES = 65536
 JSON_FLOAT_BYTES = 24
 ENVELOPE_BYTES = 16384
 DEFAULT_MAX_ANSWER_BYTES = 4 * 1024 * 1024
+# Idle pooled connections are closed by us after this many seconds (aiohttp's default is 15),
+# before a server with a short keep-alive (uvicorn's default, common behind OpenAI-compatible
+# gateways, is 5 s) closes them under a request: such a call fails as "unreachable" without
+# the provider having seen it, and with no retries configured it costs the stage an attempt.
+KEEPALIVE_SECONDS = 4.0
 
 
 def embedding_answer_cap(batch_size: int, dimension: int) -> int:
@@ -173,7 +178,8 @@ class JsonEndpointClient:
         # Created on first use, inside the running loop that will use it.
         if self._session is None:
             self._session = aiohttp.ClientSession(
-                headers=self._headers, connector=aiohttp.TCPConnector(limit=100)
+                headers=self._headers,
+                connector=aiohttp.TCPConnector(limit=100, keepalive_timeout=KEEPALIVE_SECONDS),
             )
         return self._session
 
