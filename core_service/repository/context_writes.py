@@ -69,6 +69,26 @@ _ACTIVE_MEMBER_AND_OWNER = (
     ),"""
 )
 
+# The owner's record is the caller's and live, and so is the context as first read; the
+# caller is an active member (the record's lock of an edit or a delete).
+_CALLERS_LIVE_RECORD = """owner.member_id = :member_id AND NOT owner.deleted
+          AND r.member_id = :member_id AND r.deleted_at IS NULL
+          AND EXISTS (SELECT 1 FROM member)"""
+
+# The context soft-deleted in a CTE `deleted` (id): its state CANCELLED, then its vector hidden,
+# each selecting from the row locked before it (docs/lock-order.md).
+_CANCEL_DELETED = """
+    cancelled AS (
+        UPDATE ai.context_ai_state AS s
+        SET embedding_status = 'CANCELLED', keyword_status = 'CANCELLED', updated_at = now()
+        FROM deleted WHERE s.context_id = deleted.id
+        RETURNING s.context_id
+    ),
+    hidden AS (
+        UPDATE ai.context_embedding AS e SET is_deleted = true, updated_at = now()
+        FROM cancelled WHERE e.context_id = cancelled.context_id
+    )"""
+
 # §9 Create: the active member (FOR SHARE: a concurrent withdrawal waits or is seen), the place
 # (found, or inserted with this name), the member's active record of the place (touched, or
 # inserted with the name this member gave), then the context and its state row. Empty
@@ -165,9 +185,9 @@ MODIFY_CONTEXT = text(
         FROM owner
         JOIN core.record AS r ON r.id = owner.record_id
         JOIN core.place AS p ON p.id = r.place_id
-        WHERE owner.member_id = :member_id AND NOT owner.deleted
-          AND r.member_id = :member_id AND r.deleted_at IS NULL
-          AND EXISTS (SELECT 1 FROM member)
+        WHERE """
+    + _CALLERS_LIVE_RECORD
+    + """
         FOR UPDATE OF r
     ),
     old AS (
@@ -187,21 +207,13 @@ MODIFY_CONTEXT = text(
         UPDATE core.record AS r SET updated_at = now()
         FROM new_context WHERE r.id = new_context.record_id
     ),
-    deleted_old AS (
+    deleted AS (
         UPDATE core.context AS c SET deleted_at = now()
         FROM new_state WHERE c.id = :context_id
         RETURNING c.id
-    ),
-    cancelled_old AS (
-        UPDATE ai.context_ai_state AS s
-        SET embedding_status = 'CANCELLED', keyword_status = 'CANCELLED', updated_at = now()
-        FROM deleted_old WHERE s.context_id = deleted_old.id
-        RETURNING s.context_id
-    ),
-    hidden_old AS (
-        UPDATE ai.context_embedding AS e SET is_deleted = true, updated_at = now()
-        FROM cancelled_old WHERE e.context_id = cancelled_old.context_id
-    )
+    ),"""
+    + _CANCEL_DELETED
+    + """
     SELECT EXISTS (SELECT 1 FROM member) AS member_active,
            owner.member_id = :member_id AS owned, owner.deleted AS owner_deleted,
            owner.replaced_by AS owner_replaced_by,
@@ -229,9 +241,9 @@ DELETE_CONTEXT = text(
     record AS (
         SELECT r.id
         FROM owner JOIN core.record AS r ON r.id = owner.record_id
-        WHERE owner.member_id = :member_id AND NOT owner.deleted
-          AND r.member_id = :member_id AND r.deleted_at IS NULL
-          AND EXISTS (SELECT 1 FROM member)
+        WHERE """
+    + _CALLERS_LIVE_RECORD
+    + """
         FOR UPDATE OF r
     ),
     contexts AS (
@@ -251,16 +263,9 @@ DELETE_CONTEXT = text(
         FROM target WHERE c.id = target.id
         RETURNING c.id
     ),
-    cancelled AS (
-        UPDATE ai.context_ai_state AS s
-        SET embedding_status = 'CANCELLED', keyword_status = 'CANCELLED', updated_at = now()
-        FROM deleted WHERE s.context_id = deleted.id
-        RETURNING s.context_id
-    ),
-    hidden AS (
-        UPDATE ai.context_embedding AS e SET is_deleted = true, updated_at = now()
-        FROM cancelled WHERE e.context_id = cancelled.context_id
-    )
+"""
+    + _CANCEL_DELETED
+    + """
     SELECT EXISTS (SELECT 1 FROM member) AS member_active,
            owner.member_id = :member_id AS owned, owner.deleted AS owner_deleted,
            owner.replaced_by AS owner_replaced_by,

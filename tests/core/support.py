@@ -10,6 +10,8 @@ from datetime import datetime
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from tests.core.harness import bearer
+
 
 @dataclass(frozen=True)
 class StateRow:
@@ -367,3 +369,20 @@ async def lock_waiters_reach(engine: AsyncEngine, count: int) -> None:
                 if (await conn.execute(LOCK_WAITERS)).scalar_one() >= count:
                     return
             await asyncio.sleep(0.01)  # polling the database for an observed state
+
+
+# The lifecycle operations that cancel a context (one of member 1's, on its record), over HTTP.
+LIFECYCLE_OPERATIONS = {
+    "delete_context": lambda client, record_id, context_id: client.delete(
+        f"/api/v1/contexts/{context_id}", headers=bearer(1)
+    ),
+    "modify_context": lambda client, record_id, context_id: client.put(
+        f"/api/v1/contexts/{context_id}", json={"body": "고친 메모"}, headers=bearer(1)
+    ),
+    "delete_record": lambda client, record_id, context_id: client.delete(
+        f"/api/v1/records/{record_id}", headers=bearer(1)
+    ),
+    "withdraw_member": lambda client, record_id, context_id: client.delete(
+        "/api/v1/members/me", headers=bearer(1)
+    ),
+}

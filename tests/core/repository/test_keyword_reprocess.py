@@ -148,24 +148,8 @@ async def _marker(engine, context_id: int) -> int | None:
         ).scalar_one()
 
 
-OPERATIONS = {
-    "delete_context": lambda client, record_id, context_id: client.delete(
-        f"/api/v1/contexts/{context_id}", headers=bearer(1)
-    ),
-    "modify_context": lambda client, record_id, context_id: client.put(
-        f"/api/v1/contexts/{context_id}", json={"body": "고친 메모"}, headers=bearer(1)
-    ),
-    "delete_record": lambda client, record_id, context_id: client.delete(
-        f"/api/v1/records/{record_id}", headers=bearer(1)
-    ),
-    "withdraw_member": lambda client, record_id, context_id: client.delete(
-        "/api/v1/members/me", headers=bearer(1)
-    ),
-}
-
-
 @pytest.mark.parametrize("first", ["reset", "operation"])
-@pytest.mark.parametrize("operation", OPERATIONS)
+@pytest.mark.parametrize("operation", facts.LIFECYCLE_OPERATIONS)
 async def test_a_reset_racing_a_lifecycle_operation_never_resurrects_or_leaks(
     operation, first, engine, core_with_fake_worker
 ):
@@ -187,7 +171,9 @@ async def test_a_reset_racing_a_lifecycle_operation_never_resurrects_or_leaks(
             return asyncio.create_task(_reset(engine, [context_id]))
 
         def change():
-            return asyncio.create_task(OPERATIONS[operation](core.client, record_id, context_id))
+            return asyncio.create_task(
+                facts.LIFECYCLE_OPERATIONS[operation](core.client, record_id, context_id)
+            )
 
         one = reset() if first == "reset" else change()
         await facts.lock_waiters_reach(engine, 1)

@@ -22,23 +22,7 @@ async def _record_with_two_contexts(core) -> tuple[int, int, int]:
     return first["recordId"], first["contextId"], second["contextId"]
 
 
-OPERATIONS = {
-    "delete_context": lambda client, record_id, context_id: client.delete(
-        f"/api/v1/contexts/{context_id}", headers=bearer(1)
-    ),
-    "modify_context": lambda client, record_id, context_id: client.put(
-        f"/api/v1/contexts/{context_id}", json={"body": "고친 메모"}, headers=bearer(1)
-    ),
-    "delete_record": lambda client, record_id, context_id: client.delete(
-        f"/api/v1/records/{record_id}", headers=bearer(1)
-    ),
-    "withdraw_member": lambda client, record_id, context_id: client.delete(
-        "/api/v1/members/me", headers=bearer(1)
-    ),
-}
-
-
-@pytest.mark.parametrize("operation", OPERATIONS)
+@pytest.mark.parametrize("operation", facts.LIFECYCLE_OPERATIONS)
 async def test_lifecycle_operation_racing_a_worker_save_neither_deadlocks_nor_leaks_a_vector(
     operation, core_with_fake_worker, worker, engine, fake_openai, hold, caplog
 ):
@@ -70,7 +54,9 @@ async def test_lifecycle_operation_racing_a_worker_save_neither_deadlocks_nor_le
         release(held)
         await facts.lock_waiters_reach(engine, 1)  # the save waits for the state row
         user_change = asyncio.create_task(
-            OPERATIONS[operation](core_with_fake_worker.client, record_id, context_id)
+            facts.LIFECYCLE_OPERATIONS[operation](
+                core_with_fake_worker.client, record_id, context_id
+            )
         )
         await facts.lock_waiters_reach(engine, 2)  # and so does the user's operation
         await blocking.rollback()
