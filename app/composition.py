@@ -36,6 +36,7 @@ from app.service.judge_votes import VotingJudge
 from app.service.keyword_stage import KeywordStage
 from app.service.presets import PresetCache
 from app.service.processing import ContextProcessor
+from app.service.profile_backfill import ProfileBackfill
 from app.service.provider_gate import ProviderGate, ProviderRefusalPolicy
 from app.service.provider_probes import embedding_probe, judge_probe
 from app.service.search import SearchService
@@ -65,7 +66,7 @@ class Worker:
     ``search`` answer ``/readyz`` and ``POST /internal/v1/search`` on engines of their own;
     ``gates``: each provider's gate by name (``embedding``, ``judge``), the one place deciding
     "provider unavailable"; ``provider_refusals``: whether process requests are refused
-    meanwhile.
+    meanwhile; ``backfill``: ``POST /internal/v1/backfill/embed`` (re-embedding).
     """
 
     stage_pool: StagePool
@@ -78,6 +79,7 @@ class Worker:
     gates: Mapping[str, ProviderGate]
     provider_refusals: ProviderRefusalPolicy
     usage: UsageLedger
+    backfill: ProfileBackfill
 
 
 @dataclass(frozen=True, slots=True)
@@ -264,6 +266,16 @@ async def build_worker(settings: Settings, metrics: WorkerMetrics) -> AsyncItera
                 gates,
             ),
             usage=ledger,
+            backfill=ProfileBackfill(
+                databases.stage_pool,
+                StageTagged(embedder, "backfill"),
+                gates["embedding"],
+                metrics=metrics,
+                profile=settings.embedding_profile,
+                dimension=settings.vector_dimension,  # stored, zero-padded (§5)
+                max_input_chars=limits.max_input_chars,
+                expiry_seconds=settings.processing_expiry_seconds,
+            ),
         )
 
 

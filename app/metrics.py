@@ -176,6 +176,13 @@ class WorkerMetrics:
             ["stage"],
             registry=self.registry,
         )
+        self.backfill_contexts = Counter(
+            "pinlog_backfill_contexts_total",
+            "Contexts of re-embedding backfill batches by result (completed, cancelled, failed, "
+            "not_claimed, lost)",
+            ["result"],
+            registry=self.registry,
+        )
         self.queue_depth = Gauge(
             "pinlog_queue_depth",
             "Process requests queued and not yet taken by a worker task",

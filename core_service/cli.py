@@ -1,8 +1,11 @@
 """The ``pinlog-core`` command: ``db upgrade``, ``serve``, ``rescan --once``, ``token``,
-``status``, ``pause``, ``resume``, ``retry-failed``, ``reprocess keywords``."""
+``status``, ``pause``, ``resume``, ``retry-failed``, ``reprocess keywords``, ``reembed start |
+status | cutover | rollback | finish``."""
 
 from __future__ import annotations
 
+import json
+import sys
 from collections import Counter
 
 import typer
@@ -22,6 +25,11 @@ reprocess_app = typer.Typer(
     help="Judge finished work again after an operational change (docs/operations.md).",
 )
 app.add_typer(reprocess_app, name="reprocess")
+reembed_app = typer.Typer(
+    no_args_is_help=True,
+    help="Switch the embedding profile side by side (docs/operations.md)",
+)
+app.add_typer(reembed_app, name="reembed")
 
 PROGRAM = "pinlog-core"
 add_version_option(app, PROGRAM, help_text="PinLog core service.")
@@ -538,6 +546,7 @@ def reprocess_keywords(
 async def _reprocess_plan(settings):
     from core_service.repository.db import create_engine
     from core_service.service.keyword_reprocess import KeywordReprocess
+    from core_service.service.reembed import profile_in_use
 
     engine = create_engine(
         settings.database_url,
@@ -545,19 +554,22 @@ async def _reprocess_plan(settings):
         transaction_pooling=settings.database_transaction_pooling,
     )
     try:
-        return await KeywordReprocess(engine, profile=settings.embedding_profile).plan()
+        profile = await profile_in_use(engine, configured=settings.embedding_profile)
+        return await KeywordReprocess(engine, profile=profile).plan()
     finally:
         await engine.dispose()
 
 
 async def _reprocess(settings, *, rate: int, wait: float):
-    """Wait for the workers, then reset and dispatch (``service.keyword_reprocess``),
-    printing what happens."""
+    """Wait for the workers, then reset and dispatch (``service.keyword_reprocess``) under
+    the profile in use, printing what happens."""
     from core_service.composition import build_dispatcher, build_worker_endpoints
     from core_service.metrics import CoreMetrics
     from core_service.repository.db import create_engine
     from core_service.service.keyword_reprocess import KeywordReprocess
+    from core_service.service.reembed import profile_in_use
     from core_service.service.worker_readiness import ReadinessReader
+    from core_service.service.worker_routing import ProfileRouting
 
     engine = create_engine(
         settings.database_url,
@@ -565,7 +577,8 @@ async def _reprocess(settings, *, rate: int, wait: float):
         transaction_pooling=settings.database_transaction_pooling,
     )
     reader = ReadinessReader(settings.worker_base_urls)
-    reprocess = KeywordReprocess(engine, profile=settings.embedding_profile)
+    profile = await profile_in_use(engine, configured=settings.embedding_profile)
+    reprocess = KeywordReprocess(engine, profile=profile)
     shown: list[str] = []
 
     def waiting(version, readings) -> None:
@@ -591,6 +604,7 @@ async def _reprocess(settings, *, rate: int, wait: float):
         )
         metrics = CoreMetrics()
         endpoints = build_worker_endpoints(settings)
+        await ProfileRouting(endpoints).refresh_once()
         dispatcher = build_dispatcher(settings, engine, endpoints, metrics)
         dispatcher.start()
         try:
@@ -607,6 +621,226 @@ async def _reprocess(settings, *, rate: int, wait: float):
     finally:
         await reader.aclose()
         await engine.dispose()
+
+
+# Exit code of a `reembed` operation refused in the current state.
+REEMBED_REFUSED = 1
+
+
+def _reembed_refused(exc) -> None:
+    startup.fail(PROGRAM, REEMBED_REFUSED, [str(exc), *(f"  {d}" for d in exc.details)])
+
+
+async def _with_engine(settings, step, *, readings: bool = False):
+    """Run ``step(engine)`` (or ``step(engine, readings)``) on a small engine."""
+    from core_service.repository.db import create_engine
+    from core_service.service.worker_readiness import ReadinessReader
+
+    engine = create_engine(
+        settings.database_url,
+        pool_size=1,
+        transaction_pooling=settings.database_transaction_pooling,
+    )
+    try:
+        if not readings:
+            return await step(engine)
+        reader = ReadinessReader(settings.worker_base_urls)
+        try:
+            return await step(engine, await reader.read_all())
+        finally:
+            await reader.aclose()
+    finally:
+        await engine.dispose()
+
+
+@reembed_app.command("start")
+def reembed_start(
+    profile: str = typer.Option(
+        ..., "--profile", metavar="PROFILE", help="The embedding profile to switch to"
+    ),
+    rate: int = typer.Option(
+        50, "--rate", min=1, max=10_000, metavar="N", help="Contexts embedded per second at most"
+    ),
+) -> None:
+    """Start embedding every live context under PROFILE beside the profile in use. Workers of
+    PROFILE must be listed in PINLOG_CORE_WORKER_BASE_URL and its presets loaded; the core
+    processes' backfill loop then runs at N contexts a second. Watch `reembed status`."""
+    from core_service.service import reembed
+    from core_service.settings import RescanSettings
+
+    settings = _load(RescanSettings)
+    try:
+        row = _run_with_database(
+            lambda: _with_engine(
+                settings,
+                lambda engine, readings: reembed.start(
+                    engine, readings, configured=settings.embedding_profile, target=profile,
+                    rate=rate,
+                ),
+                readings=True,
+            )
+        )  # fmt: skip
+    except reembed.ReembedRefused as exc:
+        _reembed_refused(exc)
+    typer.echo(
+        f"backfilling profile {row.other_profile} beside {row.profile_in_use} at {rate} "
+        "context(s) a second; watch `pinlog-core reembed status`, then `reembed cutover`"
+    )
+
+
+@reembed_app.command("status")
+def reembed_status(
+    as_json: bool = typer.Option(False, "--json", help="One JSON object (docs/operations.md)"),
+) -> None:
+    """The switch: profiles, state (idle, backfilling, ready, cut_over), coverage, failures by
+    reason, pace and time left; a progress bar when attached to a terminal."""
+    from core_service.service import reembed
+    from core_service.settings import ProfileInUseSettings
+
+    settings = _load(ProfileInUseSettings)
+    report = _run_with_database(
+        lambda: _with_engine(
+            settings, lambda engine: reembed.status(engine, configured=settings.embedding_profile)
+        )
+    )
+    if as_json:
+        typer.echo(json.dumps(report.as_json()))
+        return
+    typer.echo(f"profile in use: {report.profile_in_use}")
+    typer.echo(f"state: {report.state}")
+    if report.backfill_profile is not None:
+        typer.echo(f"filling profile: {report.backfill_profile}")
+        settled = report.done + report.failed_total
+        if sys.stdout.isatty():
+            typer.echo(_progress_bar(settled, report.total))
+        typer.echo(f"done {report.done} of {report.total}, failed {report.failed_total}"
+                   + (f" ({_counts(report.failed)})" if report.failed else ""))  # fmt: skip
+        eta = "unknown" if report.eta_seconds is None else f"{report.eta_seconds:.0f} s"
+        typer.echo(f"pace {report.rate_per_second:.1f}/s (set {report.configured_rate}/s), "
+                   f"time left {eta}")  # fmt: skip
+    if report.missing_in_use:
+        typer.echo(f"live contexts without a vector of the profile in use: {report.missing_in_use}")
+    for name, counts in report.vectors.items():
+        typer.echo(f"vectors of {name}: {counts['live']} live, {counts['hidden']} hidden")
+
+
+def _progress_bar(done: int, total: int, width: int = 40) -> str:
+    share = 1.0 if total == 0 else min(done / total, 1.0)
+    filled = int(share * width)
+    return f"[{'#' * filled}{'.' * (width - filled)}] {share * 100:5.1f}%"
+
+
+@reembed_app.command("cutover")
+def reembed_cutover(
+    force: bool = typer.Option(False, "--force", help="Cut over before the backfill is done"),
+    wait: float = typer.Option(
+        120.0,
+        "--wait",
+        min=0,
+        metavar="SECONDS",
+        help="How long to wait for the workers of the new profile before re-judging",
+    ),
+) -> None:
+    """Make the target profile the one in use (search, judgments, new work), then judge every
+    context's keywords again under its presets (reads keep the previous keywords meanwhile).
+    Refused until every live context has a vector of it or a failed backfill."""
+    from core_service.service import reembed
+    from core_service.settings import RescanSettings
+
+    settings = _load(RescanSettings)
+    try:
+        row = _run_with_database(
+            lambda: _with_engine(
+                settings,
+                lambda engine, readings: reembed.cut_over(
+                    engine, readings, configured=settings.embedding_profile, force=force
+                ),
+                readings=True,
+            )
+        )
+    except reembed.ReembedRefused as exc:
+        _reembed_refused(exc)
+    typer.echo(f"profile in use: {row.profile_in_use} (was {row.other_profile}); "
+               f"{row.other_profile} is kept complete until `reembed finish`")  # fmt: skip
+    _rejudge_after_switch(settings, rate=row.rate_per_second, wait=wait)
+
+
+@reembed_app.command("rollback")
+def reembed_rollback(
+    wait: float = typer.Option(
+        120.0,
+        "--wait",
+        min=0,
+        metavar="SECONDS",
+        help="How long to wait for the workers of the old profile before re-judging",
+    ),
+) -> None:
+    """Go back to the profile in use before the switch (any time before `reembed finish`);
+    judgments made under the abandoned profile are made again."""
+    from core_service.service import reembed
+    from core_service.settings import RescanSettings
+
+    settings = _load(RescanSettings)
+    try:
+        row = _run_with_database(lambda: _with_engine(settings, reembed.roll_back))
+    except reembed.ReembedRefused as exc:
+        _reembed_refused(exc)
+    typer.echo(f"profile in use: {row.profile_in_use}; {row.other_profile} abandoned "
+               "(its vectors are removed by `reembed finish`)")  # fmt: skip
+    _rejudge_after_switch(settings, rate=row.rate_per_second, wait=wait)
+
+
+def _rejudge_after_switch(settings, *, rate: int, wait: float) -> None:
+    """Once every core process acts on the new profile, judge again every judgment made
+    under another one (`reprocess keywords`' path)."""
+    import time
+
+    from core_service.service.keyword_reprocess import NoUsablePresets, WorkersNotReady
+    from core_service.service.profile_in_use import PROPAGATION_SECONDS
+
+    typer.echo(f"waiting {PROPAGATION_SECONDS:g} s for every core process to use it")
+    time.sleep(PROPAGATION_SECONDS)
+    try:
+        report = _run_with_database(lambda: _reprocess(settings, rate=rate, wait=wait))
+    except (NoUsablePresets, WorkersNotReady) as exc:
+        startup.fail(
+            PROGRAM,
+            REEMBED_REFUSED,
+            [
+                f"keywords not judged again yet ({type(exc).__name__}); run "
+                "`pinlog-core reprocess keywords` once the workers of the profile are ready"
+            ],
+        )
+    typer.echo(f"judged again: {report.reset} context(s) reset, {report.taken} taken by a worker")
+
+
+@reembed_app.command("finish")
+def reembed_finish(
+    keep_old: bool = typer.Option(
+        False, "--keep-old", help="End the switch but keep the other profiles' vectors"
+    ),
+) -> None:
+    """End the switch: remove the other profiles' context vectors, backfill rows and preset
+    vectors in batches (kept with --keep-old). Refused while backfilling."""
+    from core_service.service import reembed
+    from core_service.settings import ProfileInUseSettings
+
+    settings = _load(ProfileInUseSettings)
+
+    def progress(removed: int) -> None:
+        typer.echo(f"removed {removed} row(s)")
+
+    try:
+        row, removed = _run_with_database(
+            lambda: _with_engine(
+                settings,
+                lambda engine: reembed.finish(engine, keep_old=keep_old, on_progress=progress),
+            )
+        )
+    except reembed.ReembedRefused as exc:
+        _reembed_refused(exc)
+    kept = " (other profiles' vectors kept)" if keep_old else f"; removed {removed} row(s)"
+    typer.echo(f"switch finished: profile in use {row.profile_in_use}{kept}")
 
 
 def _counts(counts) -> str:

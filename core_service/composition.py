@@ -26,11 +26,14 @@ from core_service.service.member_tokens import TokenAuthenticator
 from core_service.service.pause import PauseSwitch
 from core_service.service.personal_search import PersonalSearch
 from core_service.service.process_requests import ProcessRequestSender
+from core_service.service.profile_in_use import ProfileInUse
 from core_service.service.record_pages import RecordPages
 from core_service.service.record_reads import RecordReader
+from core_service.service.reembed_backfill import ReembedBackfill
 from core_service.service.rescan import RescanScheduler
 from core_service.service.status import StatusGauges
 from core_service.service.worker_endpoints import WorkerEndpoints
+from core_service.service.worker_routing import ProfileRouting
 from core_service.settings import CoreSettings
 
 logger = logging.getLogger(__name__)
@@ -84,12 +87,18 @@ def build_dispatcher(
     endpoints: WorkerEndpoints,
     metrics: CoreMetrics,
     pause: PauseSwitch | None = None,
+    profile_in_use: ProfileInUse | None = None,
 ) -> WorkerDispatcher:
-    """Dispatches to ``endpoints``, each attempt bounded by ``attempt_deadline``, counting the
-    ones a worker took against ``MAX_RETRY`` and holding refused ones (docs/rescan.md); its
-    retry loop runs once ``start`` is called."""
+    """Dispatches to ``endpoints`` of the profile in use, each attempt bounded by
+    ``attempt_deadline``, counting the ones a worker took against ``MAX_RETRY`` and holding
+    refused ones (docs/rescan.md); its retry loop runs once ``start`` is called."""
     return WorkerDispatcher(
-        ProcessRequestSender(endpoints, attempt_deadline_seconds=attempt_deadline(settings)),
+        ProcessRequestSender(
+            endpoints,
+            attempt_deadline_seconds=attempt_deadline(settings),
+            profile_in_use=profile_in_use
+            or ProfileInUse(engine, configured=settings.embedding_profile),
+        ),
         metrics,
         engine,
         max_retry=settings.max_retry,
@@ -123,8 +132,8 @@ async def build_core(
     settings: CoreSettings, metrics: CoreMetrics, *, run_rescan_loop: bool = True
 ) -> AsyncIterator[Core]:
     """The running core, its parts counting in ``metrics``. ``run_rescan_loop=False`` leaves
-    rescans to the caller. On exit the loop stops, in-flight dispatches get
-    ``DISPATCH_DRAIN_SECONDS``, then clients and engines close."""
+    rescans and the re-embedding backfill to the caller. On exit the loops stop, in-flight
+    dispatches get ``DISPATCH_DRAIN_SECONDS``, then clients and engines close."""
     async with AsyncExitStack() as stack:
         command_timeout = command_timeout_for(settings.request_timeout_seconds)
         engine = create_engine(
@@ -137,7 +146,12 @@ async def build_core(
         endpoints = build_worker_endpoints(settings)
         stack.push_async_callback(endpoints.aclose)
         pause = PauseSwitch(engine, metrics)
-        dispatcher = build_dispatcher(settings, engine, endpoints, metrics, pause)
+        profile_in_use = ProfileInUse(engine, configured=settings.embedding_profile)
+        routing = ProfileRouting(endpoints)
+        await routing.refresh_once()  # route the first requests by profile already
+        dispatcher = build_dispatcher(
+            settings, engine, endpoints, metrics, pause, profile_in_use=profile_in_use
+        )
         dispatcher.start()
         stack.push_async_callback(dispatcher.close, DISPATCH_DRAIN_SECONDS)
         # Readiness on a connection of its own: a busy request pool must not fail /readyz.
@@ -160,8 +174,8 @@ async def build_core(
             search=PersonalSearch(
                 engine,
                 endpoints,
-                embedding_profile=settings.embedding_profile,
-                cuts=settings.search_cuts,
+                profile_in_use=profile_in_use,
+                cuts=settings.search_cuts_for,
             ),
             authenticator=TokenAuthenticator(
                 engine,
@@ -187,7 +201,17 @@ async def build_core(
             period_seconds=settings.status_refresh_seconds,
         )
         _run_until_exit(stack, gauges.run_forever)
+        _run_until_exit(stack, routing.run_forever)
         if run_rescan_loop:
+            backfill = ReembedBackfill(
+                engine,
+                endpoints,
+                pause,
+                metrics,
+                resend_seconds=settings.pending_expiry_seconds,
+                expiry_seconds=settings.processing_expiry_seconds,
+            )
+            _run_until_exit(stack, backfill.run_forever)
             # A pass waiting on a slow worker must not hold shutdown: its claimed rows stay
             # stale and the next pass (any replica) takes them again.
             scheduler = build_scheduler(settings, engine, dispatcher, metrics)

@@ -70,6 +70,13 @@ class CoreMetrics:
             ["reason"],
             registry=self.registry,
         )
+        self.backfill_contexts = Counter(
+            "pinlog_core_backfill_contexts_total",
+            "Contexts of re-embedding backfill batches sent to a worker, by result (completed, "
+            "cancelled, failed, not_claimed, lost, refused)",
+            ["result"],
+            registry=self.registry,
+        )
         # The status of live contexts (service/status.py), refreshed by one periodic
         # statement per process, not per scrape.
         self.paused = Gauge(

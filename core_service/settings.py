@@ -252,9 +252,13 @@ class CoreSettings(HttpServingSettings, TokenSettings, StateClockSettings):
 
     @property
     def search_cuts(self) -> SearchCuts:
-        """The client search's cuts: each setting given, else the profile's default
-        (``pinlog_platform.search.default_cuts``)."""
-        default = default_cuts(self.embedding_profile)
+        """The client search's cuts under the configured profile (``search_cuts_for``)."""
+        return self.search_cuts_for(self.embedding_profile)
+
+    def search_cuts_for(self, profile: str) -> SearchCuts:
+        """The client search's cuts under ``profile``: each setting given, else the
+        profile's default (``pinlog_platform.search.default_cuts``)."""
+        default = default_cuts(profile)
         return SearchCuts(
             floor=_given(self.search_similarity_floor, default.floor),
             floor_word=_given(self.search_similarity_floor_word, default.floor_word),

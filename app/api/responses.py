@@ -31,6 +31,19 @@ PROCESS: dict[int | str, dict[str, Any]] = {
     ),
     **COMMON,
 }
+BACKFILL: dict[int | str, dict[str, Any]] = {
+    200: _answer(
+        "Counts by result",
+        {"completed": 63, "cancelled": 1, "failed": 0, "notClaimed": 0, "lost": 0},
+    ),
+    409: _answer("Another embedding profile", {"detail": "this worker serves embedding profile"}),
+    503: _answer(
+        "Busy, or the provider or database unavailable; the rows were put back",
+        {"detail": "backfill refused: busy"},
+        headers=_RETRY_AFTER,
+    ),
+    **COMMON,
+}
 SEARCH: dict[int | str, dict[str, Any]] = {
     200: _answer(
         "The user's closest records, best first (§7)",

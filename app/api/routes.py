@@ -8,8 +8,20 @@ from fastapi import APIRouter, Depends, Request, status
 from fastapi.responses import JSONResponse
 
 from app.api import responses
-from app.api.schemas import ProcessContextBody, SearchBody, SearchResponse, SearchResult
+from app.api.schemas import (
+    BackfillBody,
+    ProcessContextBody,
+    SearchBody,
+    SearchResponse,
+    SearchResult,
+)
 from app.service.health import Readiness
+from app.service.profile_backfill import (
+    BackfillItem,
+    BackfillRefused,
+    ProfileBackfill,
+    WrongProfile,
+)
 from app.service.provider_gate import ProviderRefusalPolicy
 from app.service.requests import ProcessRequest
 from app.service.search import SearchService
@@ -38,10 +50,15 @@ async def _refusals(request: Request) -> ProviderRefusalPolicy:
     return request.app.state.provider_refusals
 
 
+async def _backfill(request: Request) -> ProfileBackfill:
+    return request.app.state.backfill
+
+
 Pool = Annotated[WorkerPool, Depends(_pool)]
 ReadinessCheck = Annotated[Readiness, Depends(_readiness)]
 Search = Annotated[SearchService, Depends(_search)]
 ProviderRefusals = Annotated[ProviderRefusalPolicy, Depends(_refusals)]
+Backfill = Annotated[ProfileBackfill, Depends(_backfill)]
 
 router = APIRouter()
 
@@ -52,13 +69,19 @@ router = APIRouter()
     responses=responses.PROCESS,
 )
 async def process_context(
-    body: ProcessContextBody, pool: Pool, refusals: ProviderRefusals
+    body: ProcessContextBody, pool: Pool, refusals: ProviderRefusals, readiness: ReadinessCheck
 ) -> JSONResponse:
     """Queue a context for processing: 202, or 503 with ``Retry-After`` (whole seconds) when
     a provider is unavailable (its gate is open: the time until its next probe; never 202 for
     work that will not run; unless ``PINLOG_REFUSE_WHILE_PROVIDER_UNAVAILABLE`` is
     off), or when the queue is full or the pool is shutting down (from the queue's drain rate:
-    ``WorkerPool.retry_after_seconds``; the pool counts the refusal)."""
+    ``WorkerPool.retry_after_seconds``; the pool counts the refusal). 409 when the request
+    names an ``embeddingProfile`` this worker does not serve (the core routes by profile)."""
+    if body.embedding_profile is not None and body.embedding_profile != readiness.profile:
+        return JSONResponse(
+            {"detail": f"this worker serves embedding profile {readiness.profile!r}"},
+            status_code=status.HTTP_409_CONFLICT,
+        )
     refusal = refusals.refusal()
     if refusal is not None:
         return JSONResponse(
@@ -108,6 +131,26 @@ async def search(body: SearchBody, service: Search) -> SearchResponse:
             for h in hits
         ]
     )
+
+
+@router.post("/internal/v1/backfill/embed", responses=responses.BACKFILL)
+async def backfill_embed(body: BackfillBody, backfill: Backfill) -> JSONResponse:
+    """Embed a batch of contexts under this worker's profile for a re-embedding backfill
+    (``app.service.profile_backfill``): 200 with counts by result; 409 for another profile;
+    503 with ``Retry-After`` (whole seconds) when busy or the provider or database is
+    unavailable (the claimed rows were put back to ``PENDING``)."""
+    items = [BackfillItem(c.context_id, c.user_id, c.record_id, c.text) for c in body.contexts]
+    try:
+        report = await backfill.run(body.embedding_profile, items)
+    except WrongProfile as exc:
+        return JSONResponse({"detail": str(exc)}, status_code=status.HTTP_409_CONFLICT)
+    except BackfillRefused as exc:
+        return JSONResponse(
+            {"detail": f"backfill refused: {exc.cause}"},
+            status_code=status.HTTP_503_SERVICE_UNAVAILABLE,
+            headers={"Retry-After": str(exc.retry_after_seconds)},
+        )
+    return JSONResponse(report.as_json())
 
 
 @router.get("/readyz")

@@ -26,6 +26,32 @@ class ProcessContextBody(BaseModel):
     record_id: ContextId = Field(alias="recordId")
     text: StrictStr
     place_meta: dict[str, Any] | None = Field(default=None, alias="placeMeta")
+    # The profile the core routes this request for; a worker of another profile answers 409.
+    # Absent: any (a caller that knows of one profile only).
+    embedding_profile: StrictStr | None = Field(
+        default=None, alias="embeddingProfile", max_length=100
+    )
+
+
+class BackfillContext(BaseModel):
+    """One context of a backfill batch: its ids and stored note."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    context_id: ContextId = Field(alias="contextId")
+    user_id: ContextId = Field(alias="userId")
+    record_id: ContextId = Field(alias="recordId")
+    text: StrictStr
+
+
+class BackfillBody(BaseModel):
+    """``POST /internal/v1/backfill/embed``: 1 to 256 contexts to embed under
+    ``embeddingProfile`` (docs/operations.md "Switching the embedding profile")."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    embedding_profile: StrictStr = Field(alias="embeddingProfile", max_length=100)
+    contexts: Annotated[list[BackfillContext], Field(min_length=1, max_length=256)]
 
 
 class SearchBody(BaseModel):

@@ -61,7 +61,8 @@ START_CONTEXT = compile_named("""
            e.embedding, e.embedding_profile
     FROM previous AS p
     LEFT JOIN ai.context_embedding AS e
-           ON e.context_id = p.context_id AND p.embedding_status = 'COMPLETED'
+           ON e.context_id = p.context_id AND e.embedding_profile = :embedding_profile
+          AND p.embedding_status = 'COMPLETED'
 """)
 
 
@@ -74,6 +75,8 @@ class ContextStart:
     ``(dimension,)``) and ``embedding_profile`` are the stored vector when the embedding stage
     was ``COMPLETED``. ``same_owner`` is false when the request names another user or record
     than the reference (``owner_from_core``: the core's columns; else the first request's).
+    The vector is this worker's profile's (``None`` when the context has none under it,
+    e.g. embedded under another profile before a cutover).
     ``same_text`` is false when the request's text digest differs from the row's;
     ``text_from_core``: that digest is the one the core committed (0020), so the request is
     refused, else it is the first claiming request's and the mismatch is only reported.
@@ -108,10 +111,12 @@ async def start(
     record_id: int,
     text_sha256: bytes,
     expiry_seconds: float,
+    embedding_profile: str,
 ) -> ContextStart | None:
     """Run ``START_CONTEXT``; ``None`` when there is no state row (§3.1: stop).
 
-    ``text_sha256``: 32 bytes; ``expiry_seconds``: the processing expiry (§2). Never raises to
+    ``text_sha256``: 32 bytes; ``expiry_seconds``: the processing expiry (§2);
+    ``embedding_profile``: the worker's, whose stored vector is read. Never raises to
     steer the flow; database errors are raised as ``StagePool.fetch_row`` documents.
     """
     row = await stage_pool.fetch_row(
@@ -121,6 +126,7 @@ async def start(
         record_id=record_id,
         text_sha256=text_sha256,
         expiry_seconds=float(expiry_seconds),
+        embedding_profile=embedding_profile,
     )
     if row is None:
         return None

@@ -38,11 +38,10 @@ SAVE_EMBEDDING = compile_named("""
         SELECT context_id, CAST(:user_id AS bigint), CAST(:record_id AS bigint),
                CAST(:embedding AS vector), CAST(:embedding_profile AS varchar), now()
         FROM locked
-        ON CONFLICT (context_id) DO UPDATE SET
+        ON CONFLICT (context_id, embedding_profile) DO UPDATE SET
             user_id = EXCLUDED.user_id,
             record_id = EXCLUDED.record_id,
             embedding = EXCLUDED.embedding,
-            embedding_profile = EXCLUDED.embedding_profile,
             updated_at = now()
         RETURNING context_id
     )
@@ -88,14 +87,16 @@ SAVE_KEYWORDS = compile_named("""
         RETURNING keyword_id
     ), analysed AS (
         INSERT INTO ai.context_keyword_analysis
-            (context_id, preset_version, unmatched_concepts, model_profile, updated_at)
+            (context_id, preset_version, unmatched_concepts, model_profile, embedding_profile,
+             updated_at)
         SELECT context_id, CAST(:preset_version AS int), CAST(:unmatched_concepts AS jsonb),
-               CAST(:model_profile AS varchar), now()
+               CAST(:model_profile AS varchar), CAST(:embedding_profile AS varchar), now()
         FROM locked
         ON CONFLICT (context_id) DO UPDATE SET
             preset_version = EXCLUDED.preset_version,
             unmatched_concepts = EXCLUDED.unmatched_concepts,
             model_profile = EXCLUDED.model_profile,
+            embedding_profile = EXCLUDED.embedding_profile,
             updated_at = now()
         RETURNING context_id
     )
@@ -153,12 +154,14 @@ async def save_keywords(
     preset_version: int,
     unmatched_concepts: Sequence[str],
     model_profile: str,
+    embedding_profile: str,
 ) -> bool:
     """Replace the keywords, write the analysis and complete the keyword stage if ``attempt``
     still owns it (§3.3); ``False``: re-check failed, nothing written.
 
     ``selections``: ``(keyword_id, confidence 0..1)`` pairs, zero allowed; confidences are
-    stored with 3 decimals (``NUMERIC(4,3)``).
+    stored with 3 decimals (``NUMERIC(4,3)``). ``embedding_profile``: the profile of the
+    preset vectors the candidates were chosen by (a cutover re-judges other profiles').
     """
     row = await stage_pool.fetch_row(
         SAVE_KEYWORDS,
@@ -169,5 +172,6 @@ async def save_keywords(
         preset_version=preset_version,
         unmatched_concepts=json.dumps(list(unmatched_concepts), ensure_ascii=False),
         model_profile=model_profile,
+        embedding_profile=embedding_profile,
     )
     return row is not None

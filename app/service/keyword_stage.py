@@ -116,6 +116,7 @@ class KeywordStage:
             preset_version=snapshot.version,
             unmatched_concepts=unmatched,
             model_profile=profile,
+            embedding_profile=snapshot.profile,
         )
         if not saved:
             self._counts.discarded.inc()

@@ -86,6 +86,7 @@ class ContextProcessor:
                 record_id=request.record_id,
                 text_sha256=context_text.fingerprint(request.text),
                 expiry_seconds=self._limits.expiry_seconds,
+                embedding_profile=self._embedding_stage.profile,
             )
         except TransientError as exc:
             # The message names the cause: "database lock timeout" (a row busy elsewhere) is

@@ -4,7 +4,10 @@
 A **stale judgment** is a live context (not deleted, on an active record of an active member)
 whose two stages are ``COMPLETED``, whose vector is of the profile in use and not hidden, and
 whose keyword judgment used an older preset list than ``:version`` (its analysis row's
-``preset_version``; a completed judgment without an analysis row counts as older). The reset
+``preset_version``; a completed judgment without an analysis row counts as older) or the
+preset vectors of another embedding profile (its ``embedding_profile``, 0060: after a cutover
+or rollback every judgment is made again under the profile now in use; NULL is a judgment
+from before the column, stamped by ``reembed start``, and counts as the profile in use). The reset
 sends such a keyword stage back to ``PENDING`` with a fresh budget (``retry_count = 0`` and
 ``dispatch_accepted_at`` cleared, so the first dispatch a worker takes is free, as for a new
 context) and marks the row with ``keyword_reprocess_version = :version``: reads keep showing
@@ -39,7 +42,8 @@ _STALE_JUDGMENTS = """
     WHERE c.deleted_at IS NULL AND r.deleted_at IS NULL AND m.deleted_at IS NULL
       AND s.embedding_status = 'COMPLETED' AND s.keyword_status = 'COMPLETED'
       AND e.embedding_profile = :profile AND NOT e.is_deleted
-      AND (a.preset_version IS NULL OR a.preset_version < :version)
+      AND (a.preset_version IS NULL OR a.preset_version < :version
+           OR a.embedding_profile <> :profile)
 """
 
 # How many stale judgments there are now.
@@ -65,7 +69,8 @@ RESET_KEYWORD_STAGES = text(
                       WHERE e.context_id = s.context_id
                         AND e.embedding_profile = :profile AND NOT e.is_deleted)
           AND NOT EXISTS (SELECT 1 FROM ai.context_keyword_analysis AS a
-                          WHERE a.context_id = s.context_id AND a.preset_version >= :version)
+                          WHERE a.context_id = s.context_id AND a.preset_version >= :version
+                            AND coalesce(a.embedding_profile, :profile) = :profile)
         ORDER BY s.context_id
         FOR UPDATE
     )

@@ -7,9 +7,10 @@ PENDING`` reset):
 
 1. **The list version** of the profile in use is read from the database
    (``pinlog_platform.preset_list``); none usable is an error.
-2. **The workers**: every instance listed in ``PINLOG_CORE_WORKER_BASE_URL`` must report that
-   version (and the profile) in its ``/readyz`` body before anything is reset, so no context is
-   re-judged with the old list. The version is read again on every look, so a load that lands
+2. **The workers**: every instance listed in ``PINLOG_CORE_WORKER_BASE_URL`` that serves the
+   profile (or cannot be read) must report that version in its ``/readyz`` body before anything
+   is reset, so no context is re-judged with the old list; workers of another profile (a switch
+   under way) are not asked. The version is read again on every look, so a load that lands
    meanwhile is waited for instead.
 3. **The reset**, in batches of ``rate`` contexts, at most one batch a second: each batch is one
    transaction (``repository.keyword_reprocess``: the next stale judgments after the run's
@@ -91,8 +92,13 @@ class ReprocessReport:
 
 
 def workers_on(readings: Sequence[WorkerReadiness], *, profile: str, version: int) -> bool:
-    """Every worker is ready and serves ``profile`` with list ``version`` loaded."""
-    return all(r.ready and r.profile == profile and r.preset_version == version for r in readings)
+    """Every worker serving ``profile`` (at least one; workers of another profile run beside
+    them during a switch and are not asked) is ready with list ``version`` loaded; one that
+    cannot be read may serve it and must answer."""
+    serving = [r for r in readings if r.profile in (profile, None)]
+    return any(r.profile == profile for r in serving) and all(
+        r.ready and r.profile == profile and r.preset_version == version for r in serving
+    )
 
 
 class KeywordReprocess:

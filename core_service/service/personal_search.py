@@ -1,13 +1,15 @@
 """Personal search for a member (§7): the worker ranks, the core re-checks.
 
 The worker's ``POST /internal/v1/search`` is called with the member as ``userId`` and the
-embedding profile the core is configured with; every hit is then re-checked in core (the
-member owns the record and the context, neither is deleted) before it is shown.
+embedding profile in use (``profile_in_use``), on an instance serving that profile
+(``worker_routing``); every hit is then re-checked in core (the member owns the record and the
+context, neither is deleted) before it is shown. The cuts are the profile's.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import orjson
@@ -17,6 +19,7 @@ from core_service.errors import UnavailableError, UpstreamError
 from core_service.repository import context
 from core_service.repository.db import autocommit
 from core_service.service.context_body import normalize_body
+from core_service.service.profile_in_use import ProfileInUse
 from core_service.service.worker_endpoints import WorkerAnswer, WorkerEndpoints, WorkerUnanswered
 from pinlog_platform.search import SearchCuts, clamp_similarity
 
@@ -69,12 +72,12 @@ class PersonalSearch:
         engine: AsyncEngine,
         endpoints: WorkerEndpoints,
         *,
-        embedding_profile: str,
-        cuts: SearchCuts,
+        profile_in_use: ProfileInUse,
+        cuts: Callable[[str], SearchCuts],
     ) -> None:
         self._engine = engine
         self._endpoints = endpoints
-        self._profile = embedding_profile
+        self._profile_in_use = profile_in_use
         self._cuts = cuts
 
     async def search(self, *, member_id: int, query: str, limit: int) -> list[SearchHit]:
@@ -85,13 +88,14 @@ class PersonalSearch:
         (503: worker or database unavailable), ``UpstreamError`` (502: the worker refused).
         """
         normalised = normalize_body(query, field="query")
+        profile = await self._profile_in_use.current()
         payload = {
             "userId": member_id,
             "query": normalised,
             "limit": limit,
-            "embeddingProfile": self._profile,
+            "embeddingProfile": profile,
         }
-        hits = _parsed_hits(await self._ask_a_worker(payload))
+        hits = _parsed_hits(await self._ask_a_worker(payload, profile))
         if not hits:
             return []
         async with autocommit(self._engine) as conn:
@@ -104,13 +108,16 @@ class PersonalSearch:
             if (hit.context_id, hit.record_id) in allowed and hit.record_id not in seen_records:
                 seen_records.add(hit.record_id)
                 shown.append(hit)
-        return self._cuts.apply(normalised, shown)
+        return self._cuts(profile).apply(normalised, shown)
 
-    async def _ask_a_worker(self, payload: dict[str, object]) -> WorkerAnswer:
-        """The first 200 from the worker instances in turn; an instance that is unreachable or
-        answers 503 is skipped. ``UnavailableError`` when none answered, ``UpstreamError`` for
-        any other status (422 means the embedding profiles disagree: a deployment error)."""
-        for endpoint in self._endpoints.in_turn():
+    async def _ask_a_worker(self, payload: dict[str, object], profile: str) -> WorkerAnswer:
+        """The first 200 from the instances serving ``profile``, in turn; an instance that is
+        unreachable, answers 503, or 422 (it serves another profile: its knowledge was stale)
+        is skipped. ``UnavailableError`` when none answered, ``UpstreamError`` for any other
+        status, or when every instance answered 422 (no worker serves the profile in use: a
+        deployment error)."""
+        wrong_profile = 0
+        for endpoint in self._endpoints.in_turn(profile):
             try:
                 answer = await endpoint.post_json(
                     SEARCH_PATH,
@@ -124,8 +131,14 @@ class PersonalSearch:
                 continue
             if answer.status == 503:
                 continue
+            if answer.status == 422:
+                wrong_profile += 1
+                continue
             if answer.status != 200:
                 logger.error("search: worker answered HTTP %d", answer.status)
                 raise UpstreamError("search failed")
             return answer
+        if wrong_profile:
+            logger.error("search: no worker serves embedding profile %s", profile)
+            raise UpstreamError("search failed")
         raise UnavailableError("search unavailable")

@@ -10,7 +10,9 @@ the request, and says what happened (``DispatchResult``, docs/rescan.md "Budget"
   their ``Retry-After``) or could **not be reached** (connection refused, reset, or timed out
   before the request was sent; a connection that breaks after sending but before an answer is
   a worker gone with its queue): nothing is written, it is tried again later;
-- ``401``/``403``: the shared secret is wrong, a configuration fault; nothing is counted.
+- ``401``/``403``: the shared secret is wrong, a configuration fault; nothing is counted;
+- ``409``: the instance serves another embedding profile than the one in use (the request
+  names it as ``embeddingProfile``): the next instance is tried; refused when none took it.
 
 Each attempt's cause is ``HTTP <status>`` or the word ``WorkerUnanswered`` gives
 (``ConnectError``, ``ReadTimeout``, ...; ``worker_endpoints``), the same whatever HTTP library
@@ -23,11 +25,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 
+from core_service.service.profile_in_use import ProfileInUse
 from core_service.service.worker_endpoints import WorkerEndpoint, WorkerEndpoints, WorkerUnanswered
 
 PROCESS_PATH = "/internal/v1/context/process"
-# Answers that mean "not now" (a full queue, a proxy without a healthy upstream), not a verdict.
-_REFUSAL_STATUSES = frozenset({429, 502, 503, 504})
+# Answers that mean "not now" (a full queue, a proxy without a healthy upstream), not a verdict;
+# 409: this instance serves another embedding profile (a switch is under way).
+_REFUSAL_STATUSES = frozenset({409, 429, 502, 503, 504})
 # Answers that mean the worker does not trust us: X-Internal-Secret differs (§8).
 _UNAUTHORIZED_STATUSES = frozenset({401, 403})
 # A Retry-After above this is read as this: a worker never asks for longer (app/service/
@@ -46,14 +50,18 @@ class DispatchRequest:
     external_place_id: str
     place_name: str
 
-    def as_json(self) -> dict[str, object]:
-        return {
+    def as_json(self, embedding_profile: str | None = None) -> dict[str, object]:
+        """The request body; ``embedding_profile``: the profile in use, when known."""
+        body: dict[str, object] = {
             "contextId": self.context_id,
             "userId": self.member_id,
             "recordId": self.record_id,
             "text": self.body,
             "placeMeta": {"externalPlaceId": self.external_place_id, "name": self.place_name},
         }
+        if embedding_profile is not None:
+            body["embeddingProfile"] = embedding_profile
+        return body
 
 
 class DispatchResult(StrEnum):
@@ -97,8 +105,16 @@ class DispatchOutcome:
 class ProcessRequestSender:
     """Sends one process request to the first instance that takes it (module docstring)."""
 
-    def __init__(self, endpoints: WorkerEndpoints, *, attempt_deadline_seconds: float) -> None:
+    def __init__(
+        self,
+        endpoints: WorkerEndpoints,
+        *,
+        attempt_deadline_seconds: float,
+        profile_in_use: ProfileInUse | None = None,
+    ) -> None:
         self._endpoints = endpoints
+        # None: one profile only; requests name none and go to every instance.
+        self._profile_in_use = profile_in_use
         # The read timeout bounds each wait for answer bytes, not the whole answer: a worker
         # dripping bytes would hold a dispatch (and a rescan pass) forever without this.
         self._attempt_deadline_seconds = attempt_deadline_seconds
@@ -108,8 +124,12 @@ class ProcessRequestSender:
         results: list[tuple[DispatchResult, float | None]] = []
         causes: list[str] = []
         unauthorized: list[str] = []
-        for endpoint in self._endpoints.in_turn():
-            result, wait, cause = await self._attempt(endpoint, request)
+        profile = None
+        if self._profile_in_use is not None:
+            profile = await self._profile_in_use.current()
+        payload = request.as_json(profile)
+        for endpoint in self._endpoints.in_turn(profile):
+            result, wait, cause = await self._attempt(endpoint, payload)
             causes.append(cause)
             if result.ran:
                 return DispatchOutcome(result, None, tuple(causes), tuple(unauthorized))
@@ -120,11 +140,11 @@ class ProcessRequestSender:
         return DispatchOutcome(result, wait, tuple(causes), tuple(unauthorized))
 
     async def _attempt(
-        self, endpoint: WorkerEndpoint, request: DispatchRequest
+        self, endpoint: WorkerEndpoint, payload: dict[str, object]
     ) -> tuple[DispatchResult, float | None, str]:
         try:
             answer = await endpoint.post_json(
-                PROCESS_PATH, request.as_json(), deadline_seconds=self._attempt_deadline_seconds
+                PROCESS_PATH, payload, deadline_seconds=self._attempt_deadline_seconds
             )
         except WorkerUnanswered as failed:
             if failed.timed_out and failed.whole_request_sent:

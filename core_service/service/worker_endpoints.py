@@ -118,7 +118,16 @@ class WorkerEndpoint:
     keep-alive session, opened on first use inside the running event loop. A call after
     ``aclose`` is not sent (``ConnectError``)."""
 
-    __slots__ = ("_closed", "_headers", "_session", "_timeout", "_trace", "_urls", "base_url")
+    __slots__ = (
+        "_closed",
+        "_headers",
+        "_session",
+        "_timeout",
+        "_trace",
+        "_urls",
+        "base_url",
+        "profile",
+    )
 
     def __init__(
         self,
@@ -130,6 +139,9 @@ class WorkerEndpoint:
         trace: aiohttp.TraceConfig,
     ) -> None:
         self.base_url = base_url.rstrip("/")
+        # The embedding profile this instance last reported in /readyz (worker_routing);
+        # None until known.
+        self.profile: str | None = None
         self._headers = {"X-Internal-Secret": internal_secret, "Content-Type": "application/json"}
         self._timeout = _timeouts(connect_timeout_seconds, read_timeout_seconds)
         self._trace = trace
@@ -239,10 +251,22 @@ class WorkerEndpoints:
             ]
         )
 
-    def in_turn(self) -> list[WorkerEndpoint]:
-        """Every endpoint once, starting at the next one in round-robin order."""
+    @property
+    def all(self) -> tuple[WorkerEndpoint, ...]:
+        return self._endpoints
+
+    def in_turn(self, profile: str | None = None) -> list[WorkerEndpoint]:
+        """Every endpoint once, starting at the next one in round-robin order. With
+        ``profile``: the endpoints known to serve it, then those whose profile is not known
+        yet; those known to serve another are left out, unless no endpoint is left (then all,
+        in case the knowledge is stale: a worker refuses work of another profile)."""
         start = next(self._turn) % len(self._endpoints)
-        return [*self._endpoints[start:], *self._endpoints[:start]]
+        ordered = [*self._endpoints[start:], *self._endpoints[:start]]
+        if profile is None:
+            return ordered
+        serving = [e for e in ordered if e.profile == profile]
+        unknown = [e for e in ordered if e.profile is None]
+        return serving + unknown or ordered
 
     async def aclose(self) -> None:
         for endpoint in self._endpoints:

@@ -6,7 +6,8 @@ a state row (``user_id``, ``record_id``) nor what §0 reserves for the core (``r
 ``rescanned_at``, ``text_sha256_from_core``, ``keyword_reprocess_version``,
 ``context_embedding.is_deleted``), nor the preset columns frozen by
 ``0050_keyword_preset_embedding.sql`` (``keyword_preset.embedding``, ``embedding_profile``).
-``0004_worker_role.sql``, ``0022_worker_column_grants.sql`` and ``0050`` grant exactly this;
+``0004_worker_role.sql``, ``0022_worker_column_grants.sql``, ``0050`` and ``0060`` grant exactly
+this;
 ``tests/platform/test_worker_privileges.py`` compares the database with it. A later migration
 that adds a worker-written column grants it there and adds it here. No schema ``core``
 privilege at all (§0).
@@ -30,6 +31,8 @@ TABLE_PRIVILEGES: dict[str, frozenset[str]] = {
     "stub_migration": frozenset({"SELECT"}),
     # The provider usage ledger the worker keeps (0030).
     "provider_usage_daily": frozenset({"SELECT", "INSERT", "UPDATE"}),
+    # The re-embedding backfill: the worker claims and settles rows the core proposed (0060).
+    "context_embedding_backfill": frozenset({"SELECT"}),
 }
 
 COLUMN_UPDATES: dict[str, frozenset[str]] = {
@@ -68,6 +71,8 @@ COLUMN_UPDATES: dict[str, frozenset[str]] = {
     ),
     # presets load: a profile's vector of a preset, re-embedded (0050).
     "keyword_preset_embedding": frozenset({"embedding", "preset_version", "updated_at"}),
+    # The backfill's claim and settlement (0060); never requested_at, the core's.
+    "context_embedding_backfill": frozenset({"status", "attempt", "failure_reason", "updated_at"}),
 }
 
 COLUMN_INSERTS: dict[str, frozenset[str]] = {

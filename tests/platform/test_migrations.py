@@ -67,16 +67,16 @@ async def test_failing_file_leaves_nothing_applied(empty_database, migrations_di
 
 
 async def test_vector_columns_match_the_default_profile_dimension(engine):
-    """The context vectors and the frozen preset column declare the default dimension; the
-    per-profile preset vectors (0050) declare none."""
+    """The frozen preset column declares the default dimension; the per-profile preset
+    vectors (0050) and context vectors (0060) declare none."""
     async with engine.connect() as conn:
         dimensions = (
             (
                 await conn.execute(
                     text(
                         "SELECT DISTINCT format_type(atttypid, atttypmod) FROM pg_attribute "
-                        "WHERE attrelid IN ('ai.context_embedding'::regclass, "
-                        "'ai.keyword_preset'::regclass) AND attname = 'embedding'"
+                        "WHERE attrelid = 'ai.keyword_preset'::regclass "
+                        "AND attname = 'embedding'"
                     )
                 )
             )
@@ -87,15 +87,19 @@ async def test_vector_columns_match_the_default_profile_dimension(engine):
     assert dimensions == [f"vector({default_dimension})"]
     async with engine.connect() as conn:
         per_profile = (
-            await conn.execute(
-                text(
-                    "SELECT format_type(atttypid, atttypmod) FROM pg_attribute "
-                    "WHERE attrelid = 'ai.keyword_preset_embedding'::regclass "
-                    "AND attname = 'embedding'"
+            (
+                await conn.execute(
+                    text(
+                        "SELECT format_type(atttypid, atttypmod) FROM pg_attribute "
+                        "WHERE attrelid IN ('ai.keyword_preset_embedding'::regclass, "
+                        "'ai.context_embedding'::regclass) AND attname = 'embedding'"
+                    )
                 )
             )
-        ).scalar_one()
-    assert per_profile == "vector"
+            .scalars()
+            .all()
+        )
+    assert per_profile == ["vector", "vector"]
 
 
 async def test_worker_role_has_privileges_on_ai_only(engine):

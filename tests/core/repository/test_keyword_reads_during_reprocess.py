@@ -133,6 +133,7 @@ async def test_a_reader_never_sees_an_empty_set_while_saves_replace_the_keywords
                     preset_version=version,
                     unmatched_concepts=[],
                     model_profile="fake-judge",
+                    embedding_profile=PROFILE,
                 )
                 await asyncio.sleep(0)
         finally:

@@ -31,6 +31,7 @@ async def start(stage_pool, *, text_sha256=QUIET, user_id=7, record_id=70, conte
         record_id=record_id,
         text_sha256=text_sha256,
         expiry_seconds=600,
+        embedding_profile=PROFILE,
     )
 
 

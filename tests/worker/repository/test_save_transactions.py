@@ -47,6 +47,7 @@ async def save_keywords(
         preset_version=3,
         unmatched_concepts=["주차"],
         model_profile=model,
+        embedding_profile=PROFILE,
     )
 
 
@@ -264,6 +265,7 @@ async def test_database_errors_never_carry_statement_parameters(engine, stage_po
             preset_version=1,
             unmatched_concepts=[marker],
             model_profile=marker * 10,  # VARCHAR(100)
+            embedding_profile=PROFILE,
         )
     assert "SQLSTATE 22001" in str(raised.value)  # string_data_right_truncation
     # A traceback in the log never prints the driver's exception (its text can quote values).

@@ -56,6 +56,7 @@ async def _apply(stage_pool, statement: str, stage: Stage, attempt: int = 0) -> 
                 record_id=1,
                 text_sha256=hashlib.sha256(b"note").digest(),
                 expiry_seconds=EXPIRY,
+                embedding_profile=PROFILE,
             )
             return int(started is not None and started.embedding_attempt is not None)
         if statement == "save" and stage is Stage.EMBEDDING:
@@ -79,6 +80,7 @@ async def _apply(stage_pool, statement: str, stage: Stage, attempt: int = 0) -> 
                     preset_version=1,
                     unmatched_concepts=[],
                     model_profile="judge",
+                    embedding_profile=PROFILE,
                 )
             )
         return await context_ai_state.fail(stage_pool, stage, 1, attempt=attempt)

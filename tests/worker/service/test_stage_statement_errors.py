@@ -19,7 +19,7 @@ from app.repository import context_ai_state, stage_saves
 from pinlog_platform.db.named_statements import compile_named
 from pinlog_platform.states import Stage
 from tests.fake_openai import Scripted, judge_body
-from tests.worker.support import fetch_state, make_state
+from tests.worker.support import PROFILE, fetch_state, make_state
 
 MARKER = "MARKER-7c1e-private-concept"
 NOTE = "노트북 들고 공부하기 좋은 조용한 카페. 콘센트 많음."
@@ -70,6 +70,7 @@ async def test_the_refused_save_names_only_its_sqlstate(engine, stage_pool, refu
             preset_version=1,
             unmatched_concepts=(MARKER,),
             model_profile="profile",
+            embedding_profile=PROFILE,
         )
 
     assert "23514" in str(raised.value)

@@ -1,0 +1,229 @@
+"""Vectors of a context under one embedding profile, outside the live embedding stage: the
+re-embedding backfill (``ai.context_embedding_backfill``, 0060) and a completed context's
+missing vector under this worker's profile (docs/operations.md "Switching the embedding
+profile"; docs/contract.md §1, Deviation "vectors per profile").
+
+The backfill follows the contract's rules for a stage, on its own row (never the live
+stages' columns):
+
+- **claim** (``CLAIM_BACKFILL``): a conditional ``UPDATE`` of the rows still ``PENDING``, or
+  ``PROCESSING`` for longer than the processing expiry (a reclaim), ``attempt + 1`` as the
+  fencing token. Rows another claimer holds are skipped (``SKIP LOCKED``), so concurrent
+  workers never wait on each other and never both own a row.
+- **save** (``SAVE_BACKFILL_VECTOR``): one statement that locks the context's state row
+  first (docs/lock-order.md), then the backfill row while ``PROCESSING`` with this attempt;
+  the vector is written only while the live state is not ``CANCELLED`` (a delete, edit or
+  withdrawal that committed first wins: the row ends ``CANCELLED``, nothing stored).
+- **release** / **fail**: a fault that is not the note's own puts the row back to
+  ``PENDING``; the note's own (the provider refused this text) ends it ``FAILED`` with the
+  reason. Both only while this attempt still owns it.
+
+Every statement runs alone (one implicit transaction) on the stage pool.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from app.repository.stage_pool import StagePool
+from pinlog_platform.db.named_statements import compile_named
+
+# Claim the rows of :context_ids under :embedding_profile that are PENDING, or PROCESSING and
+# stale (module docstring); the claimed ids and their new attempts, as two arrays.
+CLAIM_BACKFILL = compile_named("""
+    WITH claimable AS (
+        SELECT b.context_id
+        FROM ai.context_embedding_backfill AS b
+        WHERE b.embedding_profile = :embedding_profile
+          AND b.context_id = ANY(CAST(:context_ids AS bigint[]))
+          AND (b.status = 'PENDING'
+               OR (b.status = 'PROCESSING'
+                   AND b.updated_at < now() - make_interval(secs => :expiry_seconds)))
+        ORDER BY b.context_id
+        FOR UPDATE SKIP LOCKED
+    ), claimed AS (
+        UPDATE ai.context_embedding_backfill AS b
+        SET status = 'PROCESSING', attempt = b.attempt + 1, failure_reason = NULL,
+            updated_at = now()
+        FROM claimable AS c
+        WHERE b.embedding_profile = :embedding_profile AND b.context_id = c.context_id
+        RETURNING b.context_id, b.attempt
+    )
+    SELECT coalesce(array_agg(context_id ORDER BY context_id), '{}') AS context_ids,
+           coalesce(array_agg(attempt ORDER BY context_id), '{}') AS attempts
+    FROM claimed
+""")
+
+# Store one backfilled vector while attempt :attempt owns the row and the context is live
+# (module docstring); the row's new status (COMPLETED or CANCELLED), no row when the attempt
+# no longer owns it. is_deleted is not in the conflict SET list (§0).
+SAVE_BACKFILL_VECTOR = compile_named("""
+    WITH live AS (
+        SELECT s.context_id, s.embedding_status <> 'CANCELLED' AS alive
+        FROM ai.context_ai_state AS s
+        WHERE s.context_id = :context_id
+        FOR UPDATE
+    ), owned AS (
+        SELECT b.context_id
+        FROM ai.context_embedding_backfill AS b
+        JOIN live AS l ON l.context_id = b.context_id
+        WHERE b.embedding_profile = :embedding_profile AND b.status = 'PROCESSING'
+          AND b.attempt = :attempt
+        FOR UPDATE OF b
+    ), stored AS (
+        INSERT INTO ai.context_embedding
+            (context_id, user_id, record_id, embedding, embedding_profile, updated_at)
+        SELECT o.context_id, CAST(:user_id AS bigint), CAST(:record_id AS bigint),
+               CAST(:embedding AS vector), CAST(:embedding_profile AS varchar), now()
+        FROM owned AS o
+        JOIN live AS l ON l.context_id = o.context_id AND l.alive
+        ON CONFLICT (context_id, embedding_profile) DO UPDATE SET
+            user_id = EXCLUDED.user_id,
+            record_id = EXCLUDED.record_id,
+            embedding = EXCLUDED.embedding,
+            updated_at = now()
+        RETURNING context_id
+    )
+    UPDATE ai.context_embedding_backfill AS b
+    SET status = CASE WHEN (SELECT count(*) FROM stored) = 1
+                      THEN 'COMPLETED' ELSE 'CANCELLED' END,
+        updated_at = now()
+    FROM owned AS o
+    WHERE b.embedding_profile = :embedding_profile AND b.context_id = o.context_id
+      AND b.status = 'PROCESSING' AND b.attempt = :attempt
+    RETURNING b.status
+""")
+
+# Settle claimed rows without a vector: back to PENDING (:reason NULL: not the note's fault)
+# or FAILED with :reason, each only while its attempt still owns it.
+SETTLE_BACKFILL = compile_named("""
+    UPDATE ai.context_embedding_backfill AS b
+    SET status = CASE WHEN CAST(:reason AS varchar) IS NULL THEN 'PENDING' ELSE 'FAILED' END,
+        failure_reason = CAST(:reason AS varchar),
+        updated_at = now()
+    FROM unnest(CAST(:context_ids AS bigint[]), CAST(:attempts AS int[]))
+         AS owned(context_id, attempt)
+    WHERE b.embedding_profile = :embedding_profile AND b.context_id = owned.context_id
+      AND b.status = 'PROCESSING' AND b.attempt = owned.attempt
+    RETURNING b.context_id
+""")
+
+# A completed context's vector under :embedding_profile, missing because the context was
+# embedded under another profile (the keyword stage needs one of its presets' profile):
+# stored while the embedding stage is COMPLETED (a cancellation wins), state row locked first.
+SAVE_PROFILE_VECTOR = compile_named("""
+    WITH live AS (
+        SELECT s.context_id
+        FROM ai.context_ai_state AS s
+        WHERE s.context_id = :context_id AND s.embedding_status = 'COMPLETED'
+        FOR UPDATE
+    )
+    INSERT INTO ai.context_embedding
+        (context_id, user_id, record_id, embedding, embedding_profile, updated_at)
+    SELECT context_id, CAST(:user_id AS bigint), CAST(:record_id AS bigint),
+           CAST(:embedding AS vector), CAST(:embedding_profile AS varchar), now()
+    FROM live
+    ON CONFLICT (context_id, embedding_profile) DO UPDATE SET
+        embedding = EXCLUDED.embedding,
+        updated_at = now()
+    RETURNING context_id
+""")
+
+
+@dataclass(frozen=True, slots=True)
+class BackfillClaim:
+    """One claimed backfill row: the context and the attempt that owns it (fencing token)."""
+
+    context_id: int
+    attempt: int
+
+
+async def claim(
+    stage_pool: StagePool,
+    *,
+    embedding_profile: str,
+    context_ids: Sequence[int],
+    expiry_seconds: float,
+) -> list[BackfillClaim]:
+    """Claim what may be claimed of ``context_ids`` (module docstring), ascending by id."""
+    row = await stage_pool.fetch_row(
+        CLAIM_BACKFILL,
+        embedding_profile=embedding_profile,
+        context_ids=sorted(context_ids),
+        expiry_seconds=float(expiry_seconds),
+    )
+    if row is None:
+        return []
+    return [
+        BackfillClaim(int(context_id), int(attempt))
+        for context_id, attempt in zip(row["context_ids"], row["attempts"], strict=True)
+    ]
+
+
+async def save_backfill_vector(
+    stage_pool: StagePool,
+    claimed: BackfillClaim,
+    *,
+    embedding_profile: str,
+    user_id: int,
+    record_id: int,
+    embedding: np.ndarray,
+) -> str | None:
+    """Store ``embedding`` (float32 ``(dimension,)``) for a claimed row: ``'COMPLETED'``,
+    ``'CANCELLED'`` (the context was deleted meanwhile; nothing stored) or ``None`` (the
+    attempt no longer owns the row; nothing written)."""
+    row = await stage_pool.fetch_row(
+        SAVE_BACKFILL_VECTOR,
+        context_id=claimed.context_id,
+        attempt=claimed.attempt,
+        embedding_profile=embedding_profile,
+        user_id=user_id,
+        record_id=record_id,
+        embedding=embedding,
+    )
+    return None if row is None else str(row["status"])
+
+
+async def settle(
+    stage_pool: StagePool,
+    claims: Sequence[BackfillClaim],
+    *,
+    embedding_profile: str,
+    reason: str | None,
+) -> None:
+    """Rows of ``claims`` back to ``PENDING`` (``reason`` ``None``) or ``FAILED`` with
+    ``reason`` (a ``FailureReason`` value), each while its attempt owns it."""
+    if not claims:
+        return
+    await stage_pool.fetch_row(
+        SETTLE_BACKFILL,
+        embedding_profile=embedding_profile,
+        context_ids=[c.context_id for c in claims],
+        attempts=[c.attempt for c in claims],
+        reason=reason,
+    )
+
+
+async def save_profile_vector(
+    stage_pool: StagePool,
+    *,
+    context_id: int,
+    user_id: int,
+    record_id: int,
+    embedding: np.ndarray,
+    embedding_profile: str,
+) -> bool:
+    """Store a completed context's missing vector under ``embedding_profile``; ``False`` when
+    its embedding stage is no longer ``COMPLETED`` (nothing written)."""
+    row = await stage_pool.fetch_row(
+        SAVE_PROFILE_VECTOR,
+        context_id=context_id,
+        user_id=user_id,
+        record_id=record_id,
+        embedding=embedding,
+        embedding_profile=embedding_profile,
+    )
+    return row is not None

@@ -1,0 +1,280 @@
+"""The worker's half of the re-embedding backfill: ``POST /internal/v1/backfill/embed``
+(docs/operations.md "Switching the embedding profile").
+
+The core proposes a batch of contexts for this worker's profile; this service claims the
+rows it may (``profile_vectors.claim``: PENDING or stale, fenced by attempt), embeds the
+claimed texts in one provider call (through the embedding gate, counted under stage
+``backfill`` in the usage ledger), and saves each vector in its own statement that re-checks
+the live state (a deleted context's vector is never stored). Outcomes, by the §6 classes of
+``app.failure_policy``:
+
+- the note's own fault (``InvalidInputError``: blank, too long, refused by the provider): that
+  row ends ``FAILED`` with the reason; a batch the provider refuses as a whole is embedded
+  again one by one to find the note;
+- anything else (the provider unavailable or slow, the database): every claimed row goes back
+  to ``PENDING`` and ``BackfillRefused`` tells the route to answer 503 with ``Retry-After``,
+  so the core backs off. Nothing that is not the note's own ends a row ``FAILED``.
+
+At most ``concurrency`` batches run at once; a further one is refused (503) at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from app.errors import (
+    DatabaseStatementError,
+    DimensionMismatchError,
+    InvalidInputError,
+    WorkerError,
+)
+from app.metrics import WorkerMetrics
+from app.providers.base import EmbeddingProvider
+from app.repository import profile_vectors
+from app.repository.profile_vectors import BackfillClaim
+from app.repository.stage_pool import StagePool
+from app.service import context_text
+from app.service.provider_gate import ProviderGate
+
+logger = logging.getLogger(__name__)
+
+# Contexts of one request at most (the core sends fewer).
+MAX_BATCH = 256
+# Seconds a refused batch should wait when nothing better is known.
+DEFAULT_RETRY_AFTER_SECONDS = 2
+
+
+@dataclass(frozen=True, slots=True)
+class BackfillItem:
+    """One context to embed under the worker's profile: ids and its stored note."""
+
+    context_id: int
+    user_id: int
+    record_id: int
+    text: str
+
+
+@dataclass(slots=True)
+class BackfillReport:
+    """What became of a batch, by context: ``completed`` (vector stored), ``cancelled``
+    (deleted meanwhile), ``failed`` (the note's own fault, by reason), ``not_claimed`` (done,
+    owned by another claim, or unknown), ``lost`` (the claim was taken over before the save)."""
+
+    completed: list[int] = field(default_factory=list)
+    cancelled: list[int] = field(default_factory=list)
+    failed: dict[int, str] = field(default_factory=dict)
+    not_claimed: list[int] = field(default_factory=list)
+    lost: list[int] = field(default_factory=list)
+
+    def as_json(self) -> dict[str, object]:
+        return {
+            "completed": len(self.completed),
+            "cancelled": len(self.cancelled),
+            "failed": len(self.failed),
+            "notClaimed": len(self.not_claimed),
+            "lost": len(self.lost),
+        }
+
+
+class WrongProfile(Exception):
+    """The batch names a profile this worker does not serve (HTTP 409)."""
+
+
+class BackfillRefused(Exception):
+    """Not now: busy, provider or database unavailable; claimed rows were put back
+    (HTTP 503 with ``Retry-After: retry_after_seconds``)."""
+
+    def __init__(self, cause: str, retry_after_seconds: int) -> None:
+        super().__init__(cause)
+        self.cause = cause
+        self.retry_after_seconds = retry_after_seconds
+
+
+class ProfileBackfill:
+    """Embeds batches of contexts under ``profile`` (module docstring)."""
+
+    def __init__(
+        self,
+        stage_pool: StagePool,
+        provider: EmbeddingProvider,
+        gate: ProviderGate,
+        *,
+        metrics: WorkerMetrics,
+        profile: str,
+        dimension: int,
+        max_input_chars: int,
+        expiry_seconds: float,
+        concurrency: int = 2,
+    ) -> None:
+        self._stage_pool = stage_pool
+        self._provider = provider
+        self._gate = gate
+        self._profile = profile
+        self._dimension = dimension
+        self._max_input_chars = max_input_chars
+        self._expiry_seconds = expiry_seconds
+        self._slots = asyncio.Semaphore(concurrency)
+        self._contexts = metrics.backfill_contexts
+
+    async def run(self, profile: str, items: Sequence[BackfillItem]) -> BackfillReport:
+        """Claim, embed and save ``items`` (at most ``MAX_BATCH``) under ``profile``.
+
+        Raises ``WrongProfile`` (409) for another profile and ``BackfillRefused`` (503) as the
+        module docstring says; never leaves a claimed row ``PROCESSING`` on purpose.
+        """
+        if profile != self._profile:
+            raise WrongProfile(f"this worker serves profile {self._profile!r}")
+        if self._slots.locked():
+            raise BackfillRefused("busy", DEFAULT_RETRY_AFTER_SECONDS)
+        if not self._gate.available:
+            raise BackfillRefused(
+                "embedding provider unavailable",
+                self._gate.retry_after_seconds or DEFAULT_RETRY_AFTER_SECONDS,
+            )
+        async with self._slots:
+            return await self._run(items)
+
+    async def _run(self, items: Sequence[BackfillItem]) -> BackfillReport:
+        report = BackfillReport()
+        by_id = {item.context_id: item for item in items}
+        try:
+            claims = await profile_vectors.claim(
+                self._stage_pool,
+                embedding_profile=self._profile,
+                context_ids=list(by_id),
+                expiry_seconds=self._expiry_seconds,
+            )
+        except (WorkerError, DatabaseStatementError) as exc:
+            raise BackfillRefused(type(exc).__name__, DEFAULT_RETRY_AFTER_SECONDS) from None
+        claimed_ids = {claim.context_id for claim in claims}
+        report.not_claimed = sorted(set(by_id) - claimed_ids)
+        try:
+            ready = await self._prepare(claims, by_id, report)
+            vectors = await self._embed_all([by_id[c.context_id] for c in ready], ready, report)
+            for claim, vector in vectors:
+                await self._save(claim, by_id[claim.context_id], vector, report)
+        except (WorkerError, DatabaseStatementError) as exc:
+            settled = {*report.completed, *report.cancelled, *report.failed, *report.lost}
+            await self._release([c for c in claims if c.context_id not in settled])
+            self._count(report)
+            retry_after = self._gate.retry_after_seconds or DEFAULT_RETRY_AFTER_SECONDS
+            logger.warning("backfill batch put back: cause=%s", type(exc).__name__)
+            raise BackfillRefused(type(exc).__name__, retry_after) from None
+        self._count(report)
+        return report
+
+    async def _prepare(
+        self,
+        claims: Sequence[BackfillClaim],
+        by_id: dict[int, BackfillItem],
+        report: BackfillReport,
+    ) -> list[BackfillClaim]:
+        """Claims whose text can be embedded; the others end ``FAILED`` (blank, too long)."""
+        ready = []
+        for claim in claims:
+            try:
+                context_text.prepare_for_embedding(
+                    by_id[claim.context_id].text, max_chars=self._max_input_chars
+                )
+            except InvalidInputError as exc:
+                await self._fail(claim, exc, report)
+                continue
+            ready.append(claim)
+        return ready
+
+    async def _embed_all(
+        self,
+        items: Sequence[BackfillItem],
+        claims: Sequence[BackfillClaim],
+        report: BackfillReport,
+    ) -> list[tuple[BackfillClaim, np.ndarray]]:
+        """One provider call for the batch; when the provider refuses it as the input's fault,
+        one call per note, so only the faulty note fails."""
+        if not claims:
+            return []
+        texts = [
+            context_text.prepare_for_embedding(item.text, max_chars=self._max_input_chars)
+            for item in items
+        ]
+        try:
+            vectors = await self._gate.call(lambda: self._provider.embed(texts))
+        except InvalidInputError as exc:
+            if len(claims) == 1:
+                await self._fail(claims[0], exc, report)
+                return []
+            pairs = []
+            for claim, text in zip(claims, texts, strict=True):
+                try:
+                    (vector,) = await self._gate.call(
+                        lambda text=text: self._provider.embed([text])
+                    )
+                except InvalidInputError as one:
+                    await self._fail(claim, one, report)
+                    continue
+                pairs.append((claim, self._checked(vector)))
+            return pairs
+        return [(claim, self._checked(v)) for claim, v in zip(claims, vectors, strict=True)]
+
+    def _checked(self, vector: np.ndarray) -> np.ndarray:
+        if vector.shape != (self._dimension,):
+            raise DimensionMismatchError(
+                f"embedding dimension {vector.shape[-1]} differs from configured {self._dimension}"
+            )
+        return vector
+
+    async def _save(
+        self,
+        claim: BackfillClaim,
+        item: BackfillItem,
+        vector: np.ndarray,
+        report: BackfillReport,
+    ) -> None:
+        status = await profile_vectors.save_backfill_vector(
+            self._stage_pool,
+            claim,
+            embedding_profile=self._profile,
+            user_id=item.user_id,
+            record_id=item.record_id,
+            embedding=vector,
+        )
+        if status == "COMPLETED":
+            report.completed.append(claim.context_id)
+        elif status == "CANCELLED":
+            report.cancelled.append(claim.context_id)
+        else:
+            report.lost.append(claim.context_id)
+
+    async def _fail(
+        self, claim: BackfillClaim, exc: InvalidInputError, report: BackfillReport
+    ) -> None:
+        reason = exc.reason.value
+        await profile_vectors.settle(
+            self._stage_pool, [claim], embedding_profile=self._profile, reason=reason
+        )
+        report.failed[claim.context_id] = reason
+        logger.info("backfill failed: context_id=%d reason=%s", claim.context_id, reason)
+
+    async def _release(self, claims: Sequence[BackfillClaim]) -> None:
+        """Put claims back to ``PENDING``; a database fault leaves them to the reclaim."""
+        try:
+            await profile_vectors.settle(
+                self._stage_pool, claims, embedding_profile=self._profile, reason=None
+            )
+        except (WorkerError, DatabaseStatementError) as exc:
+            logger.warning("backfill claims left to the reclaim: cause=%s", type(exc).__name__)
+
+    def _count(self, report: BackfillReport) -> None:
+        for result, count in (
+            ("completed", len(report.completed)),
+            ("cancelled", len(report.cancelled)),
+            ("failed", len(report.failed)),
+            ("not_claimed", len(report.not_claimed)),
+            ("lost", len(report.lost)),
+        ):
+            if count:
+                self._contexts.labels(result).inc(count)

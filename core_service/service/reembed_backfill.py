@@ -1,0 +1,203 @@
+"""The core's half of the re-embedding backfill: a loop in every core process
+(docs/operations.md "Switching the embedding profile").
+
+While a switch is under way (``core.embedding_switch.state`` backfilling or cut_over), the
+loop keeps two profiles complete: the **other profile** (the target while backfilling, the
+previous one after the cutover, so a rollback loses nothing) gets a vector for every live
+context, and the **profile in use** for every live context whose embedding stage completed
+without one (embedded under the other profile just before a cutover). Each pass:
+
+1. waits while dispatching is paused (``pinlog-core pause``) or the workers asked to wait
+   (``Retry-After`` of a 503: H3's backpressure);
+2. takes the next **batch slot** of the shared pace (``embedding_switch.take_batch_slot``):
+   every core process together sends at most ``rate_per_second`` contexts a second;
+3. **proposes** the next open rows of a profile in id order (``propose``; marked sent, so
+   two processes never send the same row at once), and sends them to a worker of that
+   profile (``POST /internal/v1/backfill/embed``), which claims, embeds and saves them
+   (``app/service/profile_backfill.py``). Rows no worker took are made sendable again.
+
+When nothing is open, it **seeds** rows for live contexts still missing a vector (new notes,
+edits' replacements), at most every ``SEED_SECONDS``. Killed at any point nothing is lost: a
+row sent and never answered is sent again after the resend delay, one a dead worker held is
+reclaimed after the processing expiry.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+
+import orjson
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from core_service.errors import CoreError
+from core_service.metrics import CoreMetrics
+from core_service.repository import embedding_switch
+from core_service.repository.db import autocommit
+from core_service.repository.embedding_switch import BackfillSource
+from core_service.service.pause import PauseSwitch
+from core_service.service.process_requests import retry_after
+from core_service.service.worker_endpoints import WorkerEndpoints, WorkerUnanswered
+
+logger = logging.getLogger(__name__)
+
+BACKFILL_PATH = "/internal/v1/backfill/embed"
+# Contexts per batch at most (the worker takes up to 256); a batch is rate_per_second
+# contexts at most, so each slot is about a second.
+MAX_BATCH = 64
+# Batches of one core process in flight at once: a slow batch must not slow the pace.
+MAX_IN_FLIGHT = 4
+# How long an idle loop sleeps between looks at the switch (seconds).
+IDLE_SECONDS = 5.0
+# Seeding scans every live context: not more often than this (seconds).
+SEED_SECONDS = 10.0
+# A batch's whole answer: one provider call for up to MAX_BATCH notes and their saves.
+BATCH_DEADLINE_SECONDS = 60.0
+# Backoff when no worker took a batch and none said how long to wait (seconds).
+REFUSED_BACKOFF_SECONDS = 2.0
+
+
+class ReembedBackfill:
+    """The backfill loop of one core process (module docstring)."""
+
+    def __init__(
+        self,
+        engine: AsyncEngine,
+        endpoints: WorkerEndpoints,
+        pause: PauseSwitch,
+        metrics: CoreMetrics,
+        *,
+        resend_seconds: float,
+        expiry_seconds: float,
+        max_batch: int = MAX_BATCH,
+    ) -> None:
+        self._engine = engine
+        self._endpoints = endpoints
+        self._pause = pause
+        self._metrics = metrics
+        self._resend_seconds = resend_seconds
+        self._expiry_seconds = expiry_seconds
+        self._max_batch = max_batch
+        self._seeded_at = -SEED_SECONDS
+        self._not_before = 0.0  # monotonic: the workers asked to wait until then
+        self._in_flight: set[asyncio.Task[None]] = set()
+
+    async def run_forever(self, stop: asyncio.Event) -> None:
+        try:
+            while not stop.is_set():
+                try:
+                    wait = await self.pass_once()
+                except Exception:
+                    logger.exception("backfill pass failed; continuing")
+                    wait = IDLE_SECONDS
+                if wait > 0:
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(stop.wait(), wait)
+        finally:
+            for task in self._in_flight:
+                task.cancel()  # its rows are sent again after the resend delay
+
+    async def drain(self) -> None:
+        """Wait for the batches in flight (tests and commands)."""
+        while self._in_flight:
+            await asyncio.gather(*self._in_flight, return_exceptions=True)
+
+    async def pass_once(self) -> float:
+        """One pass (module docstring); the seconds to wait before the next."""
+        backoff = self._not_before - time.monotonic()
+        if backoff > 0:
+            return backoff
+        if await self._pause.paused():
+            return 1.0
+        if len(self._in_flight) >= MAX_IN_FLIGHT:
+            await asyncio.wait(set(self._in_flight), return_when=asyncio.FIRST_COMPLETED)
+        try:
+            async with autocommit(self._engine) as conn:
+                slot = await embedding_switch.take_batch_slot(conn, max_batch=self._max_batch)
+                if slot is None:
+                    seconds = await embedding_switch.seconds_until_slot(conn)
+                    return IDLE_SECONDS if seconds is None else min(max(seconds, 0.02), 1.0)
+                for profile in (slot.other_profile, slot.profile_in_use):
+                    sources = await embedding_switch.propose(
+                        conn,
+                        profile=profile,
+                        limit=slot.batch,
+                        resend_seconds=self._resend_seconds,
+                        expiry_seconds=self._expiry_seconds,
+                    )
+                    if sources:
+                        break
+                else:
+                    await self._seed(conn, slot.other_profile, slot.profile_in_use)
+                    return 0.5
+        except CoreError as exc:
+            logger.warning("backfill pass skipped (%s)", type(exc).__name__)
+            return IDLE_SECONDS
+        task = asyncio.create_task(self._send(profile, sources))
+        self._in_flight.add(task)
+        task.add_done_callback(self._in_flight.discard)
+        return 0.0
+
+    async def _seed(self, conn, other: str, in_use: str) -> None:
+        if time.monotonic() - self._seeded_at < SEED_SECONDS:
+            return
+        self._seeded_at = time.monotonic()
+        added = await embedding_switch.seed(conn, profile=other, completed_only=False)
+        added += await embedding_switch.seed(conn, profile=in_use, completed_only=True)
+        if added:
+            logger.info("backfill: %d context(s) newly missing a vector", added)
+
+    async def _send(self, profile: str, sources: list[BackfillSource]) -> None:
+        """One batch to an instance of ``profile``; rows none took are unmarked."""
+        payload = {
+            "embeddingProfile": profile,
+            "contexts": [
+                {"contextId": s.context_id, "userId": s.member_id, "recordId": s.record_id,
+                 "text": s.body}
+                for s in sources
+            ],
+        }  # fmt: skip
+        waits: list[float] = []
+        for endpoint in self._endpoints.in_turn(profile):
+            try:
+                answer = await endpoint.post_json(
+                    BACKFILL_PATH, payload, deadline_seconds=BATCH_DEADLINE_SECONDS,
+                    read_timeout_seconds=BATCH_DEADLINE_SECONDS,
+                )  # fmt: skip
+            except WorkerUnanswered as failed:
+                if failed.whole_request_sent:
+                    # The worker may be working on it: its claims settle or are reclaimed.
+                    logger.warning("backfill batch unanswered (%s)", failed.cause)
+                    return
+                continue
+            if answer.status == 200:
+                self._count(orjson.loads(answer.body))
+                return
+            if answer.status in (409, 503):
+                wait = retry_after(answer.headers)
+                if wait is not None:
+                    waits.append(wait)
+                continue
+            logger.error("backfill batch: worker answered HTTP %d", answer.status)
+            break
+        self._not_before = time.monotonic() + (min(waits) if waits else REFUSED_BACKOFF_SECONDS)
+        self._metrics.backfill_contexts.labels("refused").inc(len(sources))
+        try:
+            async with autocommit(self._engine) as conn:
+                await embedding_switch.unmark(
+                    conn, profile=profile, context_ids=[s.context_id for s in sources]
+                )
+        except CoreError as exc:
+            logger.warning("backfill rows left for the resend delay (%s)", type(exc).__name__)
+
+    def _count(self, answer: object) -> None:
+        if not isinstance(answer, dict):
+            return
+        for key, label in (("completed", "completed"), ("cancelled", "cancelled"),
+                           ("failed", "failed"), ("notClaimed", "not_claimed"),
+                           ("lost", "lost")):  # fmt: skip
+            value = answer.get(key)
+            if isinstance(value, int) and value > 0:
+                self._metrics.backfill_contexts.labels(label).inc(value)

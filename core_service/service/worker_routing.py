@@ -1,0 +1,53 @@
+"""Which embedding profile each worker instance serves, kept current for routing
+(docs/operations.md "Switching the embedding profile").
+
+During a switch, workers of two profiles run side by side behind
+``PINLOG_CORE_WORKER_BASE_URL``. Every ``REFRESH_SECONDS`` this loop reads each instance's
+``/readyz`` body (``profile``, pinned) and stores it on its ``WorkerEndpoint``; dispatches,
+searches and backfill batches then go to instances of the profile they need
+(``WorkerEndpoints.in_turn(profile)``). An instance that cannot be read keeps the profile last
+seen (a restart does not change a worker's profile). Nothing is written or logged but changes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+
+from core_service.service.worker_endpoints import WorkerEndpoints
+from core_service.service.worker_readiness import ReadinessReader, display_url
+
+logger = logging.getLogger(__name__)
+
+# How often the instances' profiles are read (seconds).
+REFRESH_SECONDS = 5.0
+
+
+class ProfileRouting:
+    """Keeps ``endpoints``' ``profile`` current; ``refresh_once`` or ``run_forever``."""
+
+    def __init__(self, endpoints: WorkerEndpoints) -> None:
+        self._endpoints = endpoints
+        self._reader = ReadinessReader([e.base_url for e in endpoints.all])
+
+    async def refresh_once(self) -> None:
+        """Read every instance's profile once; never raises for worker faults."""
+        readings = await self._reader.read_all()
+        for endpoint, reading in zip(self._endpoints.all, readings, strict=True):
+            if reading.profile is not None and reading.profile != endpoint.profile:
+                logger.info("worker %s serves profile %s", display_url(endpoint.base_url),
+                            reading.profile)  # fmt: skip
+                endpoint.profile = reading.profile
+
+    async def run_forever(self, stop: asyncio.Event) -> None:
+        try:
+            while not stop.is_set():
+                try:
+                    await self.refresh_once()
+                except Exception:
+                    logger.exception("worker profile refresh failed; continuing")
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), REFRESH_SECONDS)
+        finally:
+            await self._reader.aclose()
