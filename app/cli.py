@@ -357,6 +357,12 @@ def demo(
     data_dir: Path = typer.Option(
         Path(".pgdata"), metavar="DIR", help="Embedded PostgreSQL data directory"
     ),
+    operations: bool = typer.Option(
+        False,
+        "--operations",
+        help="After the table, reclassify the presets and switch the embedding profile to the "
+        "hashing encoder (docs/operations.md), in a database of its own",
+    ),
 ) -> None:
     """Offline end-to-end run of both services on sample notes (see README).
 
@@ -374,7 +380,13 @@ def demo(
     _configure_demo_logging()
     try:
         code = asyncio.run(
-            run_demo(port=port, core_port=core_port, serve=serve_after, data_dir=data_dir.resolve())
+            run_demo(
+                port=port,
+                core_port=core_port,
+                serve=serve_after,
+                data_dir=data_dir.resolve(),
+                operations=operations,
+            )
         )
     except KeyboardInterrupt:
         code = 0

@@ -326,17 +326,18 @@ def _processor(
     presets: PresetCache,
 ) -> ContextProcessor:
     """§3 for one request: the start, then the embedding and keyword stages."""
+    embedding_stage = EmbeddingStage(
+        stage_pool,
+        embedder,
+        gates["embedding"],
+        metrics=metrics,
+        limits=limits,
+        profile=settings.embedding_profile,
+        dimension=settings.vector_dimension,  # stored, zero-padded (§5)
+    )
     return ContextProcessor(
         stage_pool,
-        EmbeddingStage(
-            stage_pool,
-            embedder,
-            gates["embedding"],
-            metrics=metrics,
-            limits=limits,
-            profile=settings.embedding_profile,
-            dimension=settings.vector_dimension,  # stored, zero-padded (§5)
-        ),
+        embedding_stage,
         KeywordStage(
             stage_pool,
             judge,

@@ -800,8 +800,18 @@ def _rejudge_after_switch(settings, *, rate: int, wait: float) -> None:
 
     typer.echo(f"waiting {PROPAGATION_SECONDS:g} s for every core process to use it")
     time.sleep(PROPAGATION_SECONDS)
+    deadline = time.monotonic() + wait
     try:
-        report = _run_with_database(lambda: _reprocess(settings, rate=rate, wait=wait))
+        while True:
+            report = _run_with_database(lambda: _reprocess(settings, rate=rate, wait=wait))
+            # Notes judged under the previous profile while the change spread, or waiting for
+            # their vector of the new one, are judged again once they have it.
+            left = _run_with_database(lambda: _judgments_left(settings))
+            if left == (0, 0) or time.monotonic() >= deadline:
+                break
+            typer.echo(f"{left[0]} judgment(s) of another profile, {left[1]} note(s) still "
+                       "without a vector of the profile in use; judging again in 5 s")  # fmt: skip
+            time.sleep(5.0)
     except (NoUsablePresets, WorkersNotReady) as exc:
         startup.fail(
             PROGRAM,
@@ -812,6 +822,19 @@ def _rejudge_after_switch(settings, *, rate: int, wait: float) -> None:
             ],
         )
     typer.echo(f"judged again: {report.reset} context(s) reset, {report.taken} taken by a worker")
+
+
+async def _judgments_left(settings) -> tuple[int, int]:
+    """Stale judgments under the profile in use, and completed notes without its vector."""
+    from core_service.service import reembed
+    from core_service.service.keyword_reprocess import KeywordReprocess
+
+    async def count(engine):
+        status = await reembed.status(engine, configured=settings.embedding_profile)
+        plan = await KeywordReprocess(engine, profile=status.profile_in_use).plan()
+        return plan.stale, status.missing_in_use
+
+    return await _with_engine(settings, count)
 
 
 @reembed_app.command("finish")

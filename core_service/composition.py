@@ -208,6 +208,7 @@ async def build_core(
                 endpoints,
                 pause,
                 metrics,
+                configured_profile=settings.embedding_profile,
                 resend_seconds=settings.pending_expiry_seconds,
                 expiry_seconds=settings.processing_expiry_seconds,
             )

@@ -77,6 +77,27 @@ class CoreMetrics:
             ["result"],
             registry=self.registry,
         )
+        self.reembed_state = Gauge(
+            "pinlog_core_reembed_state",
+            "1 for the embedding-profile switch's state (idle, backfilling, ready, cut_over), "
+            "0 for the others",
+            ["state"],
+            registry=self.registry,
+        )
+        self.reembed_contexts = Gauge(
+            "pinlog_core_reembed_contexts",
+            "The switch's coverage of the profile being filled: live contexts (total), with "
+            "its vector (done), failed, and completed ones lacking a vector of the profile in "
+            "use (missing_in_use)",
+            ["kind"],
+            registry=self.registry,
+        )
+        self.embedding_vectors = Gauge(
+            "pinlog_core_embedding_vectors",
+            "Stored context vectors by embedding profile (visible ones)",
+            ["profile"],
+            registry=self.registry,
+        )
         # The status of live contexts (service/status.py), refreshed by one periodic
         # statement per process, not per scrape.
         self.paused = Gauge(

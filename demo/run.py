@@ -7,6 +7,11 @@ as ``pinlog-core db upgrade``) -> presets embedded with the offline encoder
 edits (one whitespace-only, a no-op) and deletes (§9) -> wait for the worker -> a table of
 every context, replaced and deleted ones included, and the keywords a record shows to its
 owner and to another member -> keep serving until interrupted.
+
+With ``--operations`` (``demo.operations``) the run happens in a database of its own, a second
+worker of the hashing profile serves beside the first from the start, and after the table the
+two operations of docs/operations.md follow: a preset reclassification and an
+embedding-profile switch to the hashing profile.
 """
 
 from __future__ import annotations
@@ -28,7 +33,7 @@ from app import embedded_postgres
 from app.main import create_app
 from app.providers.factory import build_embedding_provider
 from app.repository.db import create_engine
-from app.service.preset_loader import load_presets, read_preset_file
+from app.service.preset_loader import LoadReport, PresetFile, load_presets, read_preset_file
 from app.settings import DatabaseSettings, Settings
 from core_service.main import create_app as create_core_app
 from core_service.settings import CoreSettings
@@ -89,56 +94,98 @@ async def prepare_database(settings: Settings, *, say: Say = print) -> None:
         await engine.dispose()
     say(f"migrations: {len(applied)} applied" + ("" if applied else " (already up to date)"))
     say("presets: loading the offline encoder and embedding the preset list ...")
-    engine = create_engine(settings.database_url)
-    embedder = build_embedding_provider(settings)
-    try:
-        report = await load_presets(
-            engine, embedder, read_preset_file(), settings.embedding_profile
-        )
-    finally:
-        await embedder.aclose()
-        await engine.dispose()
+    report = await embed_presets(settings, read_preset_file())
     state = "embedded and stored" if report.changed else "already stored"
     say(f"presets: {report.presets} {state} (list version {report.version})")
 
 
+async def embed_presets(settings: Settings, preset_file: PresetFile) -> LoadReport:
+    """``pinlog-ai presets load`` with ``settings`` (their embedder and profile)."""
+    engine = create_engine(settings.database_url)
+    embedder = build_embedding_provider(settings)
+    try:
+        return await load_presets(engine, embedder, preset_file, settings.embedding_profile)
+    finally:
+        await embedder.aclose()
+        await engine.dispose()
+
+
+@dataclass
+class ServedApp:
+    """One app served by uvicorn in this process, at ``url``."""
+
+    url: str
+    app: FastAPI
+    server: uvicorn.Server
+    task: asyncio.Task
+
+    @property
+    def stopped(self) -> bool:
+        return self.server.should_exit or self.task.done()
+
+    async def stop(self) -> None:
+        """Stop serving (idempotent), as SIGTERM would."""
+        self.server.should_exit = True
+        await self.task
+
+
 @dataclass
 class RunningServices:
-    """Both services served in this process; ``closed`` finishes when either stops."""
+    """Both services served in this process, and with ``--operations`` a worker of a second
+    profile; ``closed`` finishes when one of them stops unless it was stopped on purpose."""
 
-    worker_url: str
-    core_url: str
+    worker: ServedApp
+    core: ServedApp
     core_settings: CoreSettings
-    servers: tuple[uvicorn.Server, uvicorn.Server]
-    tasks: tuple[asyncio.Task, asyncio.Task]
+    second_worker: ServedApp | None = None
+
+    @property
+    def worker_url(self) -> str:
+        return self.worker.url
+
+    @property
+    def core_url(self) -> str:
+        return self.core.url
 
     async def closed(self) -> None:
-        await asyncio.wait(self.tasks, return_when=asyncio.FIRST_COMPLETED)
+        served = (self.worker, self.core, self.second_worker)
+        running = [s.task for s in served if s is not None and not s.stopped]
+        if running:
+            await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
 
 
 @asynccontextmanager
 async def both_services(
-    settings: Settings, *, worker_port: int = 0, core_port: int = 0, jwt_secret: str
+    settings: Settings,
+    *,
+    worker_port: int = 0,
+    core_port: int = 0,
+    jwt_secret: str,
+    second_worker: Settings | None = None,
+    second_worker_port: int = 0,
 ) -> AsyncIterator[RunningServices]:
-    """Serve the worker and the core service on loopback (``0``: any free port)."""
+    """Serve the worker and the core service on loopback (``0``: any free port); with
+    ``second_worker``, a worker of those settings too, listed in the core's
+    ``PINLOG_CORE_WORKER_BASE_URL`` after the first from the start."""
     worker_port, core_port = free_port(worker_port), free_port(core_port)
-    worker_url = f"http://127.0.0.1:{worker_port}"
-    core_settings = core_settings_for(settings, worker_url, jwt_secret)
+    ports = [worker_port]
+    if second_worker is not None:
+        ports.append(free_port(second_worker_port))
+    worker_urls = [f"http://127.0.0.1:{port}" for port in ports]
+    core_settings = core_settings_for(settings, ",".join(worker_urls), jwt_secret)
     async with AsyncExitStack() as stack:
-        # The worker first: the core dispatches to it as soon as a note is saved.
-        worker = await stack.enter_async_context(_serving(create_app(settings), worker_port))
+        # The workers first: the core dispatches as soon as a note is saved, and reads each
+        # worker's profile when it starts.
+        worker = await stack.enter_async_context(_serving(create_app(settings), ports[0]))
+        second = None
+        if second_worker is not None:
+            second = await stack.enter_async_context(_serving(create_app(second_worker), ports[1]))
         core = await stack.enter_async_context(_serving(create_core_app(core_settings), core_port))
-        yield RunningServices(
-            worker_url,
-            f"http://127.0.0.1:{core_port}",
-            core_settings,
-            (worker[0], core[0]),
-            (worker[1], core[1]),
-        )
+        yield RunningServices(worker, core, core_settings, second)
 
 
 @asynccontextmanager
-async def _serving(app: FastAPI, port: int) -> AsyncIterator[tuple[uvicorn.Server, asyncio.Task]]:
+async def _serving(app: FastAPI, port: int) -> AsyncIterator[ServedApp]:
     server = uvicorn.Server(
         uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", log_config=None)
     )
@@ -149,7 +196,7 @@ async def _serving(app: FastAPI, port: int) -> AsyncIterator[tuple[uvicorn.Serve
                 await task
                 raise RuntimeError("a demo server did not start")
             await asyncio.sleep(0.05)
-        yield server, task
+        yield ServedApp(f"http://127.0.0.1:{port}", app, server, task)
     finally:
         server.should_exit = True
         await task
@@ -198,8 +245,13 @@ async def feed_and_report(
         await engine.dispose()
 
 
-async def run_demo(*, port: int, core_port: int, serve: bool, data_dir: Path) -> int:
-    """Run the demo; returns a process exit code (0 when every live context completed)."""
+async def run_demo(
+    *, port: int, core_port: int, serve: bool, data_dir: Path, operations: bool = False
+) -> int:
+    """Run the demo; returns a process exit code (0 when every live context completed, and
+    with ``operations`` both operations ended as they should)."""
+    if operations:
+        from demo import operations as ops  # it builds on this module
     started = time.monotonic()
     given = DatabaseSettings()
     database_url = given.database_url
@@ -207,17 +259,36 @@ async def run_demo(*, port: int, core_port: int, serve: bool, data_dir: Path) ->
         say_now(f"database: starting embedded PostgreSQL in {data_dir} ...")
         database_url = embedded_postgres.start(data_dir)
         say_now(f"database: ready ({time.monotonic() - started:.1f} s)")
+        if operations:
+            database_url = await ops.fresh_database(database_url)
+            say_now(f"database: {ops.OPERATIONS_DATABASE}, made afresh for --operations")
     else:
         say_now("database: PINLOG_DATABASE_URL")
     secret = given.internal_secret.get_secret_value() if given.internal_secret else None
-    settings = offline_settings(database_url, secret)
+    settings = offline_settings(
+        database_url, secret, **(ops.WORKER_OVERRIDES if operations else {})
+    )
     await prepare_database(settings, say=say_now)
+    second = None
+    if operations:
+        if problem := await ops.refusal(settings):
+            print(problem)
+            return 2
+        second = await ops.prepare_second_worker(settings, say=say_now)
 
     jwt_secret = secrets.token_urlsafe(32)
     async with both_services(
-        settings, worker_port=port, core_port=core_port, jwt_secret=jwt_secret
+        settings,
+        worker_port=port,
+        core_port=core_port,
+        jwt_secret=jwt_secret,
+        second_worker=second,
+        second_worker_port=port + 2 if port else 0,
     ) as services:
-        say_now(f"services: worker on {services.worker_url}, core service on {services.core_url}")
+        workers = f"worker on {services.worker_url}"
+        if services.second_worker is not None:
+            workers = f"workers on {services.worker_url} and {services.second_worker.url}"
+        say_now(f"services: {workers}, core service on {services.core_url}")
         outcome, results, views = await feed_and_report(services, say=say_now)
         print()
         print(render_results(results))
@@ -235,9 +306,19 @@ async def run_demo(*, port: int, core_port: int, serve: bool, data_dir: Path) ->
             f"{len(results) - len(live)} replaced or deleted ({cancelled} CANCELLED); "
             f"{time.monotonic() - started:.1f} s from start to this table."
         )
+        operated = True
+        if second is not None:
+            print()
+            operated = await ops.run_operations(
+                services, settings, second, [line for line in outcome.lines if line.live],
+                jwt_secret=jwt_secret, say=say_now,
+            )  # fmt: skip
         if serve:
             tokens = await member_tokens(database_url, jwt_secret, {1, 2})
-            print(f"\ncore service on {services.core_url}, worker on {services.worker_url}")
+            worker = services.worker
+            if worker.stopped and services.second_worker is not None:
+                worker = services.second_worker  # the profile in use after the switch
+            print(f"\ncore service on {services.core_url}, worker on {worker.url}")
             print(f"database: {database_url}")
             for member_id in (1, 2):
                 # Valid for this run only: its signing key is a throwaway secret.
@@ -248,4 +329,4 @@ async def run_demo(*, port: int, core_port: int, serve: bool, data_dir: Path) ->
                 print(f"SECRET='{secret_value}'  # the worker's X-Internal-Secret")
             print("serving until Ctrl-C", flush=True)
             await services.closed()
-    return 0 if completed == len(live) else 1
+    return 0 if completed == len(live) and operated else 1

@@ -3,7 +3,9 @@
 Starlette + uvicorn in a background thread on ``127.0.0.1`` with an OS-assigned port; the code
 under test reaches it over TCP through the real ``openai`` SDK, so nothing is patched.
 
-- ``POST /v1/embeddings``: by default ``hash_embed(text, dimension)`` per input.
+- ``POST /v1/embeddings``: by default ``hash_embed(text, dimension)`` per input, where
+  ``dimension`` is the one set for the request's ``model`` (``set_model_dimension``: two
+  embedding models side by side, as during a profile switch), else the server's.
 - ``POST /v1/chat/completions``: by default selects the first id of the ``keywordId`` enum in
   the request's ``response_format`` schema with confidence 0.9 (``set_judge_selection`` changes
   that), ``unmatchedConcepts: []``, ``finish_reason: "stop"``.
@@ -202,13 +204,14 @@ class FakeOpenAI:
         self._server = self._thread = None
 
     def reset(self) -> None:
-        """Forget calls, requests and scripts; restore the default dimension and selection."""
+        """Forget calls, requests and scripts; restore the default dimensions and selection."""
         with self._lock:
             self._calls = {"embeddings": 0, "judge": 0}
             self._requests: dict[str, list[Any]] = {"embeddings": [], "judge": []}
             self._arrivals: dict[str, list[float]] = {"embeddings": [], "judge": []}
             self._scripts: dict[str, deque[Scripted]] = {"embeddings": deque(), "judge": deque()}
             self._dimension = self._default_dimension
+            self._model_dimensions: dict[str, int] = {}
             self._selection: JudgeSelectionFn | None = None
             self._faults: dict[str, Scripted | None] = {"embeddings": None, "judge": None}
             self._input_faults: list[tuple[str, Scripted]] = []
@@ -280,6 +283,15 @@ class FakeOpenAI:
         with self._lock:
             self._dimension = dimension
 
+    def set_model_dimension(self, model: str, dimension: int | None) -> None:
+        """Answer embedding requests naming ``model`` with vectors of ``dimension`` (``None``:
+        the server's dimension again); other models keep the server's."""
+        with self._lock:
+            if dimension is None:
+                self._model_dimensions.pop(model, None)
+            else:
+                self._model_dimensions[model] = dimension
+
     def set_judge_selection(self, fn: JudgeSelectionFn | None) -> None:
         """``fn(candidate_ids) -> selected items``; ``None`` restores the default."""
         with self._lock:
@@ -319,8 +331,11 @@ class FakeOpenAI:
 
     async def _embeddings(self, request: Request) -> Response:
         payload, scripted = await self._arrive("embeddings", request)
+        model = payload.get("model") if isinstance(payload, dict) else None
         with self._lock:
             dimension = self._dimension
+            if isinstance(model, str):
+                dimension = self._model_dimensions.get(model, dimension)
         return await self._answer(
             scripted,
             lambda: self._with_usage(

@@ -58,11 +58,19 @@ START_CONTEXT = compile_named("""
     SELECT p.embedding_status, p.keyword_status, p.owner_from_core, p.same_owner, p.same_text,
            p.text_from_core,
            (SELECT attempt FROM claimed) AS embedding_attempt,
-           e.embedding, e.embedding_profile
+           e.embedding, e.embedding_profile,
+           EXISTS (SELECT 1 FROM ai.context_embedding_backfill AS b
+                   WHERE b.embedding_profile = :embedding_profile
+                     AND b.context_id = p.context_id
+                     AND b.status IN ('PENDING', 'PROCESSING')) AS vector_coming
     FROM previous AS p
-    LEFT JOIN ai.context_embedding AS e
-           ON e.context_id = p.context_id AND e.embedding_profile = :embedding_profile
-          AND p.embedding_status = 'COMPLETED'
+    LEFT JOIN LATERAL (
+        SELECT v.embedding, v.embedding_profile
+        FROM ai.context_embedding AS v
+        WHERE v.context_id = p.context_id AND p.embedding_status = 'COMPLETED'
+        ORDER BY v.embedding_profile = :embedding_profile DESC
+        LIMIT 1
+    ) AS e ON true
 """)
 
 
@@ -75,8 +83,10 @@ class ContextStart:
     ``(dimension,)``) and ``embedding_profile`` are the stored vector when the embedding stage
     was ``COMPLETED``. ``same_owner`` is false when the request names another user or record
     than the reference (``owner_from_core``: the core's columns; else the first request's).
-    The vector is this worker's profile's (``None`` when the context has none under it,
-    e.g. embedded under another profile before a cutover).
+    The vector is this worker's profile's when the context has one (0060: a vector per
+    profile), else another profile's, which the stages treat as a mismatch (§5), unless
+    ``vector_coming``: a re-embedding backfill of this worker's profile has the context still
+    open, so its vector of this profile is on its way (a switch is under way).
     ``same_text`` is false when the request's text digest differs from the row's;
     ``text_from_core``: that digest is the one the core committed (0020), so the request is
     refused, else it is the first claiming request's and the mismatch is only reported.
@@ -91,6 +101,7 @@ class ContextStart:
     embedding_attempt: int | None
     embedding: np.ndarray | None
     embedding_profile: str | None
+    vector_coming: bool = False
 
     @property
     def anything_to_do(self) -> bool:
@@ -141,4 +152,5 @@ async def start(
         embedding_attempt=None if attempt is None else int(attempt),
         embedding=to_array(row["embedding"]),
         embedding_profile=row["embedding_profile"],
+        vector_coming=bool(row["vector_coming"]),
     )

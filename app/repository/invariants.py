@@ -72,8 +72,9 @@ BROKEN_PRESET_VECTORS = text(
     """
 )
 
-# The ai vector columns whose declared dimension (the type modifier) is not the configured one;
-# a column that declares none (-1: the preset vectors of every profile, 0050) is not one.
+# The ai vector columns the worker writes whose declared dimension (the type modifier) is not
+# the configured one; a column that declares none (-1: the vectors of every profile, 0050 and
+# 0060) is not one, nor the frozen keyword_preset.embedding (0050: written by nobody).
 VECTOR_COLUMNS_OF_OTHER_DIMENSION = text(
     """
     SELECT format('ai.%s.%s is %s', c.relname, a.attname,
@@ -82,7 +83,7 @@ VECTOR_COLUMNS_OF_OTHER_DIMENSION = text(
     FROM pg_catalog.pg_attribute a
     JOIN pg_catalog.pg_class c ON c.oid = a.attrelid
     JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
-    WHERE n.nspname = 'ai' AND c.relname IN ('context_embedding', 'keyword_preset')
+    WHERE n.nspname = 'ai' AND c.relname IN ('context_embedding', 'keyword_preset_embedding')
       AND a.attname = 'embedding' AND NOT a.attisdropped AND a.atttypmod <> :dimension
       AND a.atttypmod <> -1
     ORDER BY c.relname LIMIT :examples
@@ -112,6 +113,62 @@ EMBEDDINGS_OF_OTHER_PROFILE = text(
     """
 )
 
+# Legal: the stored context vectors by profile (more than one during a switch, 0060); one
+# example per profile, the total is the number of profiles.
+VECTORS_BY_PROFILE = text(
+    """
+    SELECT format('%s: %s live, %s hidden', embedding_profile,
+                  count(*) FILTER (WHERE NOT is_deleted), count(*) FILTER (WHERE is_deleted))
+               AS example,
+           count(*) OVER () AS total
+    FROM ai.context_embedding
+    GROUP BY embedding_profile
+    ORDER BY embedding_profile LIMIT :examples
+    """
+)
+
+# Legal: presets usable under each profile with vectors and that profile's list version
+# (pinlog_platform/preset_list.py's rule); the total is the number of profiles.
+PRESETS_BY_PROFILE = text(
+    """
+    SELECT format('%s: %s usable, list version %s', e.embedding_profile, count(*),
+                  max(p.version)) AS example,
+           count(*) OVER () AS total
+    FROM ai.keyword_preset_embedding AS e
+    JOIN ai.keyword_preset AS p ON p.id = e.preset_id AND e.preset_version = p.version
+    WHERE p.is_active AND p.visibility <> 'BLOCKED'
+    GROUP BY e.embedding_profile
+    ORDER BY e.embedding_profile LIMIT :examples
+    """
+)
+
+# Legal during a switch: contexts, not cancelled, whose embedding stage is COMPLETED but which
+# have no visible vector of this worker's profile (embedded under another: the backfill, or
+# the keyword stage, gives them one).
+COMPLETED_WITHOUT_VECTOR_OF_PROFILE = text(
+    """
+    SELECT s.context_id::text AS example, count(*) OVER () AS total
+    FROM ai.context_ai_state s
+    WHERE s.embedding_status = 'COMPLETED'
+      AND NOT EXISTS (SELECT 1 FROM ai.context_embedding e
+                      WHERE e.context_id = s.context_id AND e.embedding_profile = :profile
+                        AND NOT e.is_deleted)
+    ORDER BY s.context_id LIMIT :examples
+    """
+)
+
+# Legal: a re-embedding backfill in progress, rows by profile and status; the total is the
+# number of rows still open (PENDING or PROCESSING).
+BACKFILL_ROWS = text(
+    """
+    SELECT format('%s %s: %s', embedding_profile, status, count(*)) AS example,
+           sum(count(*) FILTER (WHERE status IN ('PENDING', 'PROCESSING'))) OVER () AS total
+    FROM ai.context_embedding_backfill
+    GROUP BY embedding_profile, status
+    ORDER BY embedding_profile, status LIMIT :examples
+    """
+)
+
 
 @dataclass(frozen=True, slots=True)
 class CheckResult:
@@ -126,4 +183,4 @@ async def run_check(
 ) -> CheckResult:
     """Run one check statement of this module; no rows means nothing offends."""
     rows = (await conn.execute(statement, {"examples": examples, **params})).all()
-    return CheckResult(rows[0].total if rows else 0, tuple(row.example for row in rows))
+    return CheckResult(int(rows[0].total) if rows else 0, tuple(row.example for row in rows))

@@ -1,7 +1,6 @@
 """Vectors of a context under one embedding profile, outside the live embedding stage: the
-re-embedding backfill (``ai.context_embedding_backfill``, 0060) and a completed context's
-missing vector under this worker's profile (docs/operations.md "Switching the embedding
-profile"; docs/contract.md §1, Deviation "vectors per profile").
+re-embedding backfill (``ai.context_embedding_backfill``, 0060; docs/operations.md "Switching
+the embedding profile"; docs/contract.md §1, Deviation "context vectors per profile").
 
 The backfill follows the contract's rules for a stage, on its own row (never the live
 stages' columns):
@@ -111,27 +110,6 @@ SETTLE_BACKFILL = compile_named("""
     RETURNING b.context_id
 """)
 
-# A completed context's vector under :embedding_profile, missing because the context was
-# embedded under another profile (the keyword stage needs one of its presets' profile):
-# stored while the embedding stage is COMPLETED (a cancellation wins), state row locked first.
-SAVE_PROFILE_VECTOR = compile_named("""
-    WITH live AS (
-        SELECT s.context_id
-        FROM ai.context_ai_state AS s
-        WHERE s.context_id = :context_id AND s.embedding_status = 'COMPLETED'
-        FOR UPDATE
-    )
-    INSERT INTO ai.context_embedding
-        (context_id, user_id, record_id, embedding, embedding_profile, updated_at)
-    SELECT context_id, CAST(:user_id AS bigint), CAST(:record_id AS bigint),
-           CAST(:embedding AS vector), CAST(:embedding_profile AS varchar), now()
-    FROM live
-    ON CONFLICT (context_id, embedding_profile) DO UPDATE SET
-        embedding = EXCLUDED.embedding,
-        updated_at = now()
-    RETURNING context_id
-""")
-
 
 @dataclass(frozen=True, slots=True)
 class BackfillClaim:
@@ -205,25 +183,3 @@ async def settle(
         attempts=[c.attempt for c in claims],
         reason=reason,
     )
-
-
-async def save_profile_vector(
-    stage_pool: StagePool,
-    *,
-    context_id: int,
-    user_id: int,
-    record_id: int,
-    embedding: np.ndarray,
-    embedding_profile: str,
-) -> bool:
-    """Store a completed context's missing vector under ``embedding_profile``; ``False`` when
-    its embedding stage is no longer ``COMPLETED`` (nothing written)."""
-    row = await stage_pool.fetch_row(
-        SAVE_PROFILE_VECTOR,
-        context_id=context_id,
-        user_id=user_id,
-        record_id=record_id,
-        embedding=embedding,
-        embedding_profile=embedding_profile,
-    )
-    return row is not None

@@ -76,8 +76,36 @@ CHECKS = (
     ),
     Check(
         "embeddings_of_other_profile",
-        "embeddings of another profile than the current one (never reused, §5)",
+        "embeddings of another profile than this worker's (kept for a switch or until "
+        "`pinlog-core reembed finish`, §5)",
         invariants.EMBEDDINGS_OF_OTHER_PROFILE,
+        violation=False,
+    ),
+    Check(
+        "vectors_by_profile",
+        "context vectors by embedding profile (the total is the number of profiles; more "
+        "than one during a switch, §1)",
+        invariants.VECTORS_BY_PROFILE,
+        violation=False,
+    ),
+    Check(
+        "presets_by_profile",
+        "usable presets by embedding profile and their list version (§4)",
+        invariants.PRESETS_BY_PROFILE,
+        violation=False,
+    ),
+    Check(
+        "completed_without_vector_of_profile",
+        "COMPLETED embeddings with no visible vector of this worker's profile (a switch's "
+        "remaining backfill, §1)",
+        invariants.COMPLETED_WITHOUT_VECTOR_OF_PROFILE,
+        violation=False,
+    ),
+    Check(
+        "backfill_rows",
+        "re-embedding backfill rows by profile and status (the total is the open ones; "
+        "`pinlog-core reembed status` shows the coverage)",
+        invariants.BACKFILL_ROWS,
         violation=False,
     ),
 )

@@ -7,10 +7,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from app.errors import DimensionMismatchError, WorkerError
+from app.errors import DimensionMismatchError
 from app.metrics import WorkerMetrics
 from app.providers.base import EmbeddingProvider
-from app.repository import profile_vectors, stage_saves
+from app.repository import stage_saves
 from app.repository.context_start import ContextStart
 from app.repository.stage_pool import StagePool
 from app.service import context_text
@@ -18,7 +18,7 @@ from app.service.provider_gate import ProviderGate
 from app.service.requests import ProcessRequest
 from app.service.stage_claim import run_claimed
 from app.service.stage_limits import StageLimits
-from pinlog_platform.states import CLAIMABLE, Stage, Status
+from pinlog_platform.states import Stage, Status
 
 logger = logging.getLogger(__name__)
 STAGE = Stage.EMBEDDING
@@ -69,15 +69,13 @@ class EmbeddingStage:
 
         Never raises: every error is settled by the §6 rules in ``stage_failure``.
         """
-        if start.embedding_status is Status.COMPLETED:
-            if start.embedding is not None and start.embedding_profile == self._profile:
-                self._counts.reused.inc()
-                return Embedded(start.embedding)
-            if start.keyword_status in CLAIMABLE:
-                # Embedded under another profile (before a cutover): the keyword stage needs
-                # this profile's vector to choose among this profile's presets.
-                return await self._embed_under_this_profile(request)
-            return None
+        if (
+            start.embedding_status is Status.COMPLETED
+            and start.embedding is not None
+            and start.embedding_profile == self._profile
+        ):
+            self._counts.reused.inc()
+            return Embedded(start.embedding)
         if start.embedding_attempt is None:
             if start.embedding_status in (Status.PENDING, Status.PROCESSING):
                 self._counts.not_claimed.inc()
@@ -97,9 +95,7 @@ class EmbeddingStage:
             attempt=start.embedding_attempt,
         )
 
-    async def _vector(self, request: ProcessRequest) -> np.ndarray:
-        """The note's vector (float32 ``(dimension,)``) from the provider, through its gate;
-        raises what the provider and gate raise, ``DimensionMismatchError`` for another shape."""
+    async def _produce_and_save(self, request: ProcessRequest, attempt: int) -> Embedded | None:
         text = context_text.prepare_for_embedding(
             request.text, max_chars=self._limits.max_input_chars
         )
@@ -109,37 +105,6 @@ class EmbeddingStage:
             raise DimensionMismatchError(
                 f"embedding dimension {vector.shape[-1]} differs from configured {self._dimension}"
             )
-        return vector
-
-    async def _embed_under_this_profile(self, request: ProcessRequest) -> Embedded | None:
-        """A completed context's missing vector under this profile, stored without touching
-        the live stage (``profile_vectors.save_profile_vector``). ``None`` when the provider
-        or database failed (WARNING; the keyword stage stays claimable and the rescan asks
-        again) or the context was cancelled meanwhile."""
-        try:
-            vector = await self._vector(request)
-            saved = await profile_vectors.save_profile_vector(
-                self._stage_pool,
-                context_id=request.context_id,
-                user_id=request.user_id,
-                record_id=request.record_id,
-                embedding=vector,
-                embedding_profile=self._profile,
-            )
-        except WorkerError as exc:
-            logger.warning(
-                "vector under this profile not made: context_id=%d cause=%s",
-                request.context_id,
-                type(exc).__name__,
-            )
-            return None
-        if not saved:
-            self._counts.discarded.inc()
-            return None
-        return Embedded(vector)
-
-    async def _produce_and_save(self, request: ProcessRequest, attempt: int) -> Embedded | None:
-        vector = await self._vector(request)
         saved = await stage_saves.save_embedding(
             self._stage_pool,
             context_id=request.context_id,

@@ -134,7 +134,7 @@ class ProfileBackfill:
         if not self._gate.available:
             raise BackfillRefused(
                 "embedding provider unavailable",
-                self._gate.retry_after_seconds or DEFAULT_RETRY_AFTER_SECONDS,
+                self._gate.retry_after_seconds() or DEFAULT_RETRY_AFTER_SECONDS,
             )
         async with self._slots:
             return await self._run(items)
@@ -162,7 +162,7 @@ class ProfileBackfill:
             settled = {*report.completed, *report.cancelled, *report.failed, *report.lost}
             await self._release([c for c in claims if c.context_id not in settled])
             self._count(report)
-            retry_after = self._gate.retry_after_seconds or DEFAULT_RETRY_AFTER_SECONDS
+            retry_after = self._gate.retry_after_seconds() or DEFAULT_RETRY_AFTER_SECONDS
             logger.warning("backfill batch put back: cause=%s", type(exc).__name__)
             raise BackfillRefused(type(exc).__name__, retry_after) from None
         self._count(report)

@@ -3,7 +3,9 @@
 The stored dimension is ``Settings.vector_dimension`` (model vectors shorter than it are
 zero-padded, ``app.providers.padding``); it must equal every ai.* column's declared dimension,
 otherwise each save would fail at the database. A column that declares none (the preset
-vectors, one set per profile: 0050) takes any. Migrations are not edited to fit a model.
+vectors, one set per profile: 0050; the context vectors: 0060) takes any. A frozen column,
+never written since its migration, binds nothing stored, so a profile of another dimension
+may run beside it. Migrations are not edited to fit a model.
 """
 
 from __future__ import annotations
@@ -16,6 +18,10 @@ from app.repository.db import autocommit
 
 # pgvector's type modifier of a column declared without a dimension.
 UNDECLARED = -1
+# Vector columns nobody writes any more (frozen by 0050, to be dropped).
+FROZEN_COLUMNS = frozenset({"keyword_preset.embedding"})
+# Columns no longer written (0050 froze them; a later migration drops them).
+FROZEN_COLUMNS = frozenset({"keyword_preset.embedding"})
 
 
 async def check_vector_columns(engine: AsyncEngine, stored_dimension: int) -> None:
@@ -25,7 +31,7 @@ async def check_vector_columns(engine: AsyncEngine, stored_dimension: int) -> No
     if not declared:
         raise ConfigurationError("no ai.* vector columns found: run `pinlog-ai db upgrade`")
     for name, dimension in declared.items():
-        if dimension not in (stored_dimension, UNDECLARED):
+        if name not in FROZEN_COLUMNS and dimension not in (stored_dimension, UNDECLARED):
             raise ConfigurationError(
                 f"ai.{name} is VECTOR({dimension}) but vectors are stored with dimension "
                 f"{stored_dimension} (PINLOG_VECTOR_DIMENSION)"

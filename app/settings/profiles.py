@@ -74,7 +74,8 @@ class ProfileSettings(BaseModel):
         default=1536,
         ge=1,
         le=16000,
-        description="Dimension of the ai.* VECTOR columns; shorter model vectors are zero-padded",
+        description="Dimension this worker stores its profile's vectors with (one per profile); "
+        "shorter model vectors are zero-padded",
     )
 
     @field_validator("embedding_profile")

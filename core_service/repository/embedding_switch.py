@@ -41,12 +41,16 @@ _SWITCH_COLUMNS = """profile_in_use, other_profile, state, rate_per_second, star
 READ_SWITCH = text("SELECT " + _SWITCH_COLUMNS + " FROM core.embedding_switch WHERE id = 1")
 
 # Begin backfilling :target beside the profile in use (:in_use when no row exists yet);
-# only from idle. Returns the row as it is after the statement, or nothing when refused.
+# only from idle, never to the profile in use (no row is proposed then: the table's CHECK
+# would refuse it before the conflict is seen). Returns the row as it is after the statement,
+# or nothing when refused.
 START_SWITCH = text(
     """
     INSERT INTO core.embedding_switch AS w
         (id, profile_in_use, other_profile, state, rate_per_second, started_at, next_batch_at)
-    VALUES (1, :in_use, :target, 'backfilling', :rate, now(), now())
+    SELECT 1, CAST(:in_use AS varchar), CAST(:target AS varchar), 'backfilling',
+           CAST(:rate AS int), now(), now()
+    WHERE CAST(:in_use AS varchar) <> CAST(:target AS varchar)
     ON CONFLICT (id) DO UPDATE SET
         other_profile = EXCLUDED.other_profile,
         state = 'backfilling',
@@ -134,20 +138,19 @@ SEED_BACKFILL = text(
     """
 )
 
-# The next :limit open rows of :profile to send to a worker: PENDING and not sent within
-# :resend_seconds, or PROCESSING past :expiry_seconds (a worker died holding them); marked
-# sent. Rows another core process is marking are skipped. With each, what the worker needs.
+# The next :limit open rows of :profile to send to a worker, not sent within :resend_seconds:
+# PENDING, or PROCESSING past :expiry_seconds (a worker died holding them); marked sent.
+# Rows another core process is marking are skipped. With each, what the worker needs.
 PROPOSE_BATCH = text(
     """
     WITH picked AS (
         SELECT b.context_id
         FROM ai.context_embedding_backfill AS b
         WHERE b.embedding_profile = :profile AND b.status IN ('PENDING', 'PROCESSING')
-          AND ((b.status = 'PENDING'
-                AND (b.requested_at IS NULL
-                     OR b.requested_at < now() - make_interval(secs => :resend_seconds)))
-               OR (b.status = 'PROCESSING'
-                   AND b.updated_at < now() - make_interval(secs => :expiry_seconds)))
+          AND (b.requested_at IS NULL
+               OR b.requested_at < now() - make_interval(secs => :resend_seconds))
+          AND (b.status = 'PENDING'
+               OR b.updated_at < now() - make_interval(secs => :expiry_seconds))
         ORDER BY b.context_id
         LIMIT :limit
         FOR UPDATE SKIP LOCKED
@@ -165,13 +168,14 @@ PROPOSE_BATCH = text(
     """
 )
 
-# Rows of a batch no worker took: sendable again at once.
+# Rows of a batch no worker took: sendable again at once (a PROCESSING one only once past
+# the processing expiry, as before it was sent).
 UNMARK_BATCH = text(
     """
     UPDATE ai.context_embedding_backfill
     SET requested_at = NULL
     WHERE embedding_profile = :profile AND context_id = ANY(CAST(:context_ids AS bigint[]))
-      AND status = 'PENDING'
+      AND status IN ('PENDING', 'PROCESSING')
     """
 )
 

@@ -210,8 +210,15 @@ async def cut_over(
         )
     async with autocommit(engine) as conn:
         row = await embedding_switch.cut_over(conn)
-    if row is None:
-        raise ReembedRefused("the switch changed meanwhile: look at `pinlog-core reembed status`")
+        if row is None:
+            raise ReembedRefused(
+                "the switch changed meanwhile: look at `pinlog-core reembed status`"
+            )
+        # Notes embedded under the previous profile in the last seconds get their vector of
+        # the new one proposed now, not at the loop's next seeding.
+        await embedding_switch.seed(conn, profile=row.profile_in_use, completed_only=True)
+        assert row.other_profile is not None  # cut_over (0061's CHECK)
+        await embedding_switch.seed(conn, profile=row.other_profile, completed_only=False)
     return row
 
 

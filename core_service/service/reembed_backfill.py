@@ -37,6 +37,7 @@ from core_service.metrics import CoreMetrics
 from core_service.repository import embedding_switch
 from core_service.repository.db import autocommit
 from core_service.repository.embedding_switch import BackfillSource
+from core_service.service import reembed
 from core_service.service.pause import PauseSwitch
 from core_service.service.process_requests import retry_after
 from core_service.service.worker_endpoints import WorkerEndpoints, WorkerUnanswered
@@ -55,6 +56,10 @@ IDLE_SECONDS = 5.0
 SEED_SECONDS = 10.0
 # A batch's whole answer: one provider call for up to MAX_BATCH notes and their saves.
 BATCH_DEADLINE_SECONDS = 60.0
+# How often the switch's gauges are refreshed (seconds): one coverage statement over the live
+# contexts; less often while no switch runs.
+GAUGE_SECONDS = 15.0
+GAUGE_IDLE_SECONDS = 60.0
 # Backoff when no worker took a batch and none said how long to wait (seconds).
 REFUSED_BACKOFF_SECONDS = 2.0
 
@@ -69,6 +74,7 @@ class ReembedBackfill:
         pause: PauseSwitch,
         metrics: CoreMetrics,
         *,
+        configured_profile: str,
         resend_seconds: float,
         expiry_seconds: float,
         max_batch: int = MAX_BATCH,
@@ -77,17 +83,22 @@ class ReembedBackfill:
         self._endpoints = endpoints
         self._pause = pause
         self._metrics = metrics
+        self._configured = configured_profile
         self._resend_seconds = resend_seconds
         self._expiry_seconds = expiry_seconds
         self._max_batch = max_batch
         self._seeded_at = -SEED_SECONDS
         self._not_before = 0.0  # monotonic: the workers asked to wait until then
         self._in_flight: set[asyncio.Task[None]] = set()
+        self._gauges_at = -GAUGE_IDLE_SECONDS
+        self._gauge_period = GAUGE_SECONDS
+        self._seen_profiles: set[str] = set()
 
     async def run_forever(self, stop: asyncio.Event) -> None:
         try:
             while not stop.is_set():
                 try:
+                    await self._refresh_gauges()
                     wait = await self.pass_once()
                 except Exception:
                     logger.exception("backfill pass failed; continuing")
@@ -191,6 +202,29 @@ class ReembedBackfill:
                 )
         except CoreError as exc:
             logger.warning("backfill rows left for the resend delay (%s)", type(exc).__name__)
+
+    async def _refresh_gauges(self) -> None:
+        """The switch's state, coverage and vectors per profile, every ``GAUGE_SECONDS``."""
+        if time.monotonic() - self._gauges_at < self._gauge_period:
+            return
+        self._gauges_at = time.monotonic()
+        try:
+            report = await reembed.status(self._engine, configured=self._configured)
+        except CoreError as exc:
+            logger.warning("switch gauges not refreshed (%s)", type(exc).__name__)
+            return
+        for state in ("idle", "backfilling", "ready", "cut_over"):
+            self._metrics.reembed_state.labels(state).set(1 if report.state == state else 0)
+        for kind, value in (("total", report.total), ("done", report.done),
+                            ("failed", report.failed_total),
+                            ("missing_in_use", report.missing_in_use)):  # fmt: skip
+            self._metrics.reembed_contexts.labels(kind).set(value)
+        for profile in self._seen_profiles - set(report.vectors):
+            self._metrics.embedding_vectors.labels(profile).set(0)
+        for profile, counts in report.vectors.items():
+            self._metrics.embedding_vectors.labels(profile).set(counts["live"])
+        self._seen_profiles |= set(report.vectors)
+        self._gauge_period = GAUGE_IDLE_SECONDS if report.state == "idle" else GAUGE_SECONDS
 
     def _count(self, answer: object) -> None:
         if not isinstance(answer, dict):

@@ -17,9 +17,11 @@ from app.service.vector_columns import check_vector_columns
 from tests.worker.support import (
     DIMENSION,
     PROFILE,
+    context_vectors_declared,
     make_embedding,
     make_keyword,
     make_preset,
+    make_preset_vector,
     make_state,
 )
 
@@ -77,7 +79,13 @@ async def test_clean_database_reports_nothing(engine) -> None:
     report = await _examine(engine)
 
     assert report.violations == 0
-    assert {f.check.name: f.total for f in report.findings} == {c.name: 0 for c in CHECKS}
+    # Information about a healthy database: one profile's vectors and presets, nothing else.
+    expected = {c.name: 0 for c in CHECKS} | {"vectors_by_profile": 1, "presets_by_profile": 1}
+    assert {f.check.name: f.total for f in report.findings} == expected
+    assert report.by_name("vectors_by_profile").examples == (f"{PROFILE}: 1 live, 1 hidden",)
+    assert report.by_name("presets_by_profile").examples == (
+        f"{PROFILE}: 1 usable, list version 1",
+    )
 
 
 async def test_each_violation_and_information_is_reported_with_examples(engine) -> None:
@@ -95,6 +103,13 @@ async def test_each_violation_and_information_is_reported_with_examples(engine) 
         "vector_column_dimension": (0, ()),
         "keywords_of_unfinished_stage": (2, ("61", "71")),
         "embeddings_of_other_profile": (1, ("71",)),
+        "vectors_by_profile": (
+            2,
+            (f"{PROFILE}: 3 live, 0 hidden", "old-model-1536-cosine-v1: 1 live, 0 hidden"),
+        ),
+        "presets_by_profile": (1, (f"{PROFILE}: 2 usable, list version 1",)),
+        "completed_without_vector_of_profile": (2, ("21", "71")),
+        "backfill_rows": (0, ()),
     }
     assert report.violations == 6
 
@@ -112,18 +127,65 @@ async def test_examples_stop_at_five_and_the_count_does_not(engine) -> None:
 async def test_configured_dimension_against_columns_and_presets(engine) -> None:
     await make_preset(engine, preset_id=1)
 
+    # The written vector columns declare no dimension since 0060 (one per profile), and the
+    # frozen preset column (0050) is written by nobody: any stored dimension fits.
     report = await _examine(engine, dimension=768)
-
-    columns = report.by_name("vector_column_dimension")
-    assert columns.total == 2
-    assert columns.examples == (
-        "ai.context_embedding.embedding is vector(1536)",
-        "ai.keyword_preset.embedding is vector(1536)",
-    )
+    assert report.by_name("vector_column_dimension").total == 0
     assert report.by_name("broken_preset_vectors").examples == ("1",)
-    with pytest.raises(ConfigurationError, match=r"with dimension 768 \(PINLOG_VECTOR_DIMENSION\)"):
-        await check_vector_columns(engine, 768)
-    await check_vector_columns(engine, DIMENSION)
+    await check_vector_columns(engine, 768)
+
+    # A schema that still declares one (before 0060) is checked against the setting.
+    async with context_vectors_declared(engine, 1536):
+        columns = (await _examine(engine, dimension=768)).by_name("vector_column_dimension")
+        assert columns.examples == ("ai.context_embedding.embedding is vector(1536)",)
+        with pytest.raises(
+            ConfigurationError, match=r"with dimension 768 \(PINLOG_VECTOR_DIMENSION\)"
+        ):
+            await check_vector_columns(engine, 768)
+        await check_vector_columns(engine, DIMENSION)
+
+
+async def test_a_switch_in_progress_is_reported_by_profile(engine) -> None:
+    """Two profiles' vectors and presets, and the backfill's rows by status (0060)."""
+    other = "local-small-256-cosine-v1"
+    await make_preset(engine, preset_id=1)
+    async with engine.begin() as conn:
+        await make_preset_vector(
+            conn, preset_id=1, profile=other, embedding=np.ones(256, np.float32)
+        )
+    for context_id in (1, 2, 3):
+        await make_state(engine, context_id=context_id, embedding_status="COMPLETED")
+        await make_embedding(engine, context_id=context_id)
+    await make_embedding(engine, context_id=1, profile=other, embedding=np.ones(256, np.float32))
+    async with engine.begin() as conn:
+        await conn.execute(
+            text(
+                "INSERT INTO ai.context_embedding_backfill (embedding_profile, context_id, status) "
+                "VALUES (:p, 1, 'COMPLETED'), (:p, 2, 'PENDING'), (:p, 3, 'PROCESSING')"
+            ),
+            {"p": other},
+        )
+
+    report = await _examine(engine)
+
+    assert report.violations == 0
+    assert report.by_name("vectors_by_profile").examples == (
+        f"{PROFILE}: 3 live, 0 hidden",
+        f"{other}: 1 live, 0 hidden",
+    )
+    assert report.by_name("presets_by_profile").total == 2
+    backfill = report.by_name("backfill_rows")
+    assert backfill.total == 2
+    assert backfill.examples == (
+        f"{other} COMPLETED: 1",
+        f"{other} PENDING: 1",
+        f"{other} PROCESSING: 1",
+    )
+    # Seen from a worker of the other profile, two contexts still lack its vector.
+    seen_from_other = await examine(
+        engine, dimension=256, profile=other, processing_expiry_seconds=EXPIRY
+    )
+    assert seen_from_other.by_name("completed_without_vector_of_profile").examples == ("2", "3")
 
 
 async def test_doctor_writes_nothing(engine) -> None:

@@ -7,7 +7,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -205,6 +206,27 @@ async def cancel_context(engine: AsyncEngine, *, context_id: int) -> None:
             ),
             {"id": context_id},
         )
+
+
+@asynccontextmanager
+async def context_vectors_declared(engine: AsyncEngine, dimension: int) -> AsyncIterator[None]:
+    """``ai.context_embedding.embedding`` declared ``VECTOR(dimension)`` for the block, as a
+    schema before 0060 declared it (the table must hold no vector of another dimension), then
+    undeclared again."""
+    async with engine.begin() as conn:
+        await conn.execute(
+            text(
+                "ALTER TABLE ai.context_embedding ALTER COLUMN embedding "
+                "TYPE vector(" + str(int(dimension)) + ")"
+            )
+        )
+    try:
+        yield
+    finally:
+        async with engine.begin() as conn:
+            await conn.execute(
+                text("ALTER TABLE ai.context_embedding ALTER COLUMN embedding TYPE vector")
+            )
 
 
 async def fetch_state(engine: AsyncEngine, context_id: int) -> tuple[str, str]:

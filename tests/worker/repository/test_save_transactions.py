@@ -99,8 +99,10 @@ async def test_embedding_save_without_state_row_is_discarded(engine, stage_pool)
 
 
 async def test_embedding_upsert_keeps_is_deleted_true(engine, stage_pool):
-    # A row the core side already marked deleted, then a reclaimed stage saves again.
+    # A row the core side already marked deleted, then a reclaimed stage saves again; a
+    # vector of another profile (a switch, 0060) is a row of its own and stays as it was.
     await make_state(engine, context_id=1, embedding_status="PROCESSING")
+    await make_embedding(engine, context_id=1, is_deleted=True, profile=PROFILE)
     await make_embedding(
         engine, context_id=1, is_deleted=True, profile="old-profile-1536-cosine-v1"
     )
@@ -109,9 +111,18 @@ async def test_embedding_upsert_keeps_is_deleted_true(engine, stage_pool):
     assert await save_embedding(stage_pool, attempt=0) is True
 
     async with engine.connect() as conn:
-        row = (await conn.execute(text("SELECT * FROM ai.context_embedding"))).one()
-    assert row.is_deleted is True
-    assert row.embedding_profile == PROFILE
+        rows = (
+            await conn.execute(
+                text(
+                    "SELECT embedding_profile, is_deleted FROM ai.context_embedding "
+                    "ORDER BY embedding_profile"
+                )
+            )
+        ).all()
+    assert [(r.embedding_profile, r.is_deleted) for r in rows] == [
+        (PROFILE, True),
+        ("old-profile-1536-cosine-v1", True),
+    ]
 
 
 async def test_save_waiting_on_a_cancelling_transaction_sees_cancelled_and_discards(

@@ -11,10 +11,18 @@ from app.main import create_app
 from app.providers.factory import build_embedding_provider
 from app.repository.db import to_array
 from app.service.preset_loader import load_presets, read_preset_file
+from app.service.vector_columns import check_vector_columns
 from app.settings import USE_PROFILE, Settings
 from tests.worker.harness import SECRET, running_worker
 from tests.worker.support import PROFILE as HASHING_PROFILE
-from tests.worker.support import count_rows, fetch_state, make_embedding, make_state, vector
+from tests.worker.support import (
+    context_vectors_declared,
+    count_rows,
+    fetch_state,
+    make_embedding,
+    make_state,
+    vector,
+)
 
 PETS_NOTE = "강아지랑 같이 들어갈 수 있는 카페라 자주 감"
 
@@ -127,9 +135,13 @@ async def test_offline_search_finds_the_note_by_meaning(engine, offline_settings
 
 
 async def test_startup_fails_when_vectors_do_not_fit_the_column(engine, migrated_database):
-    """The stored dimension (PINLOG_VECTOR_DIMENSION) must equal every ai.* column's."""
+    """The stored dimension (PINLOG_VECTOR_DIMENSION) must equal every declared dimension of
+    a column the worker writes; since 0060 none declares one (one dimension per profile), so
+    a worker of another stored dimension starts."""
     app = create_app(_offline(migrated_database, vector_dimension=1024))
+    async with context_vectors_declared(engine, 1536):
+        with pytest.raises(ConfigurationError, match=r"VECTOR\(1536\).*dimension 1024"):
+            async with app.router.lifespan_context(app):
+                pass
 
-    with pytest.raises(ConfigurationError, match=r"VECTOR\(1536\).*dimension 1024"):
-        async with app.router.lifespan_context(app):
-            pass
+    await check_vector_columns(engine, 1024)

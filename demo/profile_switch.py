@@ -1,0 +1,190 @@
+"""``pinlog-ai demo --operations``, part 2: switching the embedding profile as docs/operations.md
+"Switching the embedding profile" describes it, from the offline encoder's profile to the
+hashing encoder's (``OFFLINE_PROFILE``), on the demo's notes.
+
+The second worker (hashing embedder and similarity judge, both offline) has served beside the
+first since the start, listed after it in the core's ``PINLOG_CORE_WORKER_BASE_URL``. Each step
+is what a ``pinlog-core reembed`` command runs, here in this process: the presets loaded under
+the new profile, ``start``, ``status`` until ready (the core service's own backfill loop does
+the embedding), ``cut_over`` and the keywords judged again under the new profile (the path of
+``reprocess keywords``), a search through the core's client API, then the old worker stops and
+``finish`` removes the old profile's vectors.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Sequence
+
+import httpx
+from fastapi import FastAPI
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from app.service.preset_loader import PresetFile
+from app.settings import OFFLINE_EMBEDDING_MODEL, OFFLINE_PROFILE, Settings
+from core_service.repository.db import create_engine as create_core_engine
+from core_service.service import reembed
+from core_service.service.profile_in_use import PROPAGATION_SECONDS
+from core_service.service.worker_readiness import ReadinessReader
+from demo.feed import ContextLine, member_tokens
+from demo.preset_reclassification import rejudged
+from demo.run import RunningServices, Say, embed_presets, offline_settings
+from demo.table import shorten
+
+# The second worker's providers: the hashing encoder and the similarity judge, with the
+# thresholds of bench/keyword_quality.py's hashing+similarity pair.
+HASHING_WORKER: dict[str, object] = {
+    "embedding_provider": "hashing",
+    "embedding_model": OFFLINE_EMBEDDING_MODEL,
+    "embedding_dimension": 1536,
+    "embedding_profile": OFFLINE_PROFILE,
+    "judge_provider": "similarity",
+    "keyword_top_k": 10,
+    "keyword_similarity_floor": 0.12,
+    "judge_similarity_threshold": 0.15,
+}
+RATE = 50  # contexts embedded a second by the backfill
+BACKFILL_WAIT_SECONDS = 120.0
+STATUS_POLL_SECONDS = 1.0
+SEARCH_MEMBER = 1
+# The hashing encoder compares characters, and the core's cuts for a profile without measured
+# ones are the production cuts (floor 0.30): a query sharing words with a note finds it.
+SEARCH_QUERY = "혼자 와인 한 잔"
+NOTE_WIDTH = 24
+
+
+def hashing_worker_settings(settings: Settings) -> Settings:
+    """The second worker: ``settings``' database, secret and preset refresh, the hashing
+    encoder's profile and the similarity judge."""
+    return offline_settings(
+        settings.database_url,
+        settings.internal_secret.get_secret_value(),
+        presets_refresh_seconds=settings.presets_refresh_seconds,
+        **HASHING_WORKER,
+    )
+
+
+async def switch_profile(
+    services: RunningServices,
+    new_worker: Settings,
+    preset_file: PresetFile,
+    lines: Sequence[ContextLine],
+    *,
+    jwt_secret: str,
+    say: Say,
+) -> bool:
+    """The whole switch (module docstring), one line per step; whether the search was
+    answered from the new profile and every note was judged again under it."""
+    assert services.second_worker is not None
+    old, new = services.core_settings.embedding_profile, new_worker.embedding_profile
+    report = await embed_presets(new_worker, preset_file)
+    state = "embedded and stored" if report.changed else "already stored"
+    say(f"switch: presets load under {new}: {state} (list version {report.version})")
+    engine = create_core_engine(services.core_settings.database_url, pool_size=2)
+    reader = ReadinessReader(services.core_settings.worker_base_urls)
+    new_app = services.second_worker.app
+    try:
+        started, calls = time.monotonic(), _embedding_calls(new_app)
+        row = await reembed.start(
+            engine, await reader.read_all(), configured=old, target=new, rate=RATE
+        )
+        say(f"switch: reembed start: backfilling {row.other_profile} beside "
+            f"{row.profile_in_use} at {RATE} contexts a second")  # fmt: skip
+        status = await _until_ready(engine, old, say)
+        backfill_seconds = time.monotonic() - started
+        calls = _embedding_calls(new_app) - calls
+        profiles = {services.worker.app: old, new_app: new}
+        answered, found = await _search(services, profiles, lines, jwt_secret=jwt_secret)
+        say(f'switch: search "{SEARCH_QUERY}" as member {SEARCH_MEMBER} through the core '
+            f"before the cutover: answered by the worker of {answered}; {found}")  # fmt: skip
+        row = await reembed.cut_over(engine, await reader.read_all(), configured=old, force=False)
+        say(f"switch: reembed cutover: profile in use {row.profile_in_use}; "
+            f"{row.other_profile} kept complete until finish")  # fmt: skip
+        await asyncio.sleep(PROPAGATION_SECONDS)  # as the command: every core process on it
+        judged_at = time.monotonic()
+        judged, after = await rejudged(services.core_settings, lines)
+        say(f"switch: keywords judged again under {new}: {judged.reset} notes in "
+            f"{time.monotonic() - judged_at:.1f} s (after {PROPAGATION_SECONDS:g} s for every "
+            "core process to use the new profile)")  # fmt: skip
+        answered, found = await _search(services, profiles, lines, jwt_secret=jwt_secret)
+        say(f"switch: the same search after the cutover: answered by the worker of {answered}; "
+            f"{found}")  # fmt: skip
+        # The old worker goes before its preset vectors do: left running, it would warn at
+        # every preset refresh that none is usable under its profile.
+        await services.worker.stop()
+        row, removed = await reembed.finish(engine, keep_old=False)
+        say(f"switch: the worker of {old} stopped; reembed finish: {removed} rows of it removed "
+            f"(note vectors, backfill rows, preset vectors), profile in use "
+            f"{row.profile_in_use}")  # fmt: skip
+        say(f"switch: {status.done} notes embedded under {new} in {calls} provider call(s), "
+            f"backfill {backfill_seconds:.1f} s, {time.monotonic() - started:.1f} s from start "
+            "to finish")  # fmt: skip
+    finally:
+        await reader.aclose()
+        await engine.dispose()
+    return (
+        answered == new
+        and judged.reset == judged.total
+        and all(r.keyword_status == "COMPLETED" for r in after)
+    )
+
+
+async def _until_ready(engine: AsyncEngine, configured: str, say: Say) -> reembed.ReembedStatus:
+    """``reembed status`` every second until the backfill is complete, a line whenever the
+    count of embedded notes changed."""
+    said = -1
+    async with asyncio.timeout(BACKFILL_WAIT_SECONDS):
+        while True:
+            status = await reembed.status(engine, configured=configured)
+            if status.done != said or status.state == "ready":
+                failed = f", {status.failed_total} failed" if status.failed_total else ""
+                say(f"switch: reembed status: {status.state}, {status.done}/{status.total} "
+                    f"embedded{failed}")  # fmt: skip
+                said = status.done
+            if status.state == "ready":
+                return status
+            await asyncio.sleep(STATUS_POLL_SECONDS)
+
+
+async def _search(
+    services: RunningServices,
+    profiles: dict[FastAPI, str],
+    lines: Sequence[ContextLine],
+    *,
+    jwt_secret: str,
+) -> tuple[str, str]:
+    """A member's search through the core's client API; the profile of the worker app of
+    ``profiles`` that answered it (its count of answered searches moved) and a summary of
+    the results."""
+    before = {app: _searches(app) for app in profiles}
+    tokens = await member_tokens(services.core_settings.database_url, jwt_secret, {SEARCH_MEMBER})
+    async with httpx.AsyncClient(base_url=services.core_url, timeout=10) as http:
+        response = await http.post(
+            "/api/v1/search",
+            json={"query": SEARCH_QUERY, "limit": 5},
+            headers={"Authorization": tokens[SEARCH_MEMBER]},
+        )
+    response.raise_for_status()
+    results = response.json()["results"]
+    answered = [profile for app, profile in profiles.items() if _searches(app) > before[app]]
+    summary = f"{len(results)} result(s)"
+    if results:
+        top = results[0]
+        note = {line.context_id: line.text for line in lines}.get(top["contextId"], "?")
+        summary += (f", best context {top['contextId']} ({shorten(note, NOTE_WIDTH)}, "
+                    f"similarity {top['similarity']:.2f})")  # fmt: skip
+    return " and ".join(answered) or "no worker", summary
+
+
+def _embedding_calls(app: FastAPI) -> int:
+    """Embedding provider calls the worker ``app`` made so far (answered ones)."""
+    registry = app.state.metrics.registry
+    labels = {"provider": "embedding", "outcome": "ok"}
+    return int(registry.get_sample_value("pinlog_provider_call_seconds_count", labels) or 0)
+
+
+def _searches(app: FastAPI) -> int:
+    """Searches the worker ``app`` answered (200)."""
+    registry = app.state.metrics.registry
+    return int(registry.get_sample_value("pinlog_search_seconds_count", {"outcome": "ok"}) or 0)

@@ -1,0 +1,557 @@
+"""The embedding-profile switch's statements (``core_service/repository/embedding_switch.py``,
+0060 and 0061; docs/operations.md "Switching the embedding profile"): every transition of the
+switch row from every state, guarded in its WHERE clause, with one winner when two operators
+race; the backfill rows the core seeds, proposes and unmarks (live contexts only, in id order,
+disjoint between concurrent proposals); the coverage figures; the shared pace of the batch
+slots, measured against the clock with two engines taking at once; and the stale judgments a
+cutover leaves for ``keyword_reprocess``."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+from sqlalchemy import text
+
+from core_service.repository import embedding_switch, keyword_reprocess
+from core_service.repository.db import autocommit, create_engine, transaction
+from core_service.repository.embedding_switch import BackfillSource
+from core_service.service import reembed
+from tests.core import support as facts
+from tests.core.harness import bearer
+from tests.worker.harness import PROFILE
+from tests.worker.support import make_embedding
+
+TARGET = "local-use-multilingual-v3-512-cosine-v1"
+THIRD = "other-model-1536-cosine-v1"
+# Long enough that a row sent in a test is never due for resending within it (seconds).
+RESEND = 600.0
+EXPIRY = 600.0
+
+
+@pytest.fixture(autouse=True)
+async def _no_switch(engine):
+    """The switch row and the backfill rows are not among the suite's cleaned tables: each
+    test starts and ends without them."""
+    await forget_switch(engine)
+    yield
+    await forget_switch(engine)
+
+
+async def forget_switch(engine) -> None:
+    async with engine.begin() as conn:
+        await conn.execute(text("TRUNCATE core.embedding_switch, ai.context_embedding_backfill"))
+
+
+async def created(core, body: str, *, member: int = 1, place: str = "place-1") -> tuple[int, int]:
+    """A note saved through the core's API: (record id, context id)."""
+    response = await core.create(member, body, place=place)
+    assert response.status_code in (200, 201), response.text
+    return response.json()["recordId"], response.json()["contextId"]
+
+
+async def judged(core, engine, body: str, *, place: str, profile: str = PROFILE, **kw) -> int:
+    """A note whose stages completed with a vector of ``profile``; its context id."""
+    record_id, context_id = await created(core, body, place=place)
+    await facts.make_judged(
+        engine, context_id=context_id, user_id=1, record_id=record_id, profile=profile, **kw
+    )
+    return context_id
+
+
+async def add_vector(engine, context_id: int, profile: str, *, hidden: bool = False) -> None:
+    """A vector of ``profile`` for the context (``hidden``: ``is_deleted``), as a worker of
+    that profile saves it."""
+    note = await facts.context(engine, context_id)
+    await make_embedding(
+        engine,
+        context_id=context_id,
+        user_id=note.member_id,
+        record_id=note.record_id,
+        profile=profile,
+        is_deleted=hidden,
+    )
+
+
+async def backfill_rows(engine, profile: str) -> dict[int, tuple[str, bool]]:
+    """``{context_id: (status, sent)}`` of ``profile``'s backfill rows."""
+    async with engine.connect() as conn:
+        rows = await conn.execute(
+            text(
+                "SELECT context_id, status, requested_at IS NOT NULL AS sent "
+                "FROM ai.context_embedding_backfill WHERE embedding_profile = :p"
+            ),
+            {"p": profile},
+        )
+        return {row.context_id: (row.status, row.sent) for row in rows}
+
+
+async def set_backfill(engine, profile: str, context_id: int, **columns: object) -> None:
+    """Write ``columns`` of one backfill row; ``*_ago`` values are seconds before now."""
+    assignments, params = [], {"p": profile, "id": context_id}
+    for name, value in columns.items():
+        if name.endswith("_ago"):
+            column = name.removesuffix("_ago")
+            assignments.append(f"{column} = now() - make_interval(secs => :{column})")
+            params[column] = float(value)
+        else:
+            assignments.append(f"{name} = :{name}")
+            params[name] = value
+    async with engine.begin() as conn:
+        await conn.execute(
+            text(
+                f"UPDATE ai.context_embedding_backfill SET {', '.join(assignments)} "
+                "WHERE embedding_profile = :p AND context_id = :id"
+            ),
+            params,
+        )
+
+
+async def switch_row(engine):
+    async with engine.connect() as conn:
+        return await embedding_switch.read(conn)
+
+
+# --- transitions -----------------------------------------------------------------------------
+
+
+async def _put_switch_in(engine, state: str | None) -> None:
+    """The switch row in ``state`` by the statements themselves: ``None`` no row, ``idle``
+    rolled back before a cutover, ``backfilling`` started, ``cut_over`` cut over (PROFILE to
+    TARGET)."""
+    if state is None:
+        return
+    async with autocommit(engine) as conn:
+        assert await embedding_switch.start(conn, in_use=PROFILE, target=TARGET, rate=50)
+        if state == "idle":
+            assert await embedding_switch.roll_back(conn)
+        elif state == "cut_over":
+            assert await embedding_switch.cut_over(conn)
+
+
+OPERATIONS = {
+    "start": lambda conn: embedding_switch.start(conn, in_use=PROFILE, target=TARGET, rate=7),
+    "start_third": lambda conn: embedding_switch.start(conn, in_use=PROFILE, target=THIRD, rate=7),
+    "start_in_use": lambda conn: embedding_switch.start(
+        conn, in_use=PROFILE, target=PROFILE, rate=7
+    ),
+    "cut_over": embedding_switch.cut_over,
+    "roll_back": embedding_switch.roll_back,
+    "finish": embedding_switch.finish,
+}
+# (state before, operation) -> (state, profile in use, other profile) after; None: refused,
+# the row unchanged. "start_in_use" names the profile in use as the target.
+TRANSITIONS = {
+    (None, "start"): ("backfilling", PROFILE, TARGET),
+    (None, "start_third"): ("backfilling", PROFILE, THIRD),
+    (None, "start_in_use"): None,
+    (None, "cut_over"): None,
+    (None, "roll_back"): None,
+    (None, "finish"): None,
+    ("idle", "start"): ("backfilling", PROFILE, TARGET),
+    ("idle", "start_third"): ("backfilling", PROFILE, THIRD),
+    ("idle", "start_in_use"): None,
+    ("idle", "cut_over"): None,
+    ("idle", "roll_back"): None,
+    ("idle", "finish"): ("idle", PROFILE, None),
+    ("backfilling", "start"): None,
+    ("backfilling", "start_third"): None,
+    ("backfilling", "start_in_use"): None,
+    ("backfilling", "cut_over"): ("cut_over", TARGET, PROFILE),
+    ("backfilling", "roll_back"): ("idle", PROFILE, TARGET),
+    ("backfilling", "finish"): None,
+    ("cut_over", "start"): None,
+    ("cut_over", "start_third"): None,
+    ("cut_over", "start_in_use"): None,
+    ("cut_over", "cut_over"): None,
+    ("cut_over", "roll_back"): ("idle", PROFILE, TARGET),
+    ("cut_over", "finish"): ("idle", TARGET, None),
+}
+
+
+@pytest.mark.parametrize(("before", "operation"), list(TRANSITIONS), ids=str)
+async def test_every_operation_from_every_state(engine, before, operation):
+    await _put_switch_in(engine, before)
+    row_before = await switch_row(engine)
+
+    async with autocommit(engine) as conn:
+        returned = await OPERATIONS[operation](conn)
+
+    expected = TRANSITIONS[(before, operation)]
+    row_after = await switch_row(engine)
+    if expected is None:
+        assert returned is None
+        assert row_after == row_before
+        return
+    assert returned == row_after
+    assert (row_after.state, row_after.profile_in_use, row_after.other_profile) == expected
+    if operation.startswith("start"):
+        assert row_after.rate_per_second == 7
+        assert row_after.started_at is not None and row_after.cut_over_at is None
+    if operation == "cut_over":
+        assert row_after.cut_over_at is not None
+
+
+async def test_two_starts_on_separate_connections_without_a_row_have_one_winner(engine):
+    """The first insert is not committed when the second arrives: the second waits for it,
+    then finds a switch under way and is refused."""
+    async with engine.connect() as first:
+        await first.begin()
+        won = await embedding_switch.start(first, in_use=PROFILE, target=TARGET, rate=50)
+        second = asyncio.create_task(_start_alone(engine, THIRD))
+        await facts.lock_waiters_reach(engine, 1)
+        await first.commit()
+    lost = await asyncio.wait_for(second, 5)
+
+    assert won is not None and lost is None
+    row = await switch_row(engine)
+    assert (row.state, row.profile_in_use, row.other_profile) == ("backfilling", PROFILE, TARGET)
+
+
+async def _start_alone(engine, target: str):
+    async with autocommit(engine) as conn:
+        return await embedding_switch.start(conn, in_use=PROFILE, target=target, rate=50)
+
+
+@pytest.mark.parametrize("operation", ["start", "cut_over"])
+async def test_two_operators_racing_on_the_row_get_one_winner(engine, operation):
+    """Both statements queue on the switch row behind a blocker; whichever goes first wins,
+    the other is refused by its guard, and the profiles swap once."""
+    await _put_switch_in(engine, "idle" if operation == "start" else "backfilling")
+    if operation == "start":
+        calls = [_start_alone(engine, TARGET), _start_alone(engine, THIRD)]
+    else:
+        calls = [_cut_over_alone(engine), _cut_over_alone(engine)]
+
+    async with engine.connect() as blocker:
+        blocking = await blocker.begin()
+        await blocker.execute(text("SELECT 1 FROM core.embedding_switch FOR UPDATE"))
+        racing = [asyncio.create_task(call) for call in calls]
+        await facts.lock_waiters_reach(engine, 2)
+        await blocking.rollback()
+        results = await asyncio.wait_for(asyncio.gather(*racing), 5)
+
+    winners = [row for row in results if row is not None]
+    assert len(winners) == 1 and results.count(None) == 1
+    row = await switch_row(engine)
+    assert row == winners[0]
+    if operation == "start":
+        assert (row.state, row.profile_in_use) == ("backfilling", PROFILE)
+        assert row.other_profile in (TARGET, THIRD)
+    else:
+        assert (row.state, row.profile_in_use, row.other_profile) == ("cut_over", TARGET, PROFILE)
+
+
+async def _cut_over_alone(engine):
+    async with autocommit(engine) as conn:
+        return await embedding_switch.cut_over(conn)
+
+
+# --- seed, coverage, failures ----------------------------------------------------------------
+
+
+async def test_seed_proposes_live_contexts_without_a_vector_and_coverage_counts_them(
+    engine, core_with_fake_worker
+):
+    core = core_with_fake_worker
+    only_in_use = await judged(core, engine, "지금 프로필만", place="p1")
+    both = await judged(core, engine, "두 프로필 다", place="p2")
+    await add_vector(engine, both, TARGET)
+    _, pending = await created(core, "아직 임베딩 전", place="p3")
+    hidden_target = await judged(core, engine, "숨은 새 벡터", place="p4")
+    await add_vector(engine, hidden_target, TARGET, hidden=True)
+    only_target = await judged(core, engine, "새 프로필만", place="p5", profile=TARGET)
+    # Not live: a deleted note (its record lives on), a deleted record, a withdrawn member.
+    deleted = await judged(core, engine, "지운 메모", place="p1")
+    response = await core.client.delete(f"/api/v1/contexts/{deleted}", headers=bearer(1))
+    assert response.status_code == 204
+    record_gone, under_deleted_record = await created(core, "지운 기록", place="p6")
+    await created(core, "지운 기록 둘", place="p6")
+    response = await core.client.delete(f"/api/v1/records/{record_gone}", headers=bearer(1))
+    assert response.status_code == 204
+    _, withdrawn = await created(core, "탈퇴 회원", member=2, place="p7")
+    assert (await core.client.delete("/api/v1/members/me", headers=bearer(2))).status_code == 204
+    assert (await facts.state(engine, deleted)).statuses == ("CANCELLED", "CANCELLED")
+    assert (await facts.state(engine, under_deleted_record)).statuses == ("CANCELLED", "CANCELLED")
+    live = {only_in_use, both, pending, hidden_target, only_target}
+
+    async with autocommit(engine) as conn:
+        seeded_target = await embedding_switch.seed(conn, profile=TARGET, completed_only=False)
+        seeded_in_use = await embedding_switch.seed(conn, profile=PROFILE, completed_only=True)
+        again = await embedding_switch.seed(conn, profile=TARGET, completed_only=False)
+        covered = await embedding_switch.coverage(
+            conn, profile=TARGET, in_use=PROFILE, window_seconds=60
+        )
+
+    assert set(await backfill_rows(engine, TARGET)) == {only_in_use, pending, hidden_target}
+    assert seeded_target == 3 and again == 0
+    # The profile in use: only completed embeddings lacking its vector (the pending note is
+    # embedded by its own live stage).
+    assert await backfill_rows(engine, PROFILE) == {only_target: ("PENDING", False)}
+    assert seeded_in_use == 1
+    assert len(live) == 5 and withdrawn not in live
+    assert covered == embedding_switch.Coverage(
+        total=5, done=2, missing_in_use=1, completed_recently=0
+    )
+
+
+async def test_coverage_counts_recent_completions_and_failures_by_reason(
+    engine, core_with_fake_worker
+):
+    core = core_with_fake_worker
+    ids = [await judged(core, engine, f"메모 {n}", place=f"p{n}") for n in range(6)]
+    recent, earlier, too_long, unknown, failed_with_vector, still_open = ids
+    deleted_failed = await judged(core, engine, "지운 실패", place="p0")
+    async with autocommit(engine) as conn:
+        assert await embedding_switch.seed(conn, profile=TARGET, completed_only=False) == 7
+    for context_id in (recent, earlier, failed_with_vector):
+        await add_vector(engine, context_id, TARGET)
+    await set_backfill(engine, TARGET, recent, status="COMPLETED")
+    await set_backfill(engine, TARGET, earlier, status="COMPLETED", updated_at_ago=120)
+    await set_backfill(engine, TARGET, too_long, status="FAILED", failure_reason="input_too_long")
+    await set_backfill(engine, TARGET, unknown, status="FAILED")
+    await set_backfill(engine, TARGET, failed_with_vector, status="FAILED", failure_reason="x")
+    await set_backfill(engine, TARGET, deleted_failed, status="FAILED", failure_reason="gone")
+    response = await core.client.delete(f"/api/v1/contexts/{deleted_failed}", headers=bearer(1))
+    assert response.status_code == 204
+
+    async with autocommit(engine) as conn:
+        covered = await embedding_switch.coverage(
+            conn, profile=TARGET, in_use=PROFILE, window_seconds=60
+        )
+        failed = await embedding_switch.failed_by_reason(conn, profile=TARGET)
+        vectors = await embedding_switch.vectors_by_profile(conn)
+
+    assert covered == embedding_switch.Coverage(
+        total=6, done=3, missing_in_use=0, completed_recently=1
+    )
+    # A failure whose context got its vector after all is done, not failed; a deleted
+    # context's failure counts nowhere.
+    assert failed == {"input_too_long": 1, "unknown": 1}
+    assert (await backfill_rows(engine, TARGET))[still_open] == ("PENDING", False)
+    assert vectors == {PROFILE: (6, 1), TARGET: (3, 0)}
+
+
+# --- proposals -------------------------------------------------------------------------------
+
+
+async def _seeded(core, engine, count: int) -> list[int]:
+    """``count`` live notes under the profile in use, each with an open backfill row of
+    TARGET; their context ids, ascending."""
+    ids = [await judged(core, engine, f"채울 메모 {n}", place=f"p{n}") for n in range(count)]
+    async with autocommit(engine) as conn:
+        assert await embedding_switch.seed(conn, profile=TARGET, completed_only=False) == count
+    return sorted(ids)
+
+
+async def _propose(engine, limit: int, *, resend: float = RESEND, expiry: float = EXPIRY):
+    async with autocommit(engine) as conn:
+        return await embedding_switch.propose(
+            conn, profile=TARGET, limit=limit, resend_seconds=resend, expiry_seconds=expiry
+        )
+
+
+async def test_proposals_come_in_id_order_and_are_marked_sent(engine, core_with_fake_worker):
+    ids = await _seeded(core_with_fake_worker, engine, 6)
+
+    first = await _propose(engine, 4)
+    second = await _propose(engine, 4)
+    third = await _propose(engine, 4)
+
+    assert [s.context_id for s in first] == ids[:4]
+    assert [s.context_id for s in second] == ids[4:]
+    assert third == []
+    context = await facts.context(engine, ids[0])
+    assert first[0] == BackfillSource(ids[0], context.member_id, context.record_id, context.body)
+    assert await backfill_rows(engine, TARGET) == {i: ("PENDING", True) for i in ids}
+    # Another profile's rows are not this profile's proposals.
+    async with autocommit(engine) as conn:
+        other = await embedding_switch.propose(
+            conn, profile=THIRD, limit=10, resend_seconds=RESEND, expiry_seconds=EXPIRY
+        )
+    assert other == []
+
+
+async def test_unmarked_resend_due_and_expired_rows_are_proposed_again_once(
+    engine, core_with_fake_worker
+):
+    ids = await _seeded(core_with_fake_worker, engine, 6)
+    unmarked, resend_due, expired, held, done, failed = ids
+    assert len(await _propose(engine, 10)) == 6
+    long_ago = {"requested_at_ago": RESEND + 5}
+    await set_backfill(engine, TARGET, resend_due, **long_ago)
+    # Sent long ago and claimed by a worker that died: past the processing expiry.
+    await set_backfill(
+        engine, TARGET, expired, status="PROCESSING", updated_at_ago=EXPIRY + 5, **long_ago
+    )
+    # Claimed by a worker still within the expiry: its own, however long ago it was sent.
+    await set_backfill(
+        engine, TARGET, held, status="PROCESSING", updated_at_ago=EXPIRY - 60, **long_ago
+    )
+    await set_backfill(engine, TARGET, done, status="COMPLETED", **long_ago)
+    await set_backfill(engine, TARGET, failed, status="FAILED", **long_ago)
+    async with autocommit(engine) as conn:
+        await embedding_switch.unmark(conn, profile=TARGET, context_ids=[unmarked])
+
+    again = await _propose(engine, 10)
+    right_after = await _propose(engine, 10)
+    async with autocommit(engine) as conn:
+        # No worker took them: sendable again at once, the claimed one only past its expiry.
+        await embedding_switch.unmark(conn, profile=TARGET, context_ids=[expired, held])
+    after_unmark = await _propose(engine, 10)
+
+    assert [s.context_id for s in again] == [unmarked, resend_due, expired]
+    # Marked sent, the reclaimed row too: two sends of one row never overlap.
+    assert right_after == []
+    assert [s.context_id for s in after_unmark] == [expired]
+    rows = await backfill_rows(engine, TARGET)
+    assert (rows[held], rows[expired]) == (("PROCESSING", False), ("PROCESSING", True))
+
+
+async def test_concurrent_proposals_return_disjoint_rows(engine, core_with_fake_worker):
+    """A proposal whose transaction is still open holds its rows: another process's proposal
+    skips them at once instead of waiting, and neither sees the other's afterwards."""
+    ids = await _seeded(core_with_fake_worker, engine, 7)
+    async with engine.connect() as holding:
+        await holding.begin()
+        held = await embedding_switch.propose(
+            holding, profile=TARGET, limit=3, resend_seconds=RESEND, expiry_seconds=EXPIRY
+        )
+        meanwhile = await asyncio.wait_for(_propose(engine, 3), 2)
+        await holding.commit()
+    rest = await _propose(engine, 10)
+    after = await _propose(engine, 10)
+
+    assert [s.context_id for s in held] == ids[:3]
+    assert [s.context_id for s in meanwhile] == ids[3:6]
+    assert [s.context_id for s in rest] == ids[6:]
+    assert after == []
+
+
+# --- the shared pace -------------------------------------------------------------------------
+
+RATE = 40
+MAX_BATCH = 4  # a slot every MAX_BATCH / RATE = 0.1 s
+MEASURED_SECONDS = 3.0
+
+
+async def _take_until(engine, deadline: float, grants: list[tuple[float, int]]) -> None:
+    """Take slots as a replica's loop does, as often as possible, until ``deadline``."""
+    while time.monotonic() < deadline:
+        async with autocommit(engine) as conn:
+            slot = await embedding_switch.take_batch_slot(conn, max_batch=MAX_BATCH)
+        if slot is not None:
+            grants.append((time.monotonic(), slot.batch))
+        else:
+            await asyncio.sleep(0.005)  # polling the shared row, as the loop does
+
+
+async def test_two_replicas_together_take_rate_contexts_a_second(engine, migrated_database):
+    replicas = [create_engine(migrated_database, pool_size=2) for _ in range(2)]
+    try:
+        async with autocommit(engine) as conn:
+            await embedding_switch.start(conn, in_use=PROFILE, target=TARGET, rate=RATE)
+        grants: list[tuple[float, int]] = []
+        started = time.monotonic()
+        deadline = started + MEASURED_SECONDS
+        await asyncio.gather(
+            *(_take_until(replica, deadline, grants) for replica in replicas for _ in range(2))
+        )
+    finally:
+        for replica in replicas:
+            await replica.dispose()
+
+    assert {batch for _, batch in grants} == {MAX_BATCH}
+    granted = sum(batch for _, batch in grants)
+    # One slot is due at the start, then one every 0.1 s: RATE * 3 + one batch.
+    expected = RATE * MEASURED_SECONDS + MAX_BATCH
+    assert abs(granted - expected) <= 0.1 * expected, (granted, expected)
+    # Evenly: no half of the window got much more than the other.
+    halves = [sum(b for t, b in grants if (t - started < MEASURED_SECONDS / 2) == first)
+              for first in (True, False)]  # fmt: skip
+    assert abs(halves[0] - halves[1]) <= 3 * MAX_BATCH, halves
+
+
+async def test_at_most_one_second_of_credit_is_saved_up(engine):
+    async with autocommit(engine) as conn:
+        await embedding_switch.start(conn, in_use=PROFILE, target=TARGET, rate=RATE)
+        await conn.execute(
+            text("UPDATE core.embedding_switch SET next_batch_at = now() - interval '1 hour'")
+        )
+    grants: list[tuple[float, int]] = []
+    started = time.monotonic()
+    await _take_until(engine, started + 0.5, grants)
+    elapsed = time.monotonic() - started
+
+    granted = sum(batch for _, batch in grants)
+    # An idle hour is worth one second at most: RATE, plus the pace of the time measured.
+    assert RATE <= granted <= RATE * (1 + elapsed) + 2 * MAX_BATCH, (granted, elapsed)
+
+
+async def test_no_slot_while_idle_and_none_before_it_is_due(engine):
+    async with autocommit(engine) as conn:
+        assert await embedding_switch.take_batch_slot(conn, max_batch=64) is None
+        assert await embedding_switch.seconds_until_slot(conn) is None
+        await embedding_switch.start(conn, in_use=PROFILE, target=TARGET, rate=2)
+        slot = await embedding_switch.take_batch_slot(conn, max_batch=64)
+        refused = await embedding_switch.take_batch_slot(conn, max_batch=64)
+        wait = await embedding_switch.seconds_until_slot(conn)
+        await embedding_switch.roll_back(conn)
+        after_rollback = await embedding_switch.take_batch_slot(conn, max_batch=64)
+
+    assert slot == embedding_switch.BatchSlot(PROFILE, TARGET, 2)  # a batch is the rate at most
+    assert refused is None
+    assert 0.9 < wait <= 1.0  # 2 contexts at 2 a second
+    assert after_rollback is None
+
+
+# --- judgments after a cutover ---------------------------------------------------------------
+
+
+async def test_after_a_cutover_judgments_of_the_previous_profile_are_stale_and_reset(
+    engine, core_with_fake_worker
+):
+    core = core_with_fake_worker
+    previous = await judged(core, engine, "이전 프로필로 판정", place="p1")
+    unrecorded = await judged(core, engine, "프로필 기록 없음", place="p2")
+    current = await judged(core, engine, "새 프로필로 판정", place="p3")
+    for context_id in (previous, unrecorded, current):
+        await add_vector(engine, context_id, TARGET)
+    async with engine.begin() as conn:
+        for context_id, profile in ((previous, PROFILE), (current, TARGET)):
+            await conn.execute(
+                text(
+                    "UPDATE ai.context_keyword_analysis SET embedding_profile = :p "
+                    "WHERE context_id = :id"
+                ),
+                {"p": profile, "id": context_id},
+            )
+    async with autocommit(engine) as conn:
+        await embedding_switch.start(conn, in_use=PROFILE, target=TARGET, rate=50)
+        await embedding_switch.cut_over(conn)
+    in_use = await reembed.profile_in_use(engine, configured=PROFILE)
+
+    async with transaction(engine) as conn:
+        stale = await keyword_reprocess.count_stale(conn, profile=in_use, version=1)
+        selected = await keyword_reprocess.select_stale(
+            conn, profile=in_use, version=1, after=0, limit=100
+        )
+        reset = await keyword_reprocess.reset_keyword_stages(
+            conn, [previous, unrecorded, current], profile=in_use, version=1
+        )
+
+    assert in_use == TARGET
+    # NULL: judged before the profile was recorded, so under the profile then in use: not
+    # stale by profile (``reembed start`` stamps such rows before a switch).
+    assert (stale, selected, reset) == (1, [previous], [previous])
+    assert (await facts.state(engine, previous)).statuses == ("COMPLETED", "PENDING")
+    for context_id in (unrecorded, current):
+        assert (await facts.state(engine, context_id)).statuses == ("COMPLETED", "COMPLETED")
+    # Under the profile before the cutover, the same list: nothing is stale but the
+    # judgment made under the new profile.
+    async with autocommit(engine) as conn:
+        before = await keyword_reprocess.select_stale(
+            conn, profile=PROFILE, version=1, after=0, limit=100
+        )
+    assert before == [current]

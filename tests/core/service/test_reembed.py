@@ -1,0 +1,634 @@
+"""``pinlog-core reembed`` as operations (``core_service/service/reembed.py``) and the core's
+backfill loop (``core_service/service/reembed_backfill.py``); docs/operations.md "Switching
+the embedding profile". Notes are saved through a real core app; the workers are real local
+HTTP servers (``FakeWorker`` for readiness, ``BackfillWorker`` below for the backfill route),
+read and called over TCP."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import pytest
+from prometheus_client import generate_latest
+from sqlalchemy import text
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route
+
+from core_service.metrics import CoreMetrics
+from core_service.repository import embedding_switch
+from core_service.repository.db import autocommit
+from core_service.service import pause as dispatch_pause
+from core_service.service import reembed
+from core_service.service.pause import PauseSwitch
+from core_service.service.reembed import ReembedRefused
+from core_service.service.reembed_backfill import BACKFILL_PATH, ReembedBackfill
+from core_service.service.worker_endpoints import WorkerEndpoints
+from core_service.service.worker_readiness import ReadinessReader, WorkerReadiness
+from core_service.service.worker_routing import ProfileRouting
+from tests.core import support as facts
+from tests.core.repository.test_embedding_switch import (
+    TARGET,
+    THIRD,
+    add_vector,
+    backfill_rows,
+    created,
+    forget_switch,
+    judged,
+    set_backfill,
+)
+from tests.worker.harness import PROFILE, SECRET, sample_value, serving
+from tests.worker.support import make_preset, make_preset_vector
+
+# The keys of ``reembed status --json``, in order (docs/operations.md, step 4).
+STATUS_KEYS = [
+    "profile_in_use",
+    "target_profile",
+    "previous_profile",
+    "backfill_profile",
+    "state",
+    "total",
+    "done",
+    "failed",
+    "missing_in_use",
+    "rate_per_second",
+    "configured_rate",
+    "eta_seconds",
+    "vectors",
+]
+
+
+@pytest.fixture(autouse=True)
+async def _no_switch(engine):
+    await forget_switch(engine)
+    yield
+    await forget_switch(engine)
+
+
+class BackfillWorker:
+    """A worker instance of one embedding profile, served on loopback. ``GET /readyz``
+    reports the profile (ready); ``POST /internal/v1/backfill/embed`` records each batch and
+    answers as the worker does: 409 for another profile, 503 with ``Retry-After`` while
+    ``busy_retry_after`` is set, else 200 with the counts (every context completed). It
+    writes nothing: the rows stay as the core left them."""
+
+    def __init__(self, profile: str) -> None:
+        self.profile = profile
+        self.batches: list[dict[str, Any]] = []
+        self.busy_retry_after: str | None = None
+        self.base_url = ""
+        self.app = Starlette(
+            routes=[
+                Route(BACKFILL_PATH, self._backfill, methods=["POST"]),
+                Route("/readyz", self._readyz, methods=["GET"]),
+            ]
+        )
+
+    def context_ids(self) -> list[list[int]]:
+        return [[c["contextId"] for c in batch["contexts"]] for batch in self.batches]
+
+    async def _readyz(self, _request: Request) -> JSONResponse:
+        available = {"available": True, "retryAfterSeconds": None, "reason": None}
+        return JSONResponse(
+            {"status": "ready", "mode": "online", "profile": self.profile, "presetVersion": 1,
+             "providers": {"embedding": available, "judge": available}}
+        )  # fmt: skip
+
+    async def _backfill(self, request: Request) -> JSONResponse:
+        if request.headers.get("X-Internal-Secret") != SECRET:
+            return JSONResponse({"detail": "unauthorized"}, status_code=401)
+        body = await request.json()
+        self.batches.append(body)
+        if body["embeddingProfile"] != self.profile:
+            return JSONResponse({"detail": "another profile"}, status_code=409)
+        if self.busy_retry_after is not None:
+            return JSONResponse(
+                {"detail": "backfill refused: busy"},
+                status_code=503,
+                headers={"Retry-After": self.busy_retry_after},
+            )
+        counts = {"completed": len(body["contexts"]), "cancelled": 0, "failed": 0,
+                  "notClaimed": 0, "lost": 0}  # fmt: skip
+        return JSONResponse(counts)
+
+
+@asynccontextmanager
+async def backfill_workers(*profiles: str) -> AsyncIterator[list[BackfillWorker]]:
+    """One ``BackfillWorker`` per profile, each on its own port."""
+    workers = [BackfillWorker(profile) for profile in profiles]
+    async with serving(workers[0].app) as first:
+        workers[0].base_url = first
+        if len(workers) == 1:
+            yield workers
+            return
+        async with serving(workers[1].app) as second:
+            workers[1].base_url = second
+            yield workers
+
+
+async def readings(*workers) -> list[WorkerReadiness]:
+    reader = ReadinessReader([worker.base_url for worker in workers])
+    try:
+        return await reader.read_all()
+    finally:
+        await reader.aclose()
+
+
+async def analysis_profiles(engine) -> dict[int, str | None]:
+    async with engine.connect() as conn:
+        rows = await conn.execute(
+            text("SELECT context_id, embedding_profile FROM ai.context_keyword_analysis")
+        )
+        return dict(rows.all())
+
+
+async def start(engine, workers, *, target: str = TARGET, rate: int = 50):
+    return await reembed.start(
+        engine, await readings(*workers), configured=PROFILE, target=target, rate=rate
+    )
+
+
+# --- start -----------------------------------------------------------------------------------
+
+
+async def test_start_refuses_without_a_ready_worker_of_the_target_or_its_presets(
+    engine, core_with_fake_worker, fake_worker
+):
+    context_id = await judged(core_with_fake_worker, engine, "판정된 메모", place="p1")
+    target_worker = BackfillWorker(TARGET)
+    async with serving(target_worker.app) as base_url:
+        target_worker.base_url = base_url
+        with pytest.raises(ReembedRefused, match="no listed worker serves profile") as no_worker:
+            await start(engine, [fake_worker])
+        fake_worker.profile, fake_worker.ready = TARGET, False
+        with pytest.raises(ReembedRefused, match="no listed worker serves profile"):
+            await start(engine, [fake_worker])
+        fake_worker.profile, fake_worker.ready = PROFILE, True
+        with pytest.raises(ReembedRefused, match="no preset is usable under profile"):
+            await start(engine, [fake_worker, target_worker])
+        with pytest.raises(ReembedRefused, match="already in use"):
+            await start(engine, [fake_worker, target_worker], target=PROFILE)
+        # Refused: nothing written, not even the stamps.
+        assert await analysis_profiles(engine) == {context_id: None}
+        assert await embedding_switch_row(engine) is None
+
+        await make_preset(engine, preset_id=1, profile=TARGET)
+        row = await start(engine, [fake_worker, target_worker])
+        with pytest.raises(ReembedRefused, match="a switch is backfilling"):
+            await start(engine, [fake_worker, target_worker])
+
+    assert no_worker.value.details == (
+        f"{fake_worker.base_url}: profile {PROFILE}, list version 1, ready",
+    )
+    assert (row.state, row.profile_in_use, row.other_profile) == ("backfilling", PROFILE, TARGET)
+    assert (await embedding_switch_row(engine)).other_profile == TARGET
+
+
+async def embedding_switch_row(engine):
+    async with engine.connect() as conn:
+        return await embedding_switch.read(conn)
+
+
+async def test_start_stamps_unrecorded_judgments_and_proposes_every_live_context(
+    engine, core_with_fake_worker
+):
+    core = core_with_fake_worker
+    unrecorded = await judged(core, engine, "프로필 기록 없음", place="p1")
+    recorded = await judged(core, engine, "기록된 판정", place="p2")
+    _, pending = await created(core, "아직 임베딩 전", place="p3")
+    only_target = await judged(core, engine, "새 프로필만", place="p4", profile=TARGET)
+    async with engine.begin() as conn:
+        await conn.execute(
+            text(
+                "UPDATE ai.context_keyword_analysis SET embedding_profile = :p "
+                "WHERE context_id = ANY(CAST(:ids AS bigint[]))"
+            ),
+            {"p": THIRD, "ids": [recorded, only_target]},
+        )
+    await make_preset(engine, preset_id=1, profile=TARGET)
+
+    async with backfill_workers(TARGET) as workers:
+        row = await start(engine, workers, rate=25)
+
+    assert (row.state, row.rate_per_second) == ("backfilling", 25)
+    # Judgments without a profile were made under the one in use; recorded ones keep theirs.
+    assert await analysis_profiles(engine) == {
+        unrecorded: PROFILE,
+        recorded: THIRD,
+        only_target: THIRD,
+    }
+    assert set(await backfill_rows(engine, TARGET)) == {unrecorded, recorded, pending}
+    # The profile in use lacks the vector of a completed embedding made under the target.
+    assert set(await backfill_rows(engine, PROFILE)) == {only_target}
+
+
+async def test_two_starts_racing_get_one_switch_and_one_refusal(engine, core_with_fake_worker):
+    """Both commands pass every check and queue behind an uncommitted switch row; the first
+    to get it starts the switch, the other is refused by the statement's guard."""
+    await judged(core_with_fake_worker, engine, "메모", place="p1")
+    await make_preset(engine, preset_id=1, profile=TARGET)
+    await make_preset_vector_of(engine, THIRD)
+    async with backfill_workers(TARGET, THIRD) as workers:
+        ready = await readings(*workers)
+        async with engine.connect() as blocker:
+            await blocker.begin()
+            await blocker.execute(
+                text(
+                    "INSERT INTO core.embedding_switch (id, profile_in_use, state) "
+                    "VALUES (1, :p, 'idle')"
+                ),
+                {"p": PROFILE},
+            )
+            racing = [
+                asyncio.create_task(
+                    _outcome(reembed.start(engine, ready, configured=PROFILE, target=t, rate=9))
+                )
+                for t in (TARGET, THIRD)
+            ]
+            await facts.lock_waiters_reach(engine, 2)
+            await blocker.commit()
+        outcomes = await asyncio.wait_for(asyncio.gather(*racing), 10)
+
+    rows = [o for o in outcomes if not isinstance(o, ReembedRefused)]
+    refusals = [o for o in outcomes if isinstance(o, ReembedRefused)]
+    assert len(rows) == 1 and len(refusals) == 1
+    assert "a switch is backfilling" in str(refusals[0])
+    assert await embedding_switch_row(engine) == rows[0]
+
+
+async def make_preset_vector_of(engine, profile: str) -> None:
+    """Preset 1 (made before) usable under ``profile`` too."""
+    async with engine.begin() as conn:
+        await make_preset_vector(conn, preset_id=1, profile=profile)
+
+
+async def _outcome(call):
+    try:
+        return await call
+    except ReembedRefused as refused:
+        return refused
+
+
+# --- status ----------------------------------------------------------------------------------
+
+
+async def test_status_follows_the_switch_from_idle_to_ready_to_cut_over(
+    engine, core_with_fake_worker
+):
+    core = core_with_fake_worker
+    ids = [await judged(core, engine, f"메모 {n}", place=f"p{n}") for n in range(5)]
+    recent, earlier, too_long, rejected, open_row = ids
+    await make_preset(engine, preset_id=1, profile=TARGET)
+
+    idle = (await reembed.status(engine, configured=PROFILE)).as_json()
+    async with backfill_workers(TARGET) as workers:
+        await start(engine, workers, rate=20)
+    started = (await reembed.status(engine, configured=PROFILE)).as_json()
+
+    for context_id in (recent, earlier):
+        await add_vector(engine, context_id, TARGET)
+    await set_backfill(engine, TARGET, recent, status="COMPLETED")
+    await set_backfill(engine, TARGET, earlier, status="COMPLETED", updated_at_ago=300)
+    await set_backfill(engine, TARGET, too_long, status="FAILED", failure_reason="input_too_long")
+    await set_backfill(engine, TARGET, rejected, status="FAILED", failure_reason="rejected")
+    filling = (await reembed.status(engine, configured=PROFILE)).as_json()
+
+    await add_vector(engine, open_row, TARGET)
+    await set_backfill(engine, TARGET, open_row, status="COMPLETED")
+    ready = await reembed.status(engine, configured=PROFILE)
+    async with backfill_workers(TARGET) as workers:
+        await reembed.cut_over(engine, await readings(*workers), configured=PROFILE, force=False)
+    cut_over = (await reembed.status(engine, configured=PROFILE)).as_json()
+
+    for status in (idle, started, filling, ready.as_json(), cut_over):
+        assert list(status) == STATUS_KEYS
+    assert idle == {
+        "profile_in_use": PROFILE, "target_profile": None, "previous_profile": None,
+        "backfill_profile": None, "state": "idle", "total": 5, "done": 5, "failed": {},
+        "missing_in_use": 0, "rate_per_second": 0.0, "configured_rate": None,
+        "eta_seconds": 0.0, "vectors": {PROFILE: {"live": 5, "hidden": 0}},
+    }  # fmt: skip
+    assert started == {
+        **idle, "target_profile": TARGET, "backfill_profile": TARGET, "state": "backfilling",
+        "done": 0, "configured_rate": 20, "eta_seconds": None,
+    }  # fmt: skip
+    # One completion within the minute: 1/60 a second; 1 context left at that pace.
+    assert filling == {
+        **started, "done": 2, "failed": {"input_too_long": 1, "rejected": 1},
+        "rate_per_second": 0.02, "eta_seconds": 60.0,
+        "vectors": {PROFILE: {"live": 5, "hidden": 0}, TARGET: {"live": 2, "hidden": 0}},
+    }  # fmt: skip
+    assert (ready.state, ready.done, ready.failed_total, ready.total) == ("ready", 3, 2, 5)
+    assert ready.complete and ready.eta_seconds == 0.0
+    # After the cutover the previous profile is the one kept complete (and measured).
+    assert cut_over == {
+        **ready.as_json(), "profile_in_use": TARGET, "target_profile": TARGET,
+        "previous_profile": PROFILE, "backfill_profile": PROFILE, "state": "cut_over",
+        "done": 5, "failed": {}, "missing_in_use": 2, "rate_per_second": 0.0,
+        "eta_seconds": 0.0,
+    }  # fmt: skip
+
+
+# --- cutover, rollback, finish ---------------------------------------------------------------
+
+
+async def _switched(core, engine, workers, count: int = 2, rate: int = 50) -> list[int]:
+    """``count`` judged notes, the switch started to TARGET (presets loaded); their context
+    ids, ascending."""
+    ids = [await judged(core, engine, f"메모 {n}", place=f"p{n}") for n in range(count)]
+    await make_preset(engine, preset_id=1, profile=TARGET)
+    await start(engine, workers, rate=rate)
+    return sorted(ids)
+
+
+async def test_cutover_waits_for_the_backfill_unless_forced_and_for_a_ready_worker(
+    engine, core_with_fake_worker, fake_worker
+):
+    async with backfill_workers(TARGET) as workers:
+        with pytest.raises(ReembedRefused, match="nothing to cut over: the switch is idle"):
+            await reembed.cut_over(engine, await readings(*workers), configured=PROFILE,
+                                   force=True)  # fmt: skip
+        ids = await _switched(core_with_fake_worker, engine, workers)
+        target_ready = await readings(*workers)
+    with pytest.raises(ReembedRefused, match="backfill not complete: 0 of 2 done, 0 failed"):
+        await reembed.cut_over(engine, target_ready, configured=PROFILE, force=False)
+    await add_vector(engine, ids[0], TARGET)
+    await set_backfill(engine, TARGET, ids[1], status="FAILED", failure_reason="input_too_long")
+    with pytest.raises(ReembedRefused, match=f"no listed worker serves profile {TARGET}"):
+        await reembed.cut_over(engine, await readings(fake_worker), configured=PROFILE,
+                               force=False)  # fmt: skip
+    assert (await embedding_switch_row(engine)).state == "backfilling"
+
+    row = await reembed.cut_over(engine, target_ready, configured=PROFILE, force=False)
+
+    assert (row.state, row.profile_in_use, row.other_profile) == ("cut_over", TARGET, PROFILE)
+    assert await reembed.profile_in_use(engine, configured=PROFILE) == TARGET
+
+
+async def test_a_forced_cutover_before_the_backfill_is_done(engine, core_with_fake_worker):
+    async with backfill_workers(TARGET) as workers:
+        await _switched(core_with_fake_worker, engine, workers)
+        row = await reembed.cut_over(engine, await readings(*workers), configured=PROFILE,
+                                     force=True)  # fmt: skip
+    assert (row.state, row.profile_in_use) == ("cut_over", TARGET)
+
+
+async def test_two_cutovers_racing_swap_the_profiles_once(engine, core_with_fake_worker):
+    async with backfill_workers(TARGET) as workers:
+        await _switched(core_with_fake_worker, engine, workers)
+        ready = await readings(*workers)
+    async with engine.connect() as blocker:
+        blocking = await blocker.begin()
+        await blocker.execute(text("SELECT 1 FROM core.embedding_switch FOR UPDATE"))
+        racing = [
+            asyncio.create_task(
+                _outcome(reembed.cut_over(engine, ready, configured=PROFILE, force=True))
+            )
+            for _ in range(2)
+        ]
+        await facts.lock_waiters_reach(engine, 2)
+        await blocking.rollback()
+        outcomes = await asyncio.wait_for(asyncio.gather(*racing), 10)
+
+    refusals = [o for o in outcomes if isinstance(o, ReembedRefused)]
+    assert len(refusals) == 1 and "changed meanwhile" in str(refusals[0])
+    row = await embedding_switch_row(engine)
+    assert (row.state, row.profile_in_use, row.other_profile) == ("cut_over", TARGET, PROFILE)
+
+
+@pytest.mark.parametrize("cut_over_first", [False, True])
+async def test_rollback_returns_to_the_profile_in_use_before_the_switch(
+    engine, core_with_fake_worker, cut_over_first
+):
+    with pytest.raises(ReembedRefused, match="no switch to roll back"):
+        await reembed.roll_back(engine)
+    async with backfill_workers(TARGET) as workers:
+        await _switched(core_with_fake_worker, engine, workers)
+        if cut_over_first:
+            await reembed.cut_over(engine, await readings(*workers), configured=PROFILE,
+                                   force=True)  # fmt: skip
+
+    row = await reembed.roll_back(engine)
+
+    assert (row.state, row.profile_in_use, row.other_profile) == ("idle", PROFILE, TARGET)
+    assert await reembed.profile_in_use(engine, configured=PROFILE) == PROFILE
+    status = await reembed.status(engine, configured=PROFILE)
+    assert (status.state, status.target_profile, status.backfill_profile) == ("idle", None, None)
+    with pytest.raises(ReembedRefused, match="no switch to roll back"):
+        await reembed.roll_back(engine)
+
+
+async def _vectors_everywhere(engine, ids: list[int]) -> None:
+    """Each context with a vector and a completed backfill row of both profiles, and preset
+    1 usable under both (plus a stray third profile's vector and preset vector)."""
+    for context_id in ids:
+        await add_vector(engine, context_id, TARGET)
+    await add_vector(engine, ids[0], THIRD)
+    async with engine.begin() as conn:
+        await make_preset_vector(conn, preset_id=1, profile=PROFILE)
+        await make_preset_vector(conn, preset_id=1, profile=THIRD)
+        await conn.execute(
+            text(
+                "INSERT INTO ai.context_embedding_backfill (embedding_profile, context_id, "
+                "status) SELECT CAST(:p AS varchar), context_id, 'COMPLETED' "
+                "FROM ai.context_ai_state "
+                "ON CONFLICT DO NOTHING"
+            ),
+            {"p": PROFILE},
+        )
+        await conn.execute(text("UPDATE ai.context_embedding_backfill SET status = 'COMPLETED'"))
+
+
+async def _stored(engine) -> dict[str, tuple[int, int, int]]:
+    """``{profile: (context vectors, backfill rows, preset vectors)}``."""
+    counts: dict[str, list[int]] = {}
+    async with engine.connect() as conn:
+        for index, table in enumerate(
+            ("ai.context_embedding", "ai.context_embedding_backfill",
+             "ai.keyword_preset_embedding")
+        ):  # fmt: skip
+            rows = await conn.execute(
+                text(f"SELECT embedding_profile, count(*) FROM {table} GROUP BY 1")
+            )
+            for profile, count in rows:
+                counts.setdefault(profile, [0, 0, 0])[index] = count
+    return {profile: tuple(values) for profile, values in counts.items()}
+
+
+async def test_finish_removes_the_other_profiles_rows_after_a_cutover(
+    engine, core_with_fake_worker
+):
+    async with backfill_workers(TARGET) as workers:
+        ids = await _switched(core_with_fake_worker, engine, workers, count=3)
+        await _vectors_everywhere(engine, ids)
+        with pytest.raises(ReembedRefused, match="the switch is backfilling"):
+            await reembed.finish(engine, keep_old=False)
+        assert await _stored(engine) == {
+            PROFILE: (3, 3, 1), TARGET: (3, 3, 1), THIRD: (1, 0, 1)
+        }  # fmt: skip
+        await reembed.cut_over(engine, await readings(*workers), configured=PROFILE,
+                               force=False)  # fmt: skip
+    progress: list[int] = []
+
+    row, removed = await reembed.finish(engine, keep_old=False, on_progress=progress.append)
+
+    assert (row.state, row.profile_in_use, row.other_profile) == ("idle", TARGET, None)
+    assert await _stored(engine) == {TARGET: (3, 3, 1)}
+    assert removed == 4 + 3 + 2 and progress == [removed]
+    status = await reembed.status(engine, configured=PROFILE)
+    assert (status.state, status.profile_in_use, status.done, status.total) == (
+        "idle", TARGET, 3, 3,
+    )  # fmt: skip
+
+
+async def test_finish_keeping_the_old_profile_removes_nothing(engine, core_with_fake_worker):
+    with pytest.raises(ReembedRefused, match="no switch to finish"):
+        await reembed.finish(engine, keep_old=True)
+    async with backfill_workers(TARGET) as workers:
+        ids = await _switched(core_with_fake_worker, engine, workers)
+        await _vectors_everywhere(engine, ids)
+    await reembed.roll_back(engine)
+    before = await _stored(engine)
+
+    row, removed = await reembed.finish(engine, keep_old=True)
+
+    assert (row.state, row.profile_in_use, row.other_profile, removed) == (
+        "idle", PROFILE, None, 0,
+    )  # fmt: skip
+    assert await _stored(engine) == before
+    assert (await reembed.status(engine, configured=PROFILE)).vectors[TARGET]["live"] == 2
+
+
+async def test_removal_runs_in_batches(engine, core_with_fake_worker):
+    """``remove_other_profiles`` removes at most ``batch`` context vectors and ``batch``
+    backfill rows a statement; repeated, it leaves only the profile in use."""
+    async with backfill_workers(TARGET) as workers:
+        ids = await _switched(core_with_fake_worker, engine, workers, count=3)
+        await _vectors_everywhere(engine, ids)
+    removed = []
+    async with autocommit(engine) as conn:
+        while batch := await embedding_switch.remove_other_profiles(conn, in_use=TARGET, batch=2):
+            removed.append(batch)
+    # 4 vectors and 3 rows of other profiles, 2 preset vectors (all at once).
+    assert removed == [2 + 2 + 2, 2 + 1]
+    assert await _stored(engine) == {TARGET: (3, 3, 1)}
+
+
+# --- the backfill loop -----------------------------------------------------------------------
+
+
+@asynccontextmanager
+async def backfill_loop(engine, workers):
+    """A ``ReembedBackfill`` of one core process, its endpoints' profiles read once by the
+    routing loop; the batches in flight are waited for on exit."""
+    endpoints = WorkerEndpoints.connect(
+        [w.base_url for w in workers],
+        internal_secret=SECRET,
+        connect_timeout_seconds=1.0,
+        read_timeout_seconds=5.0,
+    )
+    metrics = CoreMetrics()
+    try:
+        async with profile_routing(endpoints) as routing:
+            await routing.refresh_once()
+        loop = ReembedBackfill(
+            engine,
+            endpoints,
+            PauseSwitch(engine),
+            metrics,
+            configured_profile=PROFILE,
+            resend_seconds=300,
+            expiry_seconds=600,
+        )
+        yield loop, metrics
+        await loop.drain()
+    finally:
+        await endpoints.aclose()
+
+
+@asynccontextmanager
+async def profile_routing(endpoints: WorkerEndpoints) -> AsyncIterator[ProfileRouting]:
+    """A ``ProfileRouting`` whose refreshes the caller drives; closed as the core closes it
+    (its loop, stopped)."""
+    routing = ProfileRouting(endpoints)
+    try:
+        yield routing
+    finally:
+        stopped = asyncio.Event()
+        stopped.set()
+        await routing.run_forever(stopped)
+
+
+def backfilled(metrics: CoreMetrics, result: str) -> float | None:
+    exposition = generate_latest(metrics.registry).decode()
+    return sample_value(exposition, "pinlog_core_backfill_contexts_total", result=result)
+
+
+async def test_a_pass_sends_the_next_batch_to_a_worker_of_the_profile(
+    engine, core_with_fake_worker
+):
+    async with backfill_workers(PROFILE, TARGET) as (old, new):
+        # 2 contexts a second: a batch is 2 contexts, one slot a second.
+        ids = await _switched(core_with_fake_worker, engine, [new], count=3, rate=2)
+        async with backfill_loop(engine, [old, new]) as (loop, metrics):
+            assert await loop.pass_once() == 0.0
+            await loop.drain()
+            wait = await loop.pass_once()
+
+    assert old.batches == []
+    assert new.context_ids() == [ids[:2]]
+    notes = [await facts.context(engine, context_id) for context_id in ids[:2]]
+    assert new.batches[0] == {
+        "embeddingProfile": TARGET,
+        "contexts": [
+            {"contextId": context_id, "userId": note.member_id, "recordId": note.record_id,
+             "text": note.body}
+            for context_id, note in zip(ids[:2], notes, strict=True)
+        ],
+    }  # fmt: skip
+    assert 0.5 < wait <= 1.0  # the next slot is due a second after the first
+    assert backfilled(metrics, "completed") == 2
+    assert await backfill_rows(engine, TARGET) == {
+        ids[0]: ("PENDING", True), ids[1]: ("PENDING", True), ids[2]: ("PENDING", False),
+    }  # fmt: skip
+
+
+async def test_a_busy_worker_gets_the_rows_back_and_the_loop_waits(engine, core_with_fake_worker):
+    async with backfill_workers(TARGET) as (worker,):
+        ids = await _switched(core_with_fake_worker, engine, [worker])
+        worker.busy_retry_after = "7"
+        async with backfill_loop(engine, [worker]) as (loop, metrics):
+            assert await loop.pass_once() == 0.0
+            await loop.drain()
+            backoff = await loop.pass_once()
+
+    assert worker.context_ids() == [ids]  # sent once, not again while backing off
+    assert 6.0 < backoff <= 7.0
+    assert await backfill_rows(engine, TARGET) == {i: ("PENDING", False) for i in ids}
+    assert backfilled(metrics, "refused") == 2
+
+
+async def test_nothing_is_sent_while_dispatching_is_paused(engine, core_with_fake_worker):
+    async with backfill_workers(TARGET) as (worker,):
+        ids = await _switched(core_with_fake_worker, engine, [worker])
+        async with backfill_loop(engine, [worker]) as (loop, _):
+            assert await dispatch_pause.change(engine, paused=True)
+            paused_wait = await loop.pass_once()
+            await loop.drain()
+            sent_while_paused = list(worker.batches)
+            rows_while_paused = await backfill_rows(engine, TARGET)
+            async with autocommit(engine) as conn:
+                slot_in = await embedding_switch.seconds_until_slot(conn)
+            assert not await dispatch_pause.change(engine, paused=False)
+            resumed = await loop.pass_once()
+
+    assert paused_wait == 1.0
+    assert sent_while_paused == []
+    assert rows_while_paused == {i: ("PENDING", False) for i in ids}
+    assert slot_in == 0  # no slot was taken while paused
+    assert resumed == 0.0
+    assert worker.context_ids() == [ids]

@@ -1,0 +1,515 @@
+"""``POST /internal/v1/backfill/embed`` over real HTTP, the embedding provider being the fake
+OpenAI server (docs/operations.md "Switching the embedding profile";
+``app.service.profile_backfill``), and the process route's answer to a request routed for
+another profile.
+
+200 with counts by result; 409 for another profile (nothing claimed); 422 for a malformed
+body; 503 with ``Retry-After`` when busy or the provider is unavailable, the claimed rows put
+back to ``PENDING``, never ``FAILED``; only a note the provider refuses as its own fault ends
+``FAILED``, with its reason.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+import numpy as np
+import pytest
+from sqlalchemy import text
+
+from app.providers.hashing import hash_embed
+from app.repository import profile_vectors
+from app.repository.db import to_array
+from tests.fake_openai import Scripted, error_body
+from tests.worker.harness import PROCESS_PATH, PROFILE, SECRET, RunningWorker
+from tests.worker.support import (
+    arrived,
+    cancel_context,
+    count_rows,
+    fetch_state,
+    make_embedding,
+    make_state,
+    release,
+    vector,
+)
+
+BACKFILL_PATH = "/internal/v1/backfill/embed"
+OTHER_PROFILE = "local-use-multilingual-v3-512-cosine-v1"
+DIMENSION = 1536
+NOTES = {
+    1: "창가 자리가 조용해서 노트북 작업하기 좋음",
+    2: "비 오는 날 가기 좋은 아늑한 카페",
+    3: "주차가 편하고 아이랑 가기 좋은 식당",
+    4: "바다가 보이는 산책로, 해질녘이 예쁨",
+}
+REJECTED_MARKER = "#REFUSED-BY-POLICY"
+
+
+@pytest.fixture(autouse=True)
+async def _empty_backfill(engine) -> None:
+    # Not among the suite's CLEANED_TABLES: every test here starts without backfill rows.
+    async with engine.begin() as conn:
+        await conn.execute(text("TRUNCATE ai.context_embedding_backfill"))
+
+
+# --------------------------------------------------------------------------- builders
+
+
+async def embedded_under_the_old_profile(engine, context_id: int, *, propose: bool = True) -> None:
+    """A context processed before the switch: both stages COMPLETED, its vector under the
+    other profile; ``propose``: the core proposed it for this worker's profile (PENDING)."""
+    await make_state(
+        engine,
+        context_id=context_id,
+        embedding_status="COMPLETED",
+        keyword_status="COMPLETED",
+        user_id=context_id,
+        record_id=10 * context_id,
+    )
+    await make_embedding(
+        engine,
+        context_id=context_id,
+        user_id=context_id,
+        record_id=10 * context_id,
+        profile=OTHER_PROFILE,
+        embedding=vector(f"old {context_id}"),
+    )
+    if propose:
+        await make_backfill(engine, context_id=context_id)
+
+
+async def make_backfill(
+    engine, *, context_id: int, status: str = "PENDING", attempt: int = 0
+) -> None:
+    async with engine.begin() as conn:
+        await conn.execute(
+            text(
+                "INSERT INTO ai.context_embedding_backfill "
+                "(embedding_profile, context_id, status, attempt) VALUES (:p, :id, :s, :a)"
+            ),
+            {"p": PROFILE, "id": context_id, "s": status, "a": attempt},
+        )
+
+
+@dataclass(frozen=True)
+class Row:
+    status: str
+    attempt: int
+    failure_reason: str | None
+
+
+async def backfill_row(engine, context_id: int) -> Row:
+    async with engine.connect() as conn:
+        row = (
+            await conn.execute(
+                text(
+                    "SELECT status, attempt, failure_reason FROM ai.context_embedding_backfill "
+                    "WHERE embedding_profile = :p AND context_id = :id"
+                ),
+                {"p": PROFILE, "id": context_id},
+            )
+        ).one()
+    return Row(row.status, row.attempt, row.failure_reason)
+
+
+async def vectors_by_profile(engine, context_id: int) -> dict[str, np.ndarray]:
+    async with engine.connect() as conn:
+        rows = (
+            await conn.execute(
+                text(
+                    "SELECT embedding_profile, embedding FROM ai.context_embedding "
+                    "WHERE context_id = :id"
+                ),
+                {"id": context_id},
+            )
+        ).all()
+    return {row.embedding_profile: to_array(row.embedding) for row in rows}
+
+
+def context(context_id: int, note: str | None = None) -> dict[str, Any]:
+    return {
+        "contextId": context_id,
+        "userId": context_id,
+        "recordId": 10 * context_id,
+        "text": NOTES[context_id] if note is None else note,
+    }
+
+
+async def post_backfill(
+    worker: RunningWorker,
+    contexts: list[dict[str, Any]],
+    *,
+    profile: str = PROFILE,
+    secret: str | None = SECRET,
+) -> httpx.Response:
+    headers = {} if secret is None else {"X-Internal-Secret": secret}
+    return await worker.client.post(
+        BACKFILL_PATH, json={"embeddingProfile": profile, "contexts": contexts}, headers=headers
+    )
+
+
+def counts(
+    completed: int = 0, cancelled: int = 0, failed: int = 0, not_claimed: int = 0, lost: int = 0
+) -> dict[str, int]:
+    return {
+        "completed": completed,
+        "cancelled": cancelled,
+        "failed": failed,
+        "notClaimed": not_claimed,
+        "lost": lost,
+    }
+
+
+def retry_after(response: httpx.Response) -> int:
+    """The whole seconds of ``Retry-After`` (raises when it is not a number)."""
+    return int(response.headers["Retry-After"])
+
+
+async def assert_stored_under_this_profile(engine, context_id: int, note: str) -> None:
+    """The note's vector (the fake's ``hash_embed``) under this worker's profile, beside the
+    old profile's, which is unchanged."""
+    vectors = await vectors_by_profile(engine, context_id)
+    assert set(vectors) == {PROFILE, OTHER_PROFILE}
+    assert vectors[PROFILE].shape == (DIMENSION,)
+    np.testing.assert_allclose(vectors[PROFILE], hash_embed(note, DIMENSION), atol=1e-6)
+    np.testing.assert_array_equal(vectors[OTHER_PROFILE], vector(f"old {context_id}"))
+
+
+# --------------------------------------------------------------------------- 200
+
+
+async def test_a_batch_is_embedded_in_one_call_and_stored_under_the_profile(
+    engine, worker, fake_openai
+):
+    for context_id in (1, 2, 3):
+        await embedded_under_the_old_profile(engine, context_id)
+    await embedded_under_the_old_profile(engine, 4, propose=False)  # not proposed: no row
+
+    response = await post_backfill(worker, [context(i) for i in (1, 2, 3, 4)])
+
+    assert response.status_code == 200, response.text
+    assert response.json() == counts(completed=3, not_claimed=1)
+    assert fake_openai.embedding_calls == 1
+    assert fake_openai.embedding_requests[0]["input"] == [NOTES[1], NOTES[2], NOTES[3]]
+    for context_id in (1, 2, 3):
+        assert await backfill_row(engine, context_id) == Row("COMPLETED", 1, None)
+        await assert_stored_under_this_profile(engine, context_id, NOTES[context_id])
+        # The live stages are not the backfill's: still both COMPLETED.
+        assert await fetch_state(engine, context_id) == ("COMPLETED", "COMPLETED")
+    assert set(await vectors_by_profile(engine, 4)) == {OTHER_PROFILE}
+
+
+async def test_done_rows_are_not_claimed_again_and_cost_no_call(engine, worker, fake_openai):
+    await embedded_under_the_old_profile(engine, 1)
+    first = await post_backfill(worker, [context(1)])
+    assert first.json() == counts(completed=1)
+
+    again = await post_backfill(worker, [context(1)])
+
+    assert again.status_code == 200
+    assert again.json() == counts(not_claimed=1)
+    assert fake_openai.embedding_calls == 1
+    assert await backfill_row(engine, 1) == Row("COMPLETED", 1, None)
+
+
+async def test_a_context_deleted_before_the_batch_ends_cancelled_without_a_vector(
+    engine, worker, fake_openai
+):
+    for context_id in (1, 2):
+        await embedded_under_the_old_profile(engine, context_id)
+    await cancel_context(engine, context_id=2)
+
+    response = await post_backfill(worker, [context(1), context(2)])
+
+    assert response.json() == counts(completed=1, cancelled=1)
+    assert await backfill_row(engine, 2) == Row("CANCELLED", 1, None)
+    assert set(await vectors_by_profile(engine, 2)) == {OTHER_PROFILE}
+    await assert_stored_under_this_profile(engine, 1, NOTES[1])
+
+
+async def test_a_delete_while_the_provider_call_is_in_flight_wins(
+    engine, worker, fake_openai, hold
+):
+    for context_id in (1, 2):
+        await embedded_under_the_old_profile(engine, context_id)
+    held = hold()
+    fake_openai.script_embeddings(held)
+
+    batch = asyncio.create_task(post_backfill(worker, [context(1), context(2)]))
+    await arrived(held)  # claimed, the provider call in flight, no transaction open
+    await cancel_context(engine, context_id=1)
+    release(held)
+    response = await batch
+
+    assert response.json() == counts(completed=1, cancelled=1)
+    assert await backfill_row(engine, 1) == Row("CANCELLED", 1, None)
+    assert set(await vectors_by_profile(engine, 1)) == {OTHER_PROFILE}
+    await assert_stored_under_this_profile(engine, 2, NOTES[2])
+
+
+async def test_a_claim_taken_over_while_the_provider_call_is_in_flight_is_lost(
+    engine, worker, fake_openai, hold, stage_pool
+):
+    await embedded_under_the_old_profile(engine, 1)
+    held = hold()
+    fake_openai.script_embeddings(held)
+
+    batch = asyncio.create_task(post_backfill(worker, [context(1)]))
+    await arrived(held)
+    # Another worker reclaims the row as the expiry allows (here: any age).
+    (theirs,) = await profile_vectors.claim(
+        stage_pool, embedding_profile=PROFILE, context_ids=[1], expiry_seconds=0
+    )
+    assert theirs.attempt == 2
+    release(held)
+    response = await batch
+
+    assert response.json() == counts(lost=1)
+    assert await backfill_row(engine, 1) == Row("PROCESSING", 2, None)
+    assert set(await vectors_by_profile(engine, 1)) == {OTHER_PROFILE}
+
+
+# --------------------------------------------------------------------------- the note's fault
+
+
+async def test_a_note_the_provider_refuses_fails_alone_with_its_reason(engine, worker, fake_openai):
+    refused = f"{NOTES[2]} {REJECTED_MARKER}"
+    fake_openai.fail_inputs_containing(
+        REJECTED_MARKER,
+        Scripted(status=400, json=error_body("flagged", code="content_policy_violation")),
+    )
+    for context_id in (1, 2, 3):
+        await embedded_under_the_old_profile(engine, context_id)
+
+    response = await post_backfill(worker, [context(1), context(2, refused), context(3)])
+
+    assert response.status_code == 200, response.text
+    assert response.json() == counts(completed=2, failed=1)
+    assert await backfill_row(engine, 2) == Row("FAILED", 1, "input_rejected")
+    assert set(await vectors_by_profile(engine, 2)) == {OTHER_PROFILE}
+    for context_id in (1, 3):
+        assert await backfill_row(engine, context_id) == Row("COMPLETED", 1, None)
+        await assert_stored_under_this_profile(engine, context_id, NOTES[context_id])
+    # The whole batch once, then one call per note to find the refused one.
+    assert [len(r["input"]) for r in fake_openai.embedding_requests] == [3, 1, 1, 1]
+    # The note's own fault says nothing about the provider: it stays available.
+    assert await worker.metric("pinlog_circuit_open", provider="embedding") == 0
+
+
+async def test_a_blank_note_fails_without_a_provider_call(engine, worker, fake_openai):
+    for context_id in (1, 2):
+        await embedded_under_the_old_profile(engine, context_id)
+
+    response = await post_backfill(worker, [context(1, " \u200b\n "), context(2)])
+
+    assert response.json() == counts(completed=1, failed=1)
+    assert await backfill_row(engine, 1) == Row("FAILED", 1, "input_blank")
+    assert [r["input"] for r in fake_openai.embedding_requests] == [[NOTES[2]]]
+
+
+# --------------------------------------------------------------------------- 503
+
+
+async def test_provider_5xx_answers_503_and_puts_every_claimed_row_back(
+    engine, worker, fake_openai
+):
+    for context_id in (1, 2):
+        await embedded_under_the_old_profile(engine, context_id)
+    fake_openai.set_fault("embeddings", Scripted(status=500))
+
+    response = await post_backfill(worker, [context(1), context(2)])
+
+    assert response.status_code == 503, response.text
+    assert retry_after(response) >= 1
+    for context_id in (1, 2):
+        assert await backfill_row(engine, context_id) == Row("PENDING", 1, None)
+        assert set(await vectors_by_profile(engine, context_id)) == {OTHER_PROFILE}
+
+    # Once the provider answers again, the same rows are claimed with the next attempt.
+    fake_openai.set_fault("embeddings", None)
+    retried = await post_backfill(worker, [context(1), context(2)])
+    assert retried.json() == counts(completed=2)
+    assert await backfill_row(engine, 1) == Row("COMPLETED", 2, None)
+
+
+async def test_an_unavailable_provider_answers_503_and_claims_nothing_more(
+    engine, make_worker, fake_openai
+):
+    for context_id in (1, 2):
+        await embedded_under_the_old_profile(engine, context_id)
+    fake_openai.set_fault(
+        "embeddings",
+        Scripted(status=401, json=error_body("bad key", code="invalid_api_key")),
+    )
+    async with make_worker(breaker_threshold=1) as worker:
+        # The provider-wide fault opens the gate; the claimed row goes back.
+        first = await post_backfill(worker, [context(1)])
+        assert first.status_code == 503
+        assert retry_after(first) >= 1
+        assert await worker.metric("pinlog_circuit_open", provider="embedding") == 1
+        calls = fake_openai.embedding_calls
+
+        refused = await post_backfill(worker, [context(1), context(2)])
+
+        assert refused.status_code == 503
+        assert refused.json() == {"detail": "backfill refused: embedding provider unavailable"}
+        # Until the next probe (the cooldown, 60 s by default).
+        assert 1 <= retry_after(refused) <= 60
+        assert fake_openai.embedding_calls == calls
+    assert await backfill_row(engine, 1) == Row("PENDING", 1, None)
+    assert await backfill_row(engine, 2) == Row("PENDING", 0, None)
+
+
+async def test_a_third_batch_while_two_run_is_refused_busy_and_claims_nothing(
+    engine, worker, fake_openai, hold
+):
+    for context_id in (1, 2, 3):
+        await embedded_under_the_old_profile(engine, context_id)
+    first_held, second_held = hold(), hold()
+    fake_openai.script_embeddings(first_held, second_held)
+
+    running = [
+        asyncio.create_task(post_backfill(worker, [context(1)])),
+        asyncio.create_task(post_backfill(worker, [context(2)])),
+    ]
+    await arrived(first_held)
+    await arrived(second_held)
+    busy = await post_backfill(worker, [context(3)])
+    release(first_held)
+    release(second_held)
+    done = await asyncio.gather(*running)
+
+    assert busy.status_code == 503
+    assert busy.json() == {"detail": "backfill refused: busy"}
+    assert retry_after(busy) >= 1
+    assert await backfill_row(engine, 3) == Row("PENDING", 0, None)
+    assert [r.json() for r in done] == [counts(completed=1), counts(completed=1)]
+    assert fake_openai.embedding_calls == 2
+
+
+# --------------------------------------------------------------------------- 401, 409, 422
+
+
+async def test_another_profile_is_409_and_nothing_is_claimed(engine, worker, fake_openai):
+    await embedded_under_the_old_profile(engine, 1)
+
+    response = await post_backfill(worker, [context(1)], profile=OTHER_PROFILE)
+
+    assert response.status_code == 409
+    assert PROFILE in response.json()["detail"]
+    assert await backfill_row(engine, 1) == Row("PENDING", 0, None)
+    assert fake_openai.embedding_calls == 0
+
+
+async def test_missing_secret_is_401_and_nothing_is_claimed(engine, worker, fake_openai):
+    await embedded_under_the_old_profile(engine, 1)
+
+    response = await post_backfill(worker, [context(1)], secret=None)
+
+    assert response.status_code == 401
+    assert await backfill_row(engine, 1) == Row("PENDING", 0, None)
+    assert fake_openai.embedding_calls == 0
+
+
+def _batch(size: int) -> list[dict[str, Any]]:
+    return [
+        {"contextId": i, "userId": 1, "recordId": 1, "text": f"메모 {i}"}
+        for i in range(1, size + 1)
+    ]
+
+
+MALFORMED = [
+    pytest.param({"embeddingProfile": PROFILE, "contexts": []}, "contexts", id="no-contexts"),
+    pytest.param(
+        {"embeddingProfile": PROFILE, "contexts": _batch(257)}, "contexts", id="257-contexts"
+    ),
+    pytest.param({"contexts": _batch(1)}, "embeddingProfile", id="no-profile"),
+    pytest.param(
+        {"embeddingProfile": PROFILE, "contexts": [{"contextId": 1, "userId": 1, "text": "x"}]},
+        "contexts",
+        id="no-recordId",
+    ),
+    pytest.param(
+        {
+            "embeddingProfile": PROFILE,
+            "contexts": [{"contextId": "1", "userId": 1, "recordId": 1, "text": "x"}],
+        },
+        "contexts",
+        id="string-id",
+    ),
+]
+
+
+@pytest.mark.parametrize(("body", "field"), MALFORMED)
+async def test_a_malformed_body_is_422_and_nothing_is_claimed(
+    engine, worker, fake_openai, body, field
+):
+    await make_backfill(engine, context_id=1)
+
+    response = await worker.client.post(
+        BACKFILL_PATH, json=body, headers={"X-Internal-Secret": SECRET}
+    )
+
+    assert response.status_code == 422
+    assert {error["loc"][1] for error in response.json()["detail"]} == {field}
+    assert await backfill_row(engine, 1) == Row("PENDING", 0, None)
+    assert fake_openai.embedding_calls == 0
+
+
+async def test_a_batch_of_256_is_accepted(engine, worker, fake_openai):
+    response = await post_backfill(worker, _batch(256))
+
+    assert response.status_code == 200
+    assert response.json() == counts(not_claimed=256)  # none was proposed
+    assert fake_openai.embedding_calls == 0
+
+
+# --------------------------------------------------------------------------- process route
+
+
+def process_body(context_id: int, **fields: Any) -> dict[str, Any]:
+    return {
+        "contextId": context_id,
+        "userId": 7,
+        "recordId": 70,
+        "text": NOTES[1],
+        **fields,
+    }
+
+
+async def test_a_process_request_for_another_profile_is_409_and_claims_nothing(
+    engine, worker, fake_openai
+):
+    await make_state(engine, context_id=1)
+
+    response = await worker.client.post(
+        PROCESS_PATH,
+        json=process_body(1, embeddingProfile=OTHER_PROFILE),
+        headers={"X-Internal-Secret": SECRET},
+    )
+    await worker.drain()
+
+    assert response.status_code == 409
+    assert PROFILE in response.json()["detail"]
+    assert worker.app.state.pool.queued == 0
+    assert await fetch_state(engine, 1) == ("PENDING", "PENDING")
+    assert await count_rows(engine, "ai.context_text_fingerprint", 1) == 0
+    assert (fake_openai.embedding_calls, fake_openai.judge_calls) == (0, 0)
+
+
+async def test_a_process_request_for_this_profile_is_accepted(engine, worker, fake_openai):
+    await make_state(engine, context_id=1)
+
+    response = await worker.client.post(
+        PROCESS_PATH,
+        json=process_body(1, embeddingProfile=PROFILE),
+        headers={"X-Internal-Secret": SECRET},
+    )
+    await worker.drain()
+
+    assert response.status_code == 202
+    assert await fetch_state(engine, 1) == ("COMPLETED", "COMPLETED")
+    assert set(await vectors_by_profile(engine, 1)) == {PROFILE}
