@@ -604,7 +604,11 @@ async def _reprocess(settings, *, rate: int, wait: float):
         )
         metrics = CoreMetrics()
         endpoints = build_worker_endpoints(settings)
-        await ProfileRouting(endpoints).refresh_once()
+        routing = ProfileRouting(endpoints)
+        try:
+            await routing.refresh_once()
+        finally:
+            await routing.aclose()
         dispatcher = build_dispatcher(settings, engine, endpoints, metrics)
         dispatcher.start()
         try:

@@ -148,6 +148,7 @@ async def build_core(
         pause = PauseSwitch(engine, metrics)
         profile_in_use = ProfileInUse(engine, configured=settings.embedding_profile)
         routing = ProfileRouting(endpoints)
+        stack.push_async_callback(routing.aclose)  # run_forever closes it too; twice is fine
         await routing.refresh_once()  # route the first requests by profile already
         dispatcher = build_dispatcher(
             settings, engine, endpoints, metrics, pause, profile_in_use=profile_in_use

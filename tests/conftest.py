@@ -60,6 +60,8 @@ CLEANED_TABLES = (
     "ai.keyword_preset_embedding",
     "ai.keyword_preset",
     "ai.provider_usage_daily",
+    "ai.context_embedding_backfill",
+    "core.embedding_switch",
     "core.context",
     "core.dispatch_control",
     "core.record",

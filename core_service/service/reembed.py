@@ -168,10 +168,6 @@ async def start(
                 f"no preset is usable under profile {target}: run `pinlog-ai presets load` "
                 "with that profile first"
             )
-        while await embedding_switch.stamp_judgment_profile(
-            conn, profile=in_use, batch=STAMP_BATCH
-        ):
-            pass
         row = await embedding_switch.start(conn, in_use=in_use, target=target, rate=rate)
         if row is None:
             current = await embedding_switch.read(conn)
@@ -179,6 +175,10 @@ async def start(
             raise ReembedRefused(
                 f"a switch is {state}: cut over and finish it, or roll it back, first"
             )
+        while await embedding_switch.stamp_judgment_profile(
+            conn, profile=in_use, batch=STAMP_BATCH
+        ):
+            pass
         await embedding_switch.seed(conn, profile=target, completed_only=False)
         await embedding_switch.seed(conn, profile=in_use, completed_only=True)
     return row

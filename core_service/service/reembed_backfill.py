@@ -49,7 +49,7 @@ BACKFILL_PATH = "/internal/v1/backfill/embed"
 # contexts at most, so each slot is about a second.
 MAX_BATCH = 64
 # Batches of one core process in flight at once: a slow batch must not slow the pace.
-MAX_IN_FLIGHT = 4
+MAX_IN_FLIGHT = 2
 # How long an idle loop sleeps between looks at the switch (seconds).
 IDLE_SECONDS = 5.0
 # Seeding scans every live context: not more often than this (seconds).
@@ -146,7 +146,7 @@ class ReembedBackfill:
         except CoreError as exc:
             logger.warning("backfill pass skipped (%s)", type(exc).__name__)
             return IDLE_SECONDS
-        task = asyncio.create_task(self._send(profile, sources))
+        task = asyncio.create_task(self._send_logged(profile, sources))
         self._in_flight.add(task)
         task.add_done_callback(self._in_flight.discard)
         return 0.0
@@ -159,6 +159,15 @@ class ReembedBackfill:
         added += await embedding_switch.seed(conn, profile=in_use, completed_only=True)
         if added:
             logger.info("backfill: %d context(s) newly missing a vector", added)
+
+    async def _send_logged(self, profile: str, sources: list[BackfillSource]) -> None:
+        try:
+            await self._send(profile, sources)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            # Its rows are sent again after the resend delay.
+            logger.exception("backfill batch failed; continuing")
 
     async def _send(self, profile: str, sources: list[BackfillSource]) -> None:
         """One batch to an instance of ``profile``; rows none took are unmarked."""

@@ -25,7 +25,8 @@ REFRESH_SECONDS = 5.0
 
 
 class ProfileRouting:
-    """Keeps ``endpoints``' ``profile`` current; ``refresh_once`` or ``run_forever``."""
+    """Keeps ``endpoints``' ``profile`` current; ``refresh_once`` or ``run_forever``;
+    ``aclose`` when only ``refresh_once`` was used."""
 
     def __init__(self, endpoints: WorkerEndpoints) -> None:
         self._endpoints = endpoints
@@ -50,4 +51,8 @@ class ProfileRouting:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(stop.wait(), REFRESH_SECONDS)
         finally:
-            await self._reader.aclose()
+            await self.aclose()
+
+    async def aclose(self) -> None:
+        """Close the readiness reader's client (``run_forever`` does on its way out)."""
+        await self._reader.aclose()

@@ -10,7 +10,10 @@ from datetime import datetime
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from core_service.repository import embedding_switch
 from tests.core.harness import bearer
+from tests.worker.harness import PROFILE
+from tests.worker.support import make_embedding
 
 
 @dataclass(frozen=True)
@@ -386,3 +389,78 @@ LIFECYCLE_OPERATIONS = {
         "/api/v1/members/me", headers=bearer(1)
     ),
 }
+
+
+# --- the embedding-profile switch (0060, 0061) -----------------------------------------------
+
+TARGET = "local-use-multilingual-v3-512-cosine-v1"
+THIRD = "other-model-1536-cosine-v1"
+
+
+async def created(core, body: str, *, member: int = 1, place: str = "place-1") -> tuple[int, int]:
+    """A note saved through the core's API: (record id, context id)."""
+    response = await core.create(member, body, place=place)
+    assert response.status_code in (200, 201), response.text
+    return response.json()["recordId"], response.json()["contextId"]
+
+
+async def judged(core, engine, body: str, *, place: str, profile: str = PROFILE, **kw) -> int:
+    """A note whose stages completed with a vector of ``profile``; its context id."""
+    record_id, context_id = await created(core, body, place=place)
+    await make_judged(
+        engine, context_id=context_id, user_id=1, record_id=record_id, profile=profile, **kw
+    )
+    return context_id
+
+
+async def add_vector(engine, context_id: int, profile: str, *, hidden: bool = False) -> None:
+    """A vector of ``profile`` for the context (``hidden``: ``is_deleted``), as a worker of
+    that profile saves it."""
+    note = await context(engine, context_id)
+    await make_embedding(
+        engine,
+        context_id=context_id,
+        user_id=note.member_id,
+        record_id=note.record_id,
+        profile=profile,
+        is_deleted=hidden,
+    )
+
+
+async def backfill_rows(engine, profile: str) -> dict[int, tuple[str, bool]]:
+    """``{context_id: (status, sent)}`` of ``profile``'s backfill rows."""
+    async with engine.connect() as conn:
+        rows = await conn.execute(
+            text(
+                "SELECT context_id, status, requested_at IS NOT NULL AS sent "
+                "FROM ai.context_embedding_backfill WHERE embedding_profile = :p"
+            ),
+            {"p": profile},
+        )
+        return {row.context_id: (row.status, row.sent) for row in rows}
+
+
+async def set_backfill(engine, profile: str, context_id: int, **columns: object) -> None:
+    """Write ``columns`` of one backfill row; ``*_ago`` values are seconds before now."""
+    assignments, params = [], {"p": profile, "id": context_id}
+    for name, value in columns.items():
+        if name.endswith("_ago"):
+            column = name.removesuffix("_ago")
+            assignments.append(f"{column} = now() - make_interval(secs => :{column})")
+            params[column] = float(value)
+        else:
+            assignments.append(f"{name} = :{name}")
+            params[name] = value
+    async with engine.begin() as conn:
+        await conn.execute(
+            text(
+                f"UPDATE ai.context_embedding_backfill SET {', '.join(assignments)} "
+                "WHERE embedding_profile = :p AND context_id = :id"
+            ),
+            params,
+        )
+
+
+async def switch_row(engine):
+    async with engine.connect() as conn:
+        return await embedding_switch.read(conn)

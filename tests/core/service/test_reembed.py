@@ -31,13 +31,12 @@ from core_service.service.worker_endpoints import WorkerEndpoints
 from core_service.service.worker_readiness import ReadinessReader, WorkerReadiness
 from core_service.service.worker_routing import ProfileRouting
 from tests.core import support as facts
-from tests.core.repository.test_embedding_switch import (
+from tests.core.support import (
     TARGET,
     THIRD,
     add_vector,
     backfill_rows,
     created,
-    forget_switch,
     judged,
     set_backfill,
 )
@@ -60,13 +59,6 @@ STATUS_KEYS = [
     "eta_seconds",
     "vectors",
 ]
-
-
-@pytest.fixture(autouse=True)
-async def _no_switch(engine):
-    await forget_switch(engine)
-    yield
-    await forget_switch(engine)
 
 
 class BackfillWorker:
@@ -350,8 +342,7 @@ async def test_cutover_waits_for_the_backfill_unless_forced_and_for_a_ready_work
 ):
     async with backfill_workers(TARGET) as workers:
         with pytest.raises(ReembedRefused, match="nothing to cut over: the switch is idle"):
-            await reembed.cut_over(engine, await readings(*workers), configured=PROFILE,
-                                   force=True)  # fmt: skip
+            await reembed.cut_over(engine, await readings(*workers), configured=PROFILE, force=True)
         ids = await _switched(core_with_fake_worker, engine, workers)
         target_ready = await readings(*workers)
     with pytest.raises(ReembedRefused, match="backfill not complete: 0 of 2 done, 0 failed"):
@@ -359,8 +350,7 @@ async def test_cutover_waits_for_the_backfill_unless_forced_and_for_a_ready_work
     await add_vector(engine, ids[0], TARGET)
     await set_backfill(engine, TARGET, ids[1], status="FAILED", failure_reason="input_too_long")
     with pytest.raises(ReembedRefused, match=f"no listed worker serves profile {TARGET}"):
-        await reembed.cut_over(engine, await readings(fake_worker), configured=PROFILE,
-                               force=False)  # fmt: skip
+        await reembed.cut_over(engine, await readings(fake_worker), configured=PROFILE, force=False)
     assert (await embedding_switch_row(engine)).state == "backfilling"
 
     row = await reembed.cut_over(engine, target_ready, configured=PROFILE, force=False)
@@ -372,8 +362,9 @@ async def test_cutover_waits_for_the_backfill_unless_forced_and_for_a_ready_work
 async def test_a_forced_cutover_before_the_backfill_is_done(engine, core_with_fake_worker):
     async with backfill_workers(TARGET) as workers:
         await _switched(core_with_fake_worker, engine, workers)
-        row = await reembed.cut_over(engine, await readings(*workers), configured=PROFILE,
-                                     force=True)  # fmt: skip
+        row = await reembed.cut_over(
+            engine, await readings(*workers), configured=PROFILE, force=True
+        )
     assert (row.state, row.profile_in_use) == ("cut_over", TARGET)
 
 
@@ -409,8 +400,7 @@ async def test_rollback_returns_to_the_profile_in_use_before_the_switch(
     async with backfill_workers(TARGET) as workers:
         await _switched(core_with_fake_worker, engine, workers)
         if cut_over_first:
-            await reembed.cut_over(engine, await readings(*workers), configured=PROFILE,
-                                   force=True)  # fmt: skip
+            await reembed.cut_over(engine, await readings(*workers), configured=PROFILE, force=True)
 
     row = await reembed.roll_back(engine)
 
@@ -470,8 +460,7 @@ async def test_finish_removes_the_other_profiles_rows_after_a_cutover(
         assert await _stored(engine) == {
             PROFILE: (3, 3, 1), TARGET: (3, 3, 1), THIRD: (1, 0, 1)
         }  # fmt: skip
-        await reembed.cut_over(engine, await readings(*workers), configured=PROFILE,
-                               force=False)  # fmt: skip
+        await reembed.cut_over(engine, await readings(*workers), configured=PROFILE, force=False)
     progress: list[int] = []
 
     row, removed = await reembed.finish(engine, keep_old=False, on_progress=progress.append)
@@ -590,7 +579,7 @@ async def test_a_pass_sends_the_next_batch_to_a_worker_of_the_profile(
             for context_id, note in zip(ids[:2], notes, strict=True)
         ],
     }  # fmt: skip
-    assert 0.5 < wait <= 1.0  # the next slot is due a second after the first
+    assert 0.2 < wait <= 1.0  # the next slot is due a second after the first
     assert backfilled(metrics, "completed") == 2
     assert await backfill_rows(engine, TARGET) == {
         ids[0]: ("PENDING", True), ids[1]: ("PENDING", True), ids[2]: ("PENDING", False),
