@@ -63,8 +63,10 @@ class ContextProcessor:
                 start.keyword_status,
             )
             return
-        if start.embedding_status is Status.COMPLETED and start.vector_coming and (
-            start.embedding_profile != self._embedding_stage.profile
+        if (
+            start.embedding_status is Status.COMPLETED
+            and start.vector_coming
+            and (start.embedding_profile != self._embedding_stage.profile)
         ):
             # Embedded under another profile and a switch's backfill is making this profile's
             # vector: a mismatch now would fail a note for a fault not its own. Nothing is
@@ -78,13 +80,9 @@ class ContextProcessor:
             await self._keyword_stage.run(request, start, embedded.vector, embedded.keyword_attempt)
             return
         # Otherwise the keyword claim needs embedding COMPLETED: this request produced or
-        # reused the vector, or it was COMPLETED already with a vector of this profile. Else
-        # the claim could only affect 0 rows, after waiting on the row lock for nothing, or
-        # (COMPLETED under another profile, this profile's vector not made: provider or
-        # database fault, a cancel) fail a stage the rescan can still complete.
-        embedding_ready = embedded is not None or (
-            start.embedding_status is Status.COMPLETED and start.embedding is not None
-        )
+        # reused the vector, or it was COMPLETED already (resume, profile mismatch). Else the
+        # claim could only affect 0 rows, after waiting on the row lock for nothing.
+        embedding_ready = embedded is not None or start.embedding_status is Status.COMPLETED
         if embedding_ready and start.keyword_status in CLAIMABLE:
             vector = None if embedded is None else embedded.vector
             await self._keyword_stage.run(request, start, vector, None)

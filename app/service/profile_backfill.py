@@ -15,7 +15,8 @@ the live state (a deleted context's vector is never stored). Outcomes, by the §
   to ``PENDING`` and ``BackfillRefused`` tells the route to answer 503 with ``Retry-After``,
   so the core backs off. Nothing that is not the note's own ends a row ``FAILED``.
 
-At most ``concurrency`` batches run at once; a further one is refused (503) at once.
+At most ``concurrency`` batches run at once; a further one waits up to ``SLOT_WAIT_SECONDS``
+for a slot, then is refused (503).
 """
 
 from __future__ import annotations
@@ -45,6 +46,8 @@ logger = logging.getLogger(__name__)
 
 # Contexts of one request at most (the core sends fewer).
 MAX_BATCH = 256
+# How long a batch waits for one of the running ones to finish before it is refused (seconds).
+SLOT_WAIT_SECONDS = 5.0
 # Seconds a refused batch should wait when nothing better is known.
 DEFAULT_RETRY_AFTER_SECONDS = 2
 
@@ -109,7 +112,7 @@ class ProfileBackfill:
         dimension: int,
         max_input_chars: int,
         expiry_seconds: float,
-        concurrency: int = 2,
+        concurrency: int = 4,
     ) -> None:
         self._stage_pool = stage_pool
         self._provider = provider
@@ -129,15 +132,19 @@ class ProfileBackfill:
         """
         if profile != self._profile:
             raise WrongProfile(f"this worker serves profile {self._profile!r}")
-        if self._slots.locked():
-            raise BackfillRefused("busy", DEFAULT_RETRY_AFTER_SECONDS)
         if not self._gate.available:
             raise BackfillRefused(
                 "embedding provider unavailable",
                 self._gate.retry_after_seconds() or DEFAULT_RETRY_AFTER_SECONDS,
             )
-        async with self._slots:
+        try:
+            await asyncio.wait_for(self._slots.acquire(), SLOT_WAIT_SECONDS)
+        except TimeoutError:
+            raise BackfillRefused("busy", DEFAULT_RETRY_AFTER_SECONDS) from None
+        try:
             return await self._run(items)
+        finally:
+            self._slots.release()
 
     async def _run(self, items: Sequence[BackfillItem]) -> BackfillReport:
         report = BackfillReport()

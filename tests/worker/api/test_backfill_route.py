@@ -12,6 +12,7 @@ back to ``PENDING``, never ``FAILED``; only a note the provider refuses as its o
 from __future__ import annotations
 
 import asyncio
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,6 +24,7 @@ from sqlalchemy import text
 from app.providers.hashing import hash_embed
 from app.repository import profile_vectors
 from app.repository.db import to_array
+from app.service.profile_backfill import SLOT_WAIT_SECONDS
 from tests.fake_openai import Scripted, error_body
 from tests.worker.harness import PROCESS_PATH, PROFILE, SECRET, RunningWorker
 from tests.worker.support import (
@@ -44,15 +46,12 @@ NOTES = {
     2: "비 오는 날 가기 좋은 아늑한 카페",
     3: "주차가 편하고 아이랑 가기 좋은 식당",
     4: "바다가 보이는 산책로, 해질녘이 예쁨",
+    5: "브런치 메뉴가 다양하고 빵이 맛있음",
 }
 REJECTED_MARKER = "#REFUSED-BY-POLICY"
-
-
-@pytest.fixture(autouse=True)
-async def _empty_backfill(engine) -> None:
-    # Not among the suite's CLEANED_TABLES: every test here starts without backfill rows.
-    async with engine.begin() as conn:
-        await conn.execute(text("TRUNCATE ai.context_embedding_backfill"))
+# Batches a worker embeds at once (ProfileBackfill's default, as app/composition.py builds it);
+# one more waits up to SLOT_WAIT_SECONDS for a slot.
+BATCH_SLOTS = 4
 
 
 # --------------------------------------------------------------------------- builders
@@ -363,31 +362,61 @@ async def test_an_unavailable_provider_answers_503_and_claims_nothing_more(
     assert await backfill_row(engine, 2) == Row("PENDING", 0, None)
 
 
-async def test_a_third_batch_while_two_run_is_refused_busy_and_claims_nothing(
+async def start_held_batches(worker, fake_openai, hold, context_ids):
+    """One batch per context, each held in its provider call; returned (the holds and the
+    requests) once every call is in flight."""
+    helds = [hold() for _ in context_ids]
+    fake_openai.script_embeddings(*helds)
+    tasks = [asyncio.create_task(post_backfill(worker, [context(i)])) for i in context_ids]
+    for held in helds:
+        await arrived(held)
+    return helds, tasks
+
+
+async def test_a_batch_beyond_the_running_ones_waits_for_a_slot(engine, worker, fake_openai, hold):
+    ids = list(range(1, BATCH_SLOTS + 2))
+    for context_id in ids:
+        await embedded_under_the_old_profile(engine, context_id)
+    helds, running = await start_held_batches(worker, fake_openai, hold, ids[:BATCH_SLOTS])
+    extra = hold()
+    fake_openai.script_embeddings(extra)
+
+    waiting = asyncio.create_task(post_backfill(worker, [context(ids[-1])]))
+    # Every slot is taken: the extra batch neither claims nor calls the provider meanwhile.
+    assert not await asyncio.to_thread(extra.entered.wait, 1.0)
+    assert await backfill_row(engine, ids[-1]) == Row("PENDING", 0, None)
+    release(helds[0])
+    await arrived(extra)  # a slot came free: it runs
+    for held in (*helds[1:], extra):
+        release(held)
+    answers = await asyncio.gather(*running, waiting)
+
+    assert [a.json() for a in answers] == [counts(completed=1)] * len(ids)
+    assert fake_openai.embedding_calls == len(ids)
+
+
+async def test_a_batch_that_finds_no_slot_in_time_is_refused_busy_and_claims_nothing(
     engine, worker, fake_openai, hold
 ):
-    for context_id in (1, 2, 3):
+    ids = list(range(1, BATCH_SLOTS + 2))
+    for context_id in ids:
         await embedded_under_the_old_profile(engine, context_id)
-    first_held, second_held = hold(), hold()
-    fake_openai.script_embeddings(first_held, second_held)
+    helds, running = await start_held_batches(worker, fake_openai, hold, ids[:BATCH_SLOTS])
 
-    running = [
-        asyncio.create_task(post_backfill(worker, [context(1)])),
-        asyncio.create_task(post_backfill(worker, [context(2)])),
-    ]
-    await arrived(first_held)
-    await arrived(second_held)
-    busy = await post_backfill(worker, [context(3)])
-    release(first_held)
-    release(second_held)
-    done = await asyncio.gather(*running)
+    asked_at = time.monotonic()
+    busy = await post_backfill(worker, [context(ids[-1])])
+    waited = time.monotonic() - asked_at
+    for held in helds:
+        release(held)
+    answers = await asyncio.gather(*running)
 
     assert busy.status_code == 503
     assert busy.json() == {"detail": "backfill refused: busy"}
+    assert waited >= SLOT_WAIT_SECONDS  # refused only after waiting for a slot
     assert retry_after(busy) >= 1
-    assert await backfill_row(engine, 3) == Row("PENDING", 0, None)
-    assert [r.json() for r in done] == [counts(completed=1), counts(completed=1)]
-    assert fake_openai.embedding_calls == 2
+    assert await backfill_row(engine, ids[-1]) == Row("PENDING", 0, None)
+    assert [a.json() for a in answers] == [counts(completed=1)] * BATCH_SLOTS
+    assert fake_openai.embedding_calls == BATCH_SLOTS
 
 
 # --------------------------------------------------------------------------- 401, 409, 422

@@ -38,13 +38,6 @@ LOCK_WAITERS = text(
 )
 
 
-@pytest.fixture(autouse=True)
-async def _empty_backfill(engine) -> None:
-    # Not among the suite's CLEANED_TABLES: every test here starts without backfill rows.
-    async with engine.begin() as conn:
-        await conn.execute(text("TRUNCATE ai.context_embedding_backfill"))
-
-
 @pytest.fixture
 async def other_session(migrated_database: str) -> AsyncIterator[asyncpg.Connection]:
     """A separate plain asyncpg connection: another worker's claim in a transaction of its

@@ -1,31 +1,37 @@
-"""The keyword stage after a profile cutover (docs/contract.md §1, Deviation "vectors per
-profile"): a context whose embedding stage is ``COMPLETED`` under another profile and whose
-keyword stage is still to run gets a vector under this worker's profile first
-(``EmbeddingStage._embed_under_this_profile``, ``profile_vectors.SAVE_PROFILE_VECTOR``),
-without touching the live embedding stage; a cancellation that commits first wins.
+"""The keyword stage of a context embedded under another profile, around a profile switch
+(docs/contract.md §1 Deviation "context vectors per profile", §5, §10 #13; docs/operations.md
+"Switching the embedding profile").
+
+The start reads the vector of the worker's profile when the context has one, else another
+profile's. While a backfill of the worker's profile still has the context open, such a
+mismatch claims nothing (the vector is on its way; the rescan asks again); once the backfill
+stored the vector, the keyword stage runs on it without a provider call and without touching
+the live embedding stage, and the analysis names the worker's profile. With no backfill open
+the mismatch stays what §5 says: the keyword stage ends ``FAILED`` with ``profile_mismatch``.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
 from typing import Any
 
+import asyncpg
 import numpy as np
+import pytest
 from sqlalchemy import text
+from sqlalchemy.engine import make_url
 
 from app.providers.hashing import hash_embed
-from app.repository import profile_vectors
-from app.repository.db import to_array
-from tests.fake_openai import Scripted
-from tests.worker.harness import PROCESS_PATH, PROFILE, SECRET
+from app.repository.db import register_vector_codec, to_array
+from app.repository.profile_vectors import CLAIM_BACKFILL, SAVE_BACKFILL_VECTOR
+from tests.worker.harness import PROCESS_PATH, PROFILE, SECRET, RunningWorker
 from tests.worker.support import (
-    cancel_context,
     count_rows,
+    failure_reasons,
     fetch_state,
     make_embedding,
     make_state,
-    release,
-    start_held,
     vector,
 )
 
@@ -34,26 +40,61 @@ OTHER_PROFILE = "old-model-768-cosine-v1"
 OTHER_DIMENSION = 768
 DIMENSION = 1536
 NOTE = "노트북 들고 공부하기 좋은 조용한 카페. 콘센트 많음."
+BACKFILL_PATH = "/internal/v1/backfill/embed"
 LOCK_WAITERS = text(
     "SELECT count(*) FROM pg_stat_activity "
     "WHERE datname = current_database() AND wait_event_type = 'Lock'"
 )
 
 
-async def embedded_before_the_cutover(engine, context_id: int, *, keyword_status: str) -> None:
-    """Embedding COMPLETED under the old profile only; the keyword stage as given."""
+@pytest.fixture
+async def other_session(migrated_database: str) -> AsyncIterator[asyncpg.Connection]:
+    """A separate asyncpg connection (with the vector codec): another worker's backfill save
+    in a transaction of its own, held open as long as the test wants."""
+    dsn = make_url(migrated_database).set(drivername="postgresql").render_as_string(False)
+    conn = await asyncpg.connect(dsn)
+    await register_vector_codec(conn)
+    yield conn
+    await conn.close()
+
+
+# --------------------------------------------------------------------------- builders and reads
+
+
+async def embedded_before_the_switch(engine, context_id: int = 1) -> None:
+    """Embedding COMPLETED under the old profile only; the keyword stage still to run (a
+    re-judgment after the cutover, or one that never ran)."""
     await make_state(
-        engine, context_id=context_id, embedding_status="COMPLETED", keyword_status=keyword_status
+        engine,
+        context_id=context_id,
+        embedding_status="COMPLETED",
+        keyword_status="PENDING",
+        user_id=7,
+        record_id=70,
     )
     await make_embedding(
         engine,
         context_id=context_id,
+        user_id=7,
+        record_id=70,
         profile=OTHER_PROFILE,
         embedding=vector("old", dimension=OTHER_DIMENSION),
     )
 
 
-async def state_row(engine, context_id: int) -> dict[str, Any]:
+async def propose(engine, context_id: int = 1, *, status: str = "PENDING") -> None:
+    """The core's backfill row for the worker's profile."""
+    async with engine.begin() as conn:
+        await conn.execute(
+            text(
+                "INSERT INTO ai.context_embedding_backfill (embedding_profile, context_id, "
+                "status) VALUES (:p, :id, :s)"
+            ),
+            {"p": PROFILE, "id": context_id, "s": status},
+        )
+
+
+async def state_row(engine, context_id: int = 1) -> dict[str, Any]:
     async with engine.connect() as conn:
         row = (
             await conn.execute(
@@ -64,7 +105,7 @@ async def state_row(engine, context_id: int) -> dict[str, Any]:
     return dict(row._mapping)
 
 
-async def vectors_by_profile(engine, context_id: int) -> dict[str, np.ndarray]:
+async def vectors_by_profile(engine, context_id: int = 1) -> dict[str, np.ndarray]:
     async with engine.connect() as conn:
         rows = (
             await conn.execute(
@@ -78,7 +119,7 @@ async def vectors_by_profile(engine, context_id: int) -> dict[str, np.ndarray]:
     return {row.embedding_profile: to_array(row.embedding) for row in rows}
 
 
-async def analysis_profile(engine, context_id: int) -> str | None:
+async def analysis_profile(engine, context_id: int = 1) -> str | None:
     """``embedding_profile`` of the context's analysis row (which must exist)."""
     async with engine.connect() as conn:
         return (
@@ -92,20 +133,12 @@ async def analysis_profile(engine, context_id: int) -> str | None:
         ).scalar_one()
 
 
-def assert_old_vector_kept(vectors: dict[str, np.ndarray]) -> None:
-    np.testing.assert_array_equal(vectors[OTHER_PROFILE], vector("old", dimension=OTHER_DIMENSION))
-
-
-async def test_the_keyword_stage_after_a_cutover_gets_a_vector_of_this_profile_and_completes(
-    engine, worker, fake_openai
-):
-    await embedded_before_the_cutover(engine, 1, keyword_status="PENDING")
-    before = await state_row(engine, 1)
-
+async def post_process(worker: RunningWorker, context_id: int = 1) -> None:
+    """The core's process request for the worker's profile; waits until it was handled."""
     response = await worker.client.post(
         PROCESS_PATH,
         json={
-            "contextId": 1,
+            "contextId": context_id,
             "userId": 7,
             "recordId": 70,
             "text": NOTE,
@@ -113,154 +146,157 @@ async def test_the_keyword_stage_after_a_cutover_gets_a_vector_of_this_profile_a
         },
         headers={"X-Internal-Secret": SECRET},
     )
+    assert response.status_code == 202, response.text
     await worker.drain()
 
-    assert response.status_code == 202
-    vectors = await vectors_by_profile(engine, 1)
-    assert set(vectors) == {PROFILE, OTHER_PROFILE}
-    assert vectors[PROFILE].shape == (DIMENSION,)
-    np.testing.assert_allclose(vectors[PROFILE], hash_embed(NOTE, DIMENSION), atol=1e-6)
-    assert_old_vector_kept(vectors)
-    after = await state_row(engine, 1)
-    # The live embedding stage is untouched; the keyword stage ran once and completed.
-    assert (after["embedding_status"], after["embedding_attempt"]) == (
-        before["embedding_status"],
-        before["embedding_attempt"],
+
+async def backfill(worker: RunningWorker, context_id: int = 1) -> dict[str, int]:
+    response = await worker.client.post(
+        BACKFILL_PATH,
+        json={
+            "embeddingProfile": PROFILE,
+            "contexts": [{"contextId": context_id, "userId": 7, "recordId": 70, "text": NOTE}],
+        },
+        headers={"X-Internal-Secret": SECRET},
     )
-    assert (after["keyword_status"], after["keyword_attempt"]) == ("COMPLETED", 1)
-    assert await analysis_profile(engine, 1) == PROFILE
-    assert fake_openai.embedding_calls == 1
-    assert fake_openai.judge_calls == 1
-    assert fake_openai.embedding_requests[0]["input"] == [NOTE]
+    assert response.status_code == 200, response.text
+    return response.json()
 
 
-async def test_the_stored_vector_is_reused_by_the_next_judgment(engine, worker, fake_openai):
-    await embedded_before_the_cutover(engine, 1, keyword_status="PENDING")
-    await worker.process(1, NOTE)
-    assert fake_openai.embedding_calls == 1
-    # A re-judgment (keyword stage back to PENDING, as `reprocess keywords` leaves it).
-    async with engine.begin() as conn:
-        await conn.execute(
-            text("UPDATE ai.context_ai_state SET keyword_status = 'PENDING' WHERE context_id = 1")
-        )
-
-    await worker.process(1, NOTE)
-
-    assert fake_openai.embedding_calls == 1  # the vector of this profile is read, not made
-    assert await fetch_state(engine, 1) == ("COMPLETED", "COMPLETED")
-    assert await analysis_profile(engine, 1) == PROFILE
+def unchanged_stages(before: dict[str, Any], after: dict[str, Any]) -> bool:
+    keys = ("embedding_status", "embedding_attempt", "keyword_status", "keyword_attempt")
+    return all(before[k] == after[k] for k in keys)
 
 
-async def test_a_context_with_nothing_to_judge_gets_no_vector(engine, worker, fake_openai):
-    await embedded_before_the_cutover(engine, 1, keyword_status="COMPLETED")
-
-    await worker.process(1, NOTE)
-
-    assert set(await vectors_by_profile(engine, 1)) == {OTHER_PROFILE}
-    assert (fake_openai.embedding_calls, fake_openai.judge_calls) == (0, 0)
-
-
-async def test_a_delete_during_the_provider_call_wins_and_stores_nothing(
-    engine, worker, fake_openai, hold
-):
-    await embedded_before_the_cutover(engine, 1, keyword_status="PENDING")
-    held = hold()
-    task = await start_held(worker, fake_openai.script_embeddings, held, 1, NOTE)
-
-    await cancel_context(engine, context_id=1)
-    release(held)
-    await task
-
-    assert set(await vectors_by_profile(engine, 1)) == {OTHER_PROFILE}
-    assert await fetch_state(engine, 1) == ("CANCELLED", "CANCELLED")
-    assert await count_rows(engine, "ai.context_keyword_analysis", 1) == 0
-    assert fake_openai.judge_calls == 0
-
-
-async def test_a_provider_fault_leaves_both_stages_as_they_were_for_the_rescan(
-    engine, worker, fake_openai
-):
-    await embedded_before_the_cutover(engine, 1, keyword_status="PENDING")
-    before = await state_row(engine, 1)
-    fake_openai.set_fault("embeddings", Scripted(status=500))
-
-    await worker.process(1, NOTE)
-
-    assert set(await vectors_by_profile(engine, 1)) == {OTHER_PROFILE}
-    after = await state_row(engine, 1)
-    assert {k: after[k] for k in ("embedding_status", "keyword_status", "keyword_attempt")} == {
-        "embedding_status": "COMPLETED",
-        "keyword_status": "PENDING",
-        "keyword_attempt": before["keyword_attempt"],
-    }
-    assert fake_openai.judge_calls == 0
-
-    # The rescan's next request finds the provider back and completes.
-    fake_openai.set_fault("embeddings", None)
-    await worker.process(1, NOTE)
-    assert await fetch_state(engine, 1) == ("COMPLETED", "COMPLETED")
-    assert set(await vectors_by_profile(engine, 1)) == {PROFILE, OTHER_PROFILE}
-
-
-# --------------------------------------------------------------------------- the statement
-
-
-async def save_profile_vector(stage_pool, context_id: int = 1) -> bool:
-    return await profile_vectors.save_profile_vector(
-        stage_pool,
-        context_id=context_id,
-        user_id=7,
-        record_id=70,
-        embedding=vector("this profile"),
-        embedding_profile=PROFILE,
-    )
-
-
-async def test_the_save_needs_a_completed_embedding_stage(engine, stage_pool):
-    for context_id, status in enumerate(["PENDING", "PROCESSING", "FAILED", "CANCELLED"], 1):
-        await make_state(engine, context_id=context_id, embedding_status=status)
-        assert await save_profile_vector(stage_pool, context_id) is False
-        assert await vectors_by_profile(engine, context_id) == {}
-    assert await save_profile_vector(stage_pool, 404) is False  # no state row
-
-
-async def test_the_save_writes_only_its_own_profile_row(engine, stage_pool):
-    await embedded_before_the_cutover(engine, 1, keyword_status="PROCESSING")
-    before = await state_row(engine, 1)
-
-    assert await save_profile_vector(stage_pool) is True
-
-    vectors = await vectors_by_profile(engine, 1)
-    np.testing.assert_allclose(vectors[PROFILE], vector("this profile"), atol=1e-7)
-    assert_old_vector_kept(vectors)
-    assert await state_row(engine, 1) == before
-
-
-async def test_a_save_waiting_on_a_cancelling_transaction_stores_nothing(engine, stage_pool):
-    await embedded_before_the_cutover(engine, 1, keyword_status="PENDING")
-
-    async with engine.connect() as canceller:
-        transaction = await canceller.begin()
-        await canceller.execute(
-            text(
-                "UPDATE ai.context_ai_state SET embedding_status = 'CANCELLED', "
-                "keyword_status = 'CANCELLED', updated_at = now() WHERE context_id = 1"
-            )
-        )
-        saving = asyncio.create_task(save_profile_vector(stage_pool))
-        await _until_lock_waiter(engine)
-        assert not saving.done()
-        await transaction.commit()
-        saved = await saving
-
-    assert saved is False
-    assert set(await vectors_by_profile(engine, 1)) == {OTHER_PROFILE}
-
-
-async def _until_lock_waiter(engine, limit_seconds: float = 10.0) -> None:
+async def wait_until_blocked_on_lock(engine, limit_seconds: float = 10.0) -> None:
     async with asyncio.timeout(limit_seconds):
         while True:
             async with engine.connect() as conn:
                 if (await conn.execute(LOCK_WAITERS)).scalar_one():
                     return
             await asyncio.sleep(0.01)
+
+
+# --------------------------------------------------------------------------- tests
+
+
+@pytest.mark.parametrize("backfill_status", ["PENDING", "PROCESSING"])
+async def test_while_the_backfill_has_the_context_open_nothing_is_claimed(
+    engine, worker, fake_openai, backfill_status
+):
+    await embedded_before_the_switch(engine)
+    await propose(engine, status=backfill_status)
+    before = await state_row(engine)
+
+    await post_process(worker)
+
+    assert unchanged_stages(before, await state_row(engine))
+    assert await failure_reasons(engine, 1) == (None, None)
+    assert set(await vectors_by_profile(engine)) == {OTHER_PROFILE}
+    assert await count_rows(engine, "ai.context_keyword_analysis", 1) == 0
+    assert (fake_openai.embedding_calls, fake_openai.judge_calls) == (0, 0)
+
+
+async def test_after_the_backfill_the_keyword_stage_runs_on_the_vector_of_this_profile(
+    engine, worker, fake_openai
+):
+    await embedded_before_the_switch(engine)
+    await propose(engine)
+    await post_process(worker)  # too early: nothing claimed
+    assert await backfill(worker) == {
+        "completed": 1,
+        "cancelled": 0,
+        "failed": 0,
+        "notClaimed": 0,
+        "lost": 0,
+    }
+    before = await state_row(engine)
+    embedding_calls = fake_openai.embedding_calls
+
+    await post_process(worker)  # the rescan asks again
+
+    after = await state_row(engine)
+    # The live embedding stage is untouched; the keyword stage ran once and completed.
+    assert (after["embedding_status"], after["embedding_attempt"]) == (
+        before["embedding_status"],
+        before["embedding_attempt"],
+    )
+    assert (after["keyword_status"], after["keyword_attempt"]) == ("COMPLETED", 1)
+    assert await analysis_profile(engine) == PROFILE
+    # The backfilled vector was reused: no embedding call, one judgment.
+    assert fake_openai.embedding_calls == embedding_calls
+    assert fake_openai.judge_calls == 1
+    vectors = await vectors_by_profile(engine)
+    assert vectors[PROFILE].shape == (DIMENSION,)
+    np.testing.assert_allclose(vectors[PROFILE], hash_embed(NOTE, DIMENSION), atol=1e-6)
+    np.testing.assert_array_equal(vectors[OTHER_PROFILE], vector("old", dimension=OTHER_DIMENSION))
+
+
+@pytest.mark.parametrize("backfill_status", [None, "FAILED", "CANCELLED"])
+async def test_without_an_open_backfill_the_mismatch_fails_the_keyword_stage(
+    engine, worker, fake_openai, backfill_status
+):
+    # §5 and §10 #13: a COMPLETED vector of another profile is never regenerated by the live
+    # stages; nothing will bring this profile's one, so the judgment is a mismatch.
+    await embedded_before_the_switch(engine)
+    if backfill_status is not None:
+        await propose(engine, status=backfill_status)
+
+    await post_process(worker)
+
+    assert await fetch_state(engine, 1) == ("COMPLETED", "FAILED")
+    assert await failure_reasons(engine, 1) == (None, "profile_mismatch")
+    assert set(await vectors_by_profile(engine)) == {OTHER_PROFILE}
+    assert (fake_openai.embedding_calls, fake_openai.judge_calls) == (0, 0)
+
+
+async def test_a_start_waiting_on_the_backfill_save_claims_nothing_then_completes(
+    engine, worker, fake_openai, other_session
+):
+    # The backfill's save locks the state row first (docs/lock-order.md). A process request
+    # whose start waits on that lock reads the other tables as they were when it began: the
+    # backfill still open, no vector of this profile. It must claim nothing rather than fail
+    # the judgment; the next request finds the vector.
+    await embedded_before_the_switch(engine)
+    await propose(engine)
+    transaction = other_session.transaction()
+    await transaction.start()
+    try:
+        claimed = await other_session.fetchrow(
+            CLAIM_BACKFILL.sql,
+            *CLAIM_BACKFILL.bind(
+                {"embedding_profile": PROFILE, "context_ids": [1], "expiry_seconds": 600.0}
+            ),
+        )
+        assert list(claimed["attempts"]) == [1]
+        saved = await other_session.fetchrow(
+            SAVE_BACKFILL_VECTOR.sql,
+            *SAVE_BACKFILL_VECTOR.bind(
+                {
+                    "context_id": 1,
+                    "attempt": 1,
+                    "embedding_profile": PROFILE,
+                    "user_id": 7,
+                    "record_id": 70,
+                    "embedding": hash_embed(NOTE, DIMENSION),
+                }
+            ),
+        )
+        assert saved["status"] == "COMPLETED"
+        processing = asyncio.create_task(worker.process(1, NOTE, user_id=7, record_id=70))
+        await wait_until_blocked_on_lock(engine)
+        assert not processing.done()
+        await transaction.commit()
+        await processing
+    finally:
+        if other_session.is_in_transaction():
+            await transaction.rollback()
+
+    assert await fetch_state(engine, 1) == ("COMPLETED", "PENDING")
+    assert await failure_reasons(engine, 1) == (None, None)
+
+    await worker.process(1, NOTE, user_id=7, record_id=70)
+
+    assert await fetch_state(engine, 1) == ("COMPLETED", "COMPLETED")
+    assert await analysis_profile(engine) == PROFILE
+    assert fake_openai.embedding_calls == 0
