@@ -50,7 +50,8 @@ FILL_VECTORS = text(
 FILL_ANALYSES = text(
     """
     INSERT INTO ai.context_keyword_analysis (context_id, preset_version, model_profile)
-    SELECT id, 1, 'openai-chat-gpt-4o-mini' FROM generate_series(CAST(:first AS bigint), CAST(:last AS bigint)) AS id
+    SELECT id, 1, 'openai-chat-gpt-4o-mini'
+    FROM generate_series(CAST(:first AS bigint), CAST(:last AS bigint)) AS id
     """
 )
 FILE_NODE = text("SELECT pg_relation_filenode('ai.context_embedding') AS node")
