@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: venv run test test-fast lint format bench eval docs openapi clean lock
+.PHONY: venv run run-operations test test-fast lint format bench eval docs openapi clean lock
 
 $(STAMP): pyproject.toml requirements/build-tools.txt
 	@echo "make: creating $(VENV) and installing pinlog with its dev and local extras"
@@ -18,6 +18,11 @@ venv: $(STAMP)
 
 run: venv
 	$(BIN)/pinlog-ai demo
+
+# The demo, then a preset reclassification and an embedding-profile switch on its notes
+# (docs/operations.md), in a database of its own; exits when done.
+run-operations: venv
+	$(BIN)/pinlog-ai demo --operations --no-serve
 
 test: venv lint
 	$(BIN)/pytest

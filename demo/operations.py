@@ -5,9 +5,11 @@ encoder's (``demo.profile_switch``).
 
 What the flag changes before that: the run uses a database of its own on the embedded server
 (``OPERATIONS_DATABASE``, made afresh each run, since a finished switch leaves the hashing
-profile in use there), both workers reload their presets every ``PRESETS_REFRESH_SECONDS``,
-and a second worker (the hashing encoder's profile, its presets loaded first) serves beside
-the first from the start, listed in the core's ``PINLOG_CORE_WORKER_BASE_URL``.
+profile in use there; a ``PINLOG_DATABASE_URL`` is used as given, unless an earlier switch left
+another profile in use there: ``refusal``), both workers reload their presets every
+``PRESETS_REFRESH_SECONDS``, and a second worker (the hashing encoder's profile, its presets
+loaded first) serves beside the first from the start, listed in the core's
+``PINLOG_CORE_WORKER_BASE_URL``.
 """
 
 from __future__ import annotations
@@ -16,9 +18,9 @@ import logging
 import tempfile
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from sqlalchemy import text
-from sqlalchemy.engine import make_url
 
 from app.repository.db import create_engine
 from app.service.preset_loader import read_preset_file
@@ -36,18 +38,22 @@ PRESETS_REFRESH_SECONDS = 1.0
 WORKER_OVERRIDES: dict[str, Any] = {"presets_refresh_seconds": PRESETS_REFRESH_SECONDS}
 
 
-async def fresh_database(server_url: str, name: str = OPERATIONS_DATABASE) -> str:
-    """The URL of database ``name`` on the server of ``server_url``, dropped (with its
-    sessions) and made again empty."""
+# The operations' database, dropped with its sessions, then made again empty.
+DROP_DATABASE = text(f'DROP DATABASE IF EXISTS "{OPERATIONS_DATABASE}" WITH (FORCE)')
+CREATE_DATABASE = text(f'CREATE DATABASE "{OPERATIONS_DATABASE}"')
+
+
+async def fresh_database(server_url: str) -> str:
+    """The URL of ``OPERATIONS_DATABASE`` on the server of ``server_url``, made afresh."""
     admin = create_engine(server_url, pool_size=1, with_vector_codec=False)
     try:
         async with admin.connect() as conn:
             conn = await conn.execution_options(isolation_level="AUTOCOMMIT")
-            await conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-            await conn.execute(text(f'CREATE DATABASE "{name}"'))
+            await conn.execute(DROP_DATABASE)
+            await conn.execute(CREATE_DATABASE)
     finally:
         await admin.dispose()
-    return make_url(server_url).set(database=name).render_as_string(hide_password=False)
+    return urlsplit(server_url)._replace(path=f"/{OPERATIONS_DATABASE}").geturl()
 
 
 async def refusal(settings: Settings) -> str | None:

@@ -5,18 +5,19 @@ A new list (the bundled one, every preset kept, ``ADDED`` appended) is written t
 loaded as ``pinlog-ai presets load`` would, under each profile a worker serves; the workers
 pick it up by their background refresh; then ``pinlog-core reprocess keywords`` runs in this
 process (``judge_again``: the command's own service, ``KeywordReprocess``, and dispatcher) and
-the demo waits until the worker has judged every reset note again.
+the demo waits until the worker has judged every reset note again. ``judge_again`` serves the
+profile switch's re-judging too.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
 
-from app.repository.db import create_engine as create_ai_engine
 from app.service.preset_loader import DEFAULT_PRESET_FILE, read_preset_file
 from app.settings import Settings
 from core_service.composition import build_dispatcher, build_worker_endpoints
@@ -71,47 +72,68 @@ def write_new_list(directory: Path) -> Path:
     return path
 
 
-async def judge_again(core_settings: CoreSettings, *, rate: int = RATE) -> ReprocessReport:
-    """``pinlog-core reprocess keywords --rate N`` in this process, under the profile in use:
-    wait until every worker of that profile reports the current list version, then reset the
-    older judgments and dispatch them (``KeywordReprocess``); the run's report."""
+@dataclass(frozen=True, slots=True)
+class Rejudging:
+    """A ``reprocess keywords`` run under ``profile`` and its outcome: ``waited`` seconds
+    until every worker of the profile reported the list version, ``seconds`` from then until
+    the worker had judged every reset note again, ``before`` and ``after`` the results of the
+    demo's live notes."""
+
+    profile: str
+    report: ReprocessReport
+    waited: float
+    seconds: float
+    before: list[ContextResult]
+    after: list[ContextResult]
+
+    @property
+    def complete(self) -> bool:
+        """Every stale judgment was reset, and every note is judged again."""
+        return self.report.reset == self.report.total and all(
+            r.keyword_status == "COMPLETED" for r in self.after
+        )
+
+    def changed(self) -> list[tuple[ContextResult, ContextResult]]:
+        """The notes whose keywords differ now: (before, after)."""
+        pairs = zip(self.before, self.after, strict=True)
+        return [(old, new) for old, new in pairs if old.keywords != new.keywords]
+
+
+async def judge_again(core_settings: CoreSettings, lines: Sequence[ContextLine]) -> Rejudging:
+    """``pinlog-core reprocess keywords --rate 50`` in this process, under the profile in use:
+    wait until every worker of that profile reports the current list version, reset the
+    older judgments and dispatch them (``KeywordReprocess``), then wait until the worker has
+    judged them all again (module docstring)."""
     engine = create_core_engine(core_settings.database_url, pool_size=2)
     reader = ReadinessReader(core_settings.worker_base_urls)
     try:
+        before = await load_results(engine, list(lines))
+        started = time.monotonic()
         profile = await profile_in_use(engine, configured=core_settings.embedding_profile)
         reprocess = KeywordReprocess(engine, profile=profile)
         version = await reprocess.wait_for_workers(reader, timeout_seconds=WORKER_WAIT_SECONDS)
+        waited = time.monotonic() - started
         plan = await reprocess.plan(version)
         endpoints = build_worker_endpoints(core_settings)
-        # Route by each worker's profile, as ProfileRouting.refresh_once does (that one keeps
-        # a client open until its loop ends: the command's wiring leaks it).
+        # Route by each worker's profile, as ProfileRouting.refresh_once does (which leaves
+        # its own client open unless its loop runs and ends).
         for endpoint, reading in zip(endpoints.all, await reader.read_all(), strict=True):
             endpoint.profile = reading.profile
         dispatcher = build_dispatcher(core_settings, engine, endpoints, CoreMetrics())
         dispatcher.start()
         try:
-            return await reprocess.run(plan, dispatcher, rate=rate)
+            report = await reprocess.run(plan, dispatcher, rate=RATE)
         finally:
             await dispatcher.close(2.0)
             await endpoints.aclose()
-    finally:
-        await reader.aclose()
-        await engine.dispose()
-
-
-async def rejudged(
-    core_settings: CoreSettings, lines: Sequence[ContextLine]
-) -> tuple[ReprocessReport, list[ContextResult]]:
-    """``judge_again``, then wait until the worker has judged every reset note; the report
-    and the results of ``lines`` afterwards."""
-    report = await judge_again(core_settings)
-    engine = create_ai_engine(core_settings.database_url, pool_size=2)
-    try:
         await wait_until_finished(
             engine, report.reset_ids, limit_seconds=JUDGE_WAIT_SECONDS, say=lambda _: None
         )
-        return report, await load_results(engine, list(lines))
+        after = await load_results(engine, list(lines))
+        seconds = time.monotonic() - started - waited
+        return Rejudging(profile, report, waited, seconds, before, after)
     finally:
+        await reader.aclose()
         await engine.dispose()
 
 
@@ -125,36 +147,23 @@ async def reclassify(
 ) -> bool:
     """The reclassification (module docstring) to the list in ``path``, on the live
     ``lines``: one line per step and a few notes' keywords before and after; whether every
-    reset note was judged again."""
+    stale judgment was made again."""
     names = ", ".join(preset["display_name"] for preset in ADDED)
-    say(f"reclassify: new preset list {path}: the bundled presets kept, {len(ADDED)} added "
+    say(f"reclassify: new preset list {path}: the bundled presets and {len(ADDED)} added "
         f"({names})")  # fmt: skip
     new_list = read_preset_file(path)
-    for settings in worker_settings:  # once per profile a worker serves
+    for settings in worker_settings:  # once per profile a worker serves (operations.md)
         report = await embed_presets(settings, new_list)
         say(f"reclassify: presets load under {settings.embedding_profile}: list version "
             f"{report.version}, {report.presets} presets")  # fmt: skip
-    before = await _results(core_settings.database_url, lines)
-    started = time.monotonic()
-    report, after = await rejudged(core_settings, lines)
-    say(f"reclassify: reprocess keywords: every worker of {worker_settings[0].embedding_profile} "
-        f"on list version {report.version}; {report.reset} notes reset at {RATE} a second and "
-        f"judged again in {time.monotonic() - started:.1f} s")  # fmt: skip
-    changed = [(old, new) for old, new in zip(before, after, strict=True)
-               if old.keywords != new.keywords]  # fmt: skip
-    say(
-        f"reclassify: {len(changed)} of {len(after)} notes show other keywords now"
-        + (", for example:" if changed else "")
-    )
+    run = await judge_again(core_settings, lines)
+    say(f"reclassify: reprocess keywords --rate {RATE}: the worker reported list version "
+        f"{run.report.version} after {run.waited:.1f} s (its background refresh); "
+        f"{run.report.reset} notes reset and judged again in {run.seconds:.1f} s")  # fmt: skip
+    changed = run.changed()
+    say(f"reclassify: {len(changed)} of {len(run.after)} notes show other keywords"
+        + (", for example:" if changed else ""))  # fmt: skip
     for old, new in changed[:SHOWN_CHANGES]:
         say(f"  context {new.context_id} ({shorten(new.note, NOTE_WIDTH)}): "
             f"[{', '.join(old.keywords)}] -> [{', '.join(new.keywords)}]")  # fmt: skip
-    return report.reset == report.total and all(r.keyword_status == "COMPLETED" for r in after)
-
-
-async def _results(database_url: str, lines: Sequence[ContextLine]) -> list[ContextResult]:
-    engine = create_ai_engine(database_url, pool_size=1)
-    try:
-        return await load_results(engine, list(lines))
-    finally:
-        await engine.dispose()
+    return run.complete

@@ -6,9 +6,9 @@ The second worker (hashing embedder and similarity judge, both offline) has serv
 first since the start, listed after it in the core's ``PINLOG_CORE_WORKER_BASE_URL``. Each step
 is what a ``pinlog-core reembed`` command runs, here in this process: the presets loaded under
 the new profile, ``start``, ``status`` until ready (the core service's own backfill loop does
-the embedding), ``cut_over`` and the keywords judged again under the new profile (the path of
-``reprocess keywords``), a search through the core's client API, then the old worker stops and
-``finish`` removes the old profile's vectors.
+the embedding), a search through the core's client API, ``cut_over`` and the keywords judged
+again under the new profile (the path of ``reprocess keywords``), the same search, then the old
+worker stops and ``finish`` removes the old profile's vectors.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from core_service.service import reembed
 from core_service.service.profile_in_use import PROPAGATION_SECONDS
 from core_service.service.worker_readiness import ReadinessReader
 from demo.feed import ContextLine, member_tokens
-from demo.preset_reclassification import rejudged
+from demo.preset_reclassification import judge_again
 from demo.run import RunningServices, Say, embed_presets, offline_settings
 from demo.table import shorten
 
@@ -74,60 +74,52 @@ async def switch_profile(
     jwt_secret: str,
     say: Say,
 ) -> bool:
-    """The whole switch (module docstring), one line per step; whether the search was
-    answered from the new profile and every note was judged again under it."""
+    """The whole switch (module docstring), one line per step; whether the search moved to
+    the new profile's worker and every note was judged again under it."""
     assert services.second_worker is not None
     old, new = services.core_settings.embedding_profile, new_worker.embedding_profile
+    say(f"switch: from {old} (in use) to {new} (the second worker's)")
     report = await embed_presets(new_worker, preset_file)
     state = "embedded and stored" if report.changed else "already stored"
-    say(f"switch: presets load under {new}: {state} (list version {report.version})")
+    say(f"switch: presets load under the new profile: {state} (list version {report.version})")
     engine = create_core_engine(services.core_settings.database_url, pool_size=2)
     reader = ReadinessReader(services.core_settings.worker_base_urls)
     new_app = services.second_worker.app
+    sides = {services.worker.app: "old", new_app: "new"}
     try:
         started, calls = time.monotonic(), _embedding_calls(new_app)
-        row = await reembed.start(
-            engine, await reader.read_all(), configured=old, target=new, rate=RATE
-        )
-        say(f"switch: reembed start: backfilling {row.other_profile} beside "
-            f"{row.profile_in_use} at {RATE} contexts a second")  # fmt: skip
+        await reembed.start(engine, await reader.read_all(), configured=old, target=new, rate=RATE)
+        say(f"switch: reembed start --rate {RATE}: the core's backfill loop embeds every note "
+            "under the new profile")  # fmt: skip
         status = await _until_ready(engine, old, say)
         backfill_seconds = time.monotonic() - started
         calls = _embedding_calls(new_app) - calls
-        profiles = {services.worker.app: old, new_app: new}
-        answered, found = await _search(services, profiles, lines, jwt_secret=jwt_secret)
-        say(f'switch: search "{SEARCH_QUERY}" as member {SEARCH_MEMBER} through the core '
-            f"before the cutover: answered by the worker of {answered}; {found}")  # fmt: skip
-        row = await reembed.cut_over(engine, await reader.read_all(), configured=old, force=False)
-        say(f"switch: reembed cutover: profile in use {row.profile_in_use}; "
-            f"{row.other_profile} kept complete until finish")  # fmt: skip
+        side, found = await _search(services, sides, lines, jwt_secret=jwt_secret)
+        say(f'switch: search "{SEARCH_QUERY}" as member {SEARCH_MEMBER} through the core: '
+            f"{found}, from the worker of the {side} profile")  # fmt: skip
+        await reembed.cut_over(engine, await reader.read_all(), configured=old, force=False)
+        say("switch: reembed cutover: the new profile is in use; the old one is kept complete "
+            "until finish")  # fmt: skip
         await asyncio.sleep(PROPAGATION_SECONDS)  # as the command: every core process on it
-        judged_at = time.monotonic()
-        judged, after = await rejudged(services.core_settings, lines)
-        say(f"switch: keywords judged again under {new}: {judged.reset} notes in "
-            f"{time.monotonic() - judged_at:.1f} s (after {PROPAGATION_SECONDS:g} s for every "
-            "core process to use the new profile)")  # fmt: skip
-        answered, found = await _search(services, profiles, lines, jwt_secret=jwt_secret)
-        say(f"switch: the same search after the cutover: answered by the worker of {answered}; "
-            f"{found}")  # fmt: skip
+        run = await judge_again(services.core_settings, lines)
+        say(f"switch: keywords judged again under the new profile: {run.report.reset} notes in "
+            f"{run.seconds:.1f} s (after {PROPAGATION_SECONDS:g} s for every core process to "
+            f"see the cutover); {len(run.changed())} show other keywords")  # fmt: skip
+        answered, found = await _search(services, sides, lines, jwt_secret=jwt_secret)
+        say(f"switch: the same search: {found}, from the worker of the {answered} profile")
         # The old worker goes before its preset vectors do: left running, it would warn at
         # every preset refresh that none is usable under its profile.
         await services.worker.stop()
-        row, removed = await reembed.finish(engine, keep_old=False)
-        say(f"switch: the worker of {old} stopped; reembed finish: {removed} rows of it removed "
-            f"(note vectors, backfill rows, preset vectors), profile in use "
-            f"{row.profile_in_use}")  # fmt: skip
-        say(f"switch: {status.done} notes embedded under {new} in {calls} provider call(s), "
-            f"backfill {backfill_seconds:.1f} s, {time.monotonic() - started:.1f} s from start "
-            "to finish")  # fmt: skip
+        _, removed = await reembed.finish(engine, keep_old=False)
+        say(f"switch: the old profile's worker stopped; reembed finish: {removed} rows of the "
+            "old profile removed (note vectors, backfill rows, preset vectors)")  # fmt: skip
+        say(f"switch: {status.done} notes embedded under the new profile in {calls} provider "
+            f"call(s); backfill {backfill_seconds:.1f} s, {time.monotonic() - started:.1f} s "
+            "from reembed start to finish")  # fmt: skip
     finally:
         await reader.aclose()
         await engine.dispose()
-    return (
-        answered == new
-        and judged.reset == judged.total
-        and all(r.keyword_status == "COMPLETED" for r in after)
-    )
+    return answered == "new" and run.complete
 
 
 async def _until_ready(engine: AsyncEngine, configured: str, say: Say) -> reembed.ReembedStatus:
@@ -149,15 +141,14 @@ async def _until_ready(engine: AsyncEngine, configured: str, say: Say) -> reembe
 
 async def _search(
     services: RunningServices,
-    profiles: dict[FastAPI, str],
+    sides: dict[FastAPI, str],
     lines: Sequence[ContextLine],
     *,
     jwt_secret: str,
 ) -> tuple[str, str]:
-    """A member's search through the core's client API; the profile of the worker app of
-    ``profiles`` that answered it (its count of answered searches moved) and a summary of
-    the results."""
-    before = {app: _searches(app) for app in profiles}
+    """A member's search through the core's client API: which of ``sides``' worker apps
+    answered it (its count of answered searches moved) and a summary of the results."""
+    before = {app: _searches(app) for app in sides}
     tokens = await member_tokens(services.core_settings.database_url, jwt_secret, {SEARCH_MEMBER})
     async with httpx.AsyncClient(base_url=services.core_url, timeout=10) as http:
         response = await http.post(
@@ -167,14 +158,14 @@ async def _search(
         )
     response.raise_for_status()
     results = response.json()["results"]
-    answered = [profile for app, profile in profiles.items() if _searches(app) > before[app]]
-    summary = f"{len(results)} result(s)"
+    answered = [side for app, side in sides.items() if _searches(app) > before[app]]
+    summary = f"{len(results)} result" + ("" if len(results) == 1 else "s")
     if results:
         top = results[0]
         note = {line.context_id: line.text for line in lines}.get(top["contextId"], "?")
         summary += (f", best context {top['contextId']} ({shorten(note, NOTE_WIDTH)}, "
                     f"similarity {top['similarity']:.2f})")  # fmt: skip
-    return " and ".join(answered) or "no worker", summary
+    return " and ".join(answered) or "unknown", summary
 
 
 def _embedding_calls(app: FastAPI) -> int:

@@ -23,6 +23,7 @@ import asyncio
 import contextlib
 import itertools
 import json
+import statistics
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
@@ -345,23 +346,32 @@ def _batches(times: Sequence[float], gap: float = 0.4) -> list[tuple[float, int]
     return [(start, int(size)) for start, size in batches]
 
 
-def _steady_rate(
-    batches: Sequence[tuple[float, int]], *, excluded: tuple[float, float]
-) -> tuple[float, float, int]:
-    """Contexts a second over the steady part: runs of consecutive batches of at least half
-    the rate's size (not the tail of new notes), none starting inside ``excluded`` (the kill
-    and restart); per run, the batches but its last over the time from its first to its last.
+def _steady_rate(batches: Sequence[tuple[float, int]], *, kill: float) -> tuple[float, float, int]:
+    """Contexts a second over the backfill's steady part: runs of batches at most 2 s apart,
+    each of at least half a batch (a smaller one is the backlog running out), split where the
+    processes were killed (``kill``, epoch seconds); each run without its first batch (it may
+    carry the pace's one second of credit). The least-squares slope of the contexts completed
+    (at each batch's middle) against time, one intercept per run.
     (rate, seconds measured, contexts measured)."""
     runs: list[list[tuple[float, int]]] = [[]]
     for start, size in batches:
-        if size >= RATE // 2 and not excluded[0] <= start <= excluded[1]:
-            runs[-1].append((start, size))
-        elif runs[-1]:
+        run = runs[-1]
+        if run and (start - run[-1][0] > 2.0 or size < RATE // 2 or run[-1][0] < kill <= start):
             runs.append([])
-    runs = [run for run in runs if len(run) >= 2]
-    contexts = sum(size for run in runs for _, size in run[:-1])
-    seconds = sum(run[-1][0] - run[0][0] for run in runs)
-    return (contexts / seconds if seconds else 0.0), seconds, contexts
+        if size >= RATE // 2:
+            runs[-1].append((start, size))
+    covariance = variance = seconds = 0.0
+    contexts = 0
+    for run in (run[1:] for run in runs if len(run) >= 3):
+        times = [start for start, _ in run]
+        done = list(itertools.accumulate(size for _, size in run))
+        middles = [total - size / 2 for total, (_, size) in zip(done, run, strict=True)]
+        t_mean, y_mean = statistics.fmean(times), statistics.fmean(middles)
+        covariance += sum((t - t_mean) * (y - y_mean) for t, y in zip(times, middles, strict=True))
+        variance += sum((t - t_mean) ** 2 for t in times)
+        seconds += times[-1] - times[0]
+        contexts += done[-1]
+    return (covariance / variance if variance else 0.0), seconds, contexts
 
 
 def _query_models(requests: Sequence[dict]) -> list[str]:
@@ -445,21 +455,24 @@ async def test_switch_side_by_side_under_load_with_kills_cutover_rollback_and_fi
         # The backfill, with changes, a killed B worker and a killed core process.
         marks = {"start": len(fake_openai.embedding_requests)}
         switch.t0 = switch_started = time.monotonic()
+        switch_started_at = time.time()
         await switch.run("start", "--profile", PROFILE_B, "--rate", str(RATE))
         sampler = asyncio.create_task(switch.sample_until(sampling))
         ended = set()
         await _wait_vectors(engine, PROFILE_B, at_least=60)
         ended |= await _change(cores, notes, load, 0)
         await _wait_vectors(engine, PROFILE_B, at_least=150)
-        killed_at, killed = time.time(), time.monotonic()
+        killed, killed_at = time.monotonic(), time.time()
         await asyncio.gather(workers_b[0].kill(), cores_[0].kill())
         await asyncio.gather(workers_b[0].start(), cores_[0].start())
-        restarted_at = time.time()
+        restarted = time.monotonic()
         ended |= await _change(cores, notes, load, 1)
         ready = await switch.wait_ready(within=90)
         backfilled, live_at_ready = time.monotonic(), len(notes)
         marks["ready"] = len(fake_openai.embedding_requests)
-        completed_at = [row[0] for row in await _ids(engine, BACKFILLED_AT, profile=PROFILE_B)]
+        completed_at = [
+            float(row[0]) for row in await _ids(engine, BACKFILLED_AT, profile=PROFILE_B)
+        ]
 
         # Cutover: searches served by B, every live note found.
         await switch.run("cutover", "--wait", "60")
@@ -529,11 +542,8 @@ async def test_switch_side_by_side_under_load_with_kills_cutover_rollback_and_fi
     failures = [(a.kind, a.status) for a in load.answers if a.status != 200]
     incomplete = [a for a in load.answers if a.missing or a.unkeyworded or a.shown_gone]
     batches = _batches(completed_at)
-    rate, measured_seconds, measured = _steady_rate(
-        batches, excluded=(killed_at - 1.5, restarted_at + 1.5)
-    )
+    rate, measured_seconds, measured = _steady_rate(batches, kill=killed_at)
 
-    print("DEBUG", killed_at, restarted_at, [(float(a) - killed_at, n) for a, n in batches])
     assert failures == []
     assert incomplete == []
     assert ready["failed"] == {} and ready["done"] == ready["total"] == live_at_ready
@@ -561,7 +571,7 @@ async def test_switch_side_by_side_under_load_with_kills_cutover_rollback_and_fi
         f"A in {processed_at - started:.1f} s; backfill at --rate {RATE}: done {ready['done']}/"
         f"{ready['total']} after {backfilled - switch_started:.1f} s (one B worker and one core "
         f"process killed at {killed - switch_started:.1f} s, "
-        f"back {restarted_at - killed_at:.1f} s later); steady rate {rate:.1f}/s over "
+        f"back {restarted - killed:.1f} s later); steady rate {rate:.1f}/s over "
         f"{measured_seconds:.1f} s ({measured} contexts, {len(batches)} batches); provider "
         f"embedding calls for the backfill {len(backfill_requests)} for "
         f"{sum(len(r['input']) for r in backfill_requests)} inputs; cutover "
@@ -572,6 +582,8 @@ async def test_switch_side_by_side_under_load_with_kills_cutover_rollback_and_fi
         f"{time.monotonic() - started:.1f} s"
     )
     print(f"coverage (reembed status --json): {coverage}")
+    timeline = " ".join(f"{start - switch_started_at:.1f}s:{size}" for start, size in batches)
+    print(f"backfill batches completed (s after start: contexts): {timeline}")
     print(finish_out.rstrip())
 
 
