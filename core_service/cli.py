@@ -631,8 +631,15 @@ async def _reprocess(settings, *, rate: int, wait: float):
 REEMBED_REFUSED = 1
 
 
-def _reembed_refused(exc) -> None:
-    startup.fail(PROGRAM, REEMBED_REFUSED, [str(exc), *(f"  {d}" for d in exc.details)])
+def _reembed_operation(settings, step, *, readings: bool = False):
+    """Run a ``reembed`` operation (``_with_engine``); a refusal ends the command with
+    ``REEMBED_REFUSED`` and its reasons on stderr."""
+    from core_service.service.reembed import ReembedRefused
+
+    try:
+        return _run_with_database(lambda: _with_engine(settings, step, readings=readings))
+    except ReembedRefused as exc:
+        startup.fail(PROGRAM, REEMBED_REFUSED, [str(exc), *(f"  {d}" for d in exc.details)])
 
 
 async def _with_engine(settings, step, *, readings: bool = False):
@@ -673,19 +680,13 @@ def reembed_start(
     from core_service.settings import RescanSettings
 
     settings = _load(RescanSettings)
-    try:
-        row = _run_with_database(
-            lambda: _with_engine(
-                settings,
-                lambda engine, readings: reembed.start(
-                    engine, readings, configured=settings.embedding_profile, target=profile,
-                    rate=rate,
-                ),
-                readings=True,
-            )
-        )  # fmt: skip
-    except reembed.ReembedRefused as exc:
-        _reembed_refused(exc)
+    row = _reembed_operation(
+        settings,
+        lambda engine, readings: reembed.start(
+            engine, readings, configured=settings.embedding_profile, target=profile, rate=rate
+        ),
+        readings=True,
+    )
     typer.echo(
         f"backfilling profile {row.other_profile} beside {row.profile_in_use} at {rate} "
         "context(s) a second; watch `pinlog-core reembed status`, then `reembed cutover`"
@@ -752,18 +753,13 @@ def reembed_cutover(
     from core_service.settings import RescanSettings
 
     settings = _load(RescanSettings)
-    try:
-        row = _run_with_database(
-            lambda: _with_engine(
-                settings,
-                lambda engine, readings: reembed.cut_over(
-                    engine, readings, configured=settings.embedding_profile, force=force
-                ),
-                readings=True,
-            )
-        )
-    except reembed.ReembedRefused as exc:
-        _reembed_refused(exc)
+    row = _reembed_operation(
+        settings,
+        lambda engine, readings: reembed.cut_over(
+            engine, readings, configured=settings.embedding_profile, force=force
+        ),
+        readings=True,
+    )
     typer.echo(f"profile in use: {row.profile_in_use} (was {row.other_profile}); "
                f"{row.other_profile} is kept complete until `reembed finish`")  # fmt: skip
     _rejudge_after_switch(settings, rate=row.rate_per_second, wait=wait)
@@ -785,10 +781,7 @@ def reembed_rollback(
     from core_service.settings import RescanSettings
 
     settings = _load(RescanSettings)
-    try:
-        row = _run_with_database(lambda: _with_engine(settings, reembed.roll_back))
-    except reembed.ReembedRefused as exc:
-        _reembed_refused(exc)
+    row = _reembed_operation(settings, reembed.roll_back)
     typer.echo(f"profile in use: {row.profile_in_use}; {row.other_profile} abandoned "
                "(its vectors are removed by `reembed finish`)")  # fmt: skip
     _rejudge_after_switch(settings, rate=row.rate_per_second, wait=wait)
@@ -857,15 +850,9 @@ def reembed_finish(
     def progress(removed: int) -> None:
         typer.echo(f"removed {removed} row(s)")
 
-    try:
-        row, removed = _run_with_database(
-            lambda: _with_engine(
-                settings,
-                lambda engine: reembed.finish(engine, keep_old=keep_old, on_progress=progress),
-            )
-        )
-    except reembed.ReembedRefused as exc:
-        _reembed_refused(exc)
+    row, removed = _reembed_operation(
+        settings, lambda engine: reembed.finish(engine, keep_old=keep_old, on_progress=progress)
+    )
     kept = " (other profiles' vectors kept)" if keep_old else f"; removed {removed} row(s)"
     typer.echo(f"switch finished: profile in use {row.profile_in_use}{kept}")
 

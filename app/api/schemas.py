@@ -16,8 +16,8 @@ BIGINT_MAX = 2**63 - 1
 ContextId = Annotated[StrictInt, Field(ge=1, le=BIGINT_MAX)]
 
 
-class ProcessContextBody(BaseModel):
-    """``POST /internal/v1/context/process``."""
+class ContextNote(BaseModel):
+    """One context: its ids and its note, as the core stored it (a backfill batch's item)."""
 
     model_config = ConfigDict(extra="ignore", frozen=True)
 
@@ -25,23 +25,17 @@ class ProcessContextBody(BaseModel):
     user_id: ContextId = Field(alias="userId")
     record_id: ContextId = Field(alias="recordId")
     text: StrictStr
+
+
+class ProcessContextBody(ContextNote):
+    """``POST /internal/v1/context/process``."""
+
     place_meta: dict[str, Any] | None = Field(default=None, alias="placeMeta")
     # The profile the core routes this request for; a worker of another profile answers 409.
     # Absent: any (a caller that knows of one profile only).
     embedding_profile: StrictStr | None = Field(
         default=None, alias="embeddingProfile", max_length=100
     )
-
-
-class BackfillContext(BaseModel):
-    """One context of a backfill batch: its ids and stored note."""
-
-    model_config = ConfigDict(extra="ignore", frozen=True)
-
-    context_id: ContextId = Field(alias="contextId")
-    user_id: ContextId = Field(alias="userId")
-    record_id: ContextId = Field(alias="recordId")
-    text: StrictStr
 
 
 class BackfillBody(BaseModel):
@@ -51,7 +45,7 @@ class BackfillBody(BaseModel):
     model_config = ConfigDict(extra="ignore", frozen=True)
 
     embedding_profile: StrictStr = Field(alias="embeddingProfile", max_length=100)
-    contexts: Annotated[list[BackfillContext], Field(min_length=1, max_length=256)]
+    contexts: Annotated[list[ContextNote], Field(min_length=1, max_length=256)]
 
 
 class SearchBody(BaseModel):

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from app.repository.stage_pool import StagePool
+from app.repository.stage_saves import STORE_VECTOR_FROM, STORE_VECTOR_ON_CONFLICT
 from pinlog_platform.db.named_statements import compile_named
 
 # Claim the rows of :context_ids under :embedding_profile that are PENDING, or PROCESSING and
@@ -59,7 +60,8 @@ CLAIM_BACKFILL = compile_named("""
 # Store one backfilled vector while attempt :attempt owns the row and the context is live
 # (module docstring); the row's new status (COMPLETED or CANCELLED), no row when the attempt
 # no longer owns it. is_deleted is not in the conflict SET list (§0).
-SAVE_BACKFILL_VECTOR = compile_named("""
+SAVE_BACKFILL_VECTOR = compile_named(
+    """
     WITH live AS (
         SELECT s.context_id, s.embedding_status <> 'CANCELLED' AS alive
         FROM ai.context_ai_state AS s
@@ -72,19 +74,11 @@ SAVE_BACKFILL_VECTOR = compile_named("""
         WHERE b.embedding_profile = :embedding_profile AND b.status = 'PROCESSING'
           AND b.attempt = :attempt
         FOR UPDATE OF b
-    ), stored AS (
-        INSERT INTO ai.context_embedding
-            (context_id, user_id, record_id, embedding, embedding_profile, updated_at)
-        SELECT o.context_id, CAST(:user_id AS bigint), CAST(:record_id AS bigint),
-               CAST(:embedding AS vector), CAST(:embedding_profile AS varchar), now()
-        FROM owned AS o
-        JOIN live AS l ON l.context_id = o.context_id AND l.alive
-        ON CONFLICT (context_id, embedding_profile) DO UPDATE SET
-            user_id = EXCLUDED.user_id,
-            record_id = EXCLUDED.record_id,
-            embedding = EXCLUDED.embedding,
-            updated_at = now()
-        RETURNING context_id
+    ), stored AS ("""
+    + STORE_VECTOR_FROM
+    + "owned AS src JOIN live AS l ON l.context_id = src.context_id AND l.alive"
+    + STORE_VECTOR_ON_CONFLICT
+    + """
     )
     UPDATE ai.context_embedding_backfill AS b
     SET status = CASE WHEN (SELECT count(*) FROM stored) = 1
@@ -94,7 +88,8 @@ SAVE_BACKFILL_VECTOR = compile_named("""
     WHERE b.embedding_profile = :embedding_profile AND b.context_id = o.context_id
       AND b.status = 'PROCESSING' AND b.attempt = :attempt
     RETURNING b.status
-""")
+"""
+)
 
 # Settle claimed rows without a vector: back to PENDING (:reason NULL: not the note's fault)
 # or FAILED with :reason, each only while its attempt still owns it.

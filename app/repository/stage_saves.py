@@ -21,29 +21,41 @@ import numpy as np
 from app.repository.stage_pool import StagePool
 from pinlog_platform.db.named_statements import compile_named
 
+# Storing one context's vector under its profile, the rows to store selected from a FROM item
+# aliased ``src`` with a ``context_id`` column (the caller's, between the two fragments): the
+# embedding save below and the backfill's save (``profile_vectors``). A vector of the same
+# profile is replaced; is_deleted is deliberately not in the conflict SET list (§0).
+STORE_VECTOR_FROM = """
+        INSERT INTO ai.context_embedding
+            (context_id, user_id, record_id, embedding, embedding_profile, updated_at)
+        SELECT src.context_id, CAST(:user_id AS bigint), CAST(:record_id AS bigint),
+               CAST(:embedding AS vector), CAST(:embedding_profile AS varchar), now()
+        FROM """
+STORE_VECTOR_ON_CONFLICT = """
+        ON CONFLICT (context_id, embedding_profile) DO UPDATE SET
+            user_id = EXCLUDED.user_id,
+            record_id = EXCLUDED.record_id,
+            embedding = EXCLUDED.embedding,
+            updated_at = now()
+        RETURNING context_id"""
+
 # §3.2: store the vector and mark the embedding COMPLETED while attempt :attempt still owns the
 # stage. is_deleted is deliberately not in the conflict SET list (§0). The same UPDATE starts
 # the keyword stage when it is PENDING (§2 "Start" for keywords: it needs embedding COMPLETED,
 # which this very UPDATE sets), so the keyword stage costs no claim of its own.
-SAVE_EMBEDDING = compile_named("""
+SAVE_EMBEDDING = compile_named(
+    """
     WITH locked AS (
         SELECT context_id, keyword_status
         FROM ai.context_ai_state
         WHERE context_id = :context_id
           AND embedding_status = 'PROCESSING' AND embedding_attempt = :attempt
         FOR UPDATE
-    ), stored AS (
-        INSERT INTO ai.context_embedding
-            (context_id, user_id, record_id, embedding, embedding_profile, updated_at)
-        SELECT context_id, CAST(:user_id AS bigint), CAST(:record_id AS bigint),
-               CAST(:embedding AS vector), CAST(:embedding_profile AS varchar), now()
-        FROM locked
-        ON CONFLICT (context_id, embedding_profile) DO UPDATE SET
-            user_id = EXCLUDED.user_id,
-            record_id = EXCLUDED.record_id,
-            embedding = EXCLUDED.embedding,
-            updated_at = now()
-        RETURNING context_id
+    ), stored AS ("""
+    + STORE_VECTOR_FROM
+    + "locked AS src"
+    + STORE_VECTOR_ON_CONFLICT
+    + """
     )
     UPDATE ai.context_ai_state AS s
     SET embedding_status = 'COMPLETED',
@@ -57,7 +69,8 @@ SAVE_EMBEDDING = compile_named("""
       AND s.embedding_status = 'PROCESSING' AND s.embedding_attempt = :attempt
       AND (SELECT count(*) FROM stored) = 1
     RETURNING CASE WHEN l.keyword_status = 'PENDING' THEN s.keyword_attempt END AS keyword_attempt
-""")
+"""
+)
 
 # §3.3: replace the context's keyword rows, upsert the analysis row and mark the keyword stage
 # COMPLETED while attempt :attempt still owns it. The INSERT reads the DELETE's output, which

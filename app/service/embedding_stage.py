@@ -24,6 +24,16 @@ logger = logging.getLogger(__name__)
 STAGE = Stage.EMBEDDING
 
 
+def require_dimension(vector: np.ndarray, dimension: int) -> np.ndarray:
+    """``vector`` when it is float ``(dimension,)``; else ``DimensionMismatchError`` (a
+    permanent, provider-wide fault: nothing is stored, §5)."""
+    if vector.shape != (dimension,):
+        raise DimensionMismatchError(
+            f"embedding dimension {vector.shape[-1]} differs from configured {dimension}"
+        )
+    return vector
+
+
 @dataclass(frozen=True, slots=True)
 class Embedded:
     """The context's vector (float32 ``(dimension,)``) for the keyword stage, and the keyword
@@ -101,10 +111,7 @@ class EmbeddingStage:
         )
         # The provider call runs with no transaction and no connection held (§3.2, FC-03).
         (vector,) = await self._gate.call(lambda: self._provider.embed([text]))
-        if vector.shape != (self._dimension,):
-            raise DimensionMismatchError(
-                f"embedding dimension {vector.shape[-1]} differs from configured {self._dimension}"
-            )
+        require_dimension(vector, self._dimension)
         saved = await stage_saves.save_embedding(
             self._stage_pool,
             context_id=request.context_id,

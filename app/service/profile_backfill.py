@@ -30,7 +30,6 @@ import numpy as np
 
 from app.errors import (
     DatabaseStatementError,
-    DimensionMismatchError,
     InvalidInputError,
     WorkerError,
 )
@@ -40,6 +39,7 @@ from app.repository import profile_vectors
 from app.repository.profile_vectors import BackfillClaim
 from app.repository.stage_pool import StagePool
 from app.service import context_text
+from app.service.embedding_stage import require_dimension
 from app.service.provider_gate import ProviderGate
 
 logger = logging.getLogger(__name__)
@@ -223,16 +223,12 @@ class ProfileBackfill:
                 except InvalidInputError as one:
                     await self._fail(claim, one, report)
                     continue
-                pairs.append((claim, self._checked(vector)))
+                pairs.append((claim, require_dimension(vector, self._dimension)))
             return pairs
-        return [(claim, self._checked(v)) for claim, v in zip(claims, vectors, strict=True)]
-
-    def _checked(self, vector: np.ndarray) -> np.ndarray:
-        if vector.shape != (self._dimension,):
-            raise DimensionMismatchError(
-                f"embedding dimension {vector.shape[-1]} differs from configured {self._dimension}"
-            )
-        return vector
+        return [
+            (claim, require_dimension(v, self._dimension))
+            for claim, v in zip(claims, vectors, strict=True)
+        ]
 
     async def _save(
         self,

@@ -20,8 +20,6 @@ from app.repository.db import autocommit
 UNDECLARED = -1
 # Vector columns nobody writes any more (frozen by 0050, to be dropped).
 FROZEN_COLUMNS = frozenset({"keyword_preset.embedding"})
-# Columns no longer written (0050 froze them; a later migration drops them).
-FROZEN_COLUMNS = frozenset({"keyword_preset.embedding"})
 
 
 async def check_vector_columns(engine: AsyncEngine, stored_dimension: int) -> None:

@@ -1,10 +1,12 @@
 """A running core service for tests: the real app on real uvicorn, talking to a real worker
-(or ``FakeWorker``) over HTTP, against the session database."""
+(or ``FakeWorker``) over HTTP, against the session database; and the core's parts that tests
+drive alone: worker endpoints, the profile routing, workers of a profile (``ProfileWorker``)."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,11 +19,24 @@ from core_service.main import create_app
 from core_service.repository import member
 from core_service.repository.db import transaction
 from core_service.service.member_tokens import issue_token
+from core_service.service.process_requests import DispatchRequest
 from core_service.service.rescan import RescanScheduler
+from core_service.service.worker_endpoints import WorkerEndpoints
+from core_service.service.worker_routing import ProfileRouting
 from core_service.settings import CoreSettings
+from tests.fake_worker import ProfileWorker
 from tests.worker.harness import PROFILE, SECRET, serving
 
 JWT_SECRET = "test-jwt-secret-0123456789abcdef0123456789"
+# One process request as the core sends it.
+DISPATCH_REQUEST = DispatchRequest(
+    context_id=7,
+    member_id=1,
+    record_id=5,
+    body="창가 자리 좋음",
+    external_place_id="p1",
+    place_name="카페",
+)
 
 
 def core_settings(database_url: str, worker_base_url: str, **overrides: Any) -> CoreSettings:
@@ -88,3 +103,39 @@ async def running_core(settings: CoreSettings) -> AsyncIterator[RunningCore]:
             return
         async with httpx.AsyncClient(base_url=ops_url, timeout=30) as ops:
             yield RunningCore(app, settings, client, base_url, ops)
+
+
+@asynccontextmanager
+async def endpoints_of(*base_urls: str) -> AsyncIterator[WorkerEndpoints]:
+    """The core's ``WorkerEndpoints`` of these workers (1 s to connect, 5 s to read), closed
+    afterwards."""
+    endpoints = WorkerEndpoints.connect(
+        base_urls, internal_secret=SECRET, connect_timeout_seconds=1.0, read_timeout_seconds=5.0
+    )
+    try:
+        yield endpoints
+    finally:
+        await endpoints.aclose()
+
+
+@asynccontextmanager
+async def profile_routing(endpoints: WorkerEndpoints) -> AsyncIterator[ProfileRouting]:
+    """A ``ProfileRouting`` whose refreshes the caller drives; closed as the core closes it
+    (its loop, stopped)."""
+    routing = ProfileRouting(endpoints)
+    try:
+        yield routing
+    finally:
+        stopped = asyncio.Event()
+        stopped.set()
+        await routing.run_forever(stopped)
+
+
+@asynccontextmanager
+async def profile_workers(*profiles: str) -> AsyncIterator[list[ProfileWorker]]:
+    """One ``ProfileWorker`` per profile, in order, each served on its own loopback port."""
+    workers = [ProfileWorker(profile, SECRET) for profile in profiles]
+    async with AsyncExitStack() as stack:
+        for worker in workers:
+            worker.base_url = await stack.enter_async_context(serving(worker.app))
+        yield workers

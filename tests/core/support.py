@@ -4,8 +4,10 @@ builder of a known mix of rows for the status figures (``STATUS_MIX``, ``SPEND_M
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Coroutine
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any, TypeVar
 
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -13,7 +15,10 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from core_service.repository import embedding_switch
 from tests.core.harness import bearer
 from tests.worker.harness import PROFILE
+from tests.worker.open_transactions import lock_waiters_reach
 from tests.worker.support import make_embedding
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -357,23 +362,6 @@ async def state_rows(engine: AsyncEngine) -> dict[int, tuple]:
         return {row.context_id: tuple(row) for row in rows}
 
 
-# Sessions of this database waiting for a lock.
-LOCK_WAITERS = text(
-    "SELECT count(*) FROM pg_stat_activity "
-    "WHERE datname = current_database() AND wait_event_type = 'Lock'"
-)
-
-
-async def lock_waiters_reach(engine: AsyncEngine, count: int) -> None:
-    """Return once ``count`` sessions wait for a lock (``TimeoutError`` after 5 s)."""
-    async with asyncio.timeout(5):
-        while True:
-            async with engine.connect() as conn:
-                if (await conn.execute(LOCK_WAITERS)).scalar_one() >= count:
-                    return
-            await asyncio.sleep(0.01)  # polling the database for an observed state
-
-
 # The lifecycle operations that cancel a context (one of member 1's, on its record), over HTTP.
 LIFECYCLE_OPERATIONS = {
     "delete_context": lambda client, record_id, context_id: client.delete(
@@ -440,27 +428,18 @@ async def backfill_rows(engine, profile: str) -> dict[int, tuple[str, bool]]:
         return {row.context_id: (row.status, row.sent) for row in rows}
 
 
-async def set_backfill(engine, profile: str, context_id: int, **columns: object) -> None:
-    """Write ``columns`` of one backfill row; ``*_ago`` values are seconds before now."""
-    assignments, params = [], {"p": profile, "id": context_id}
-    for name, value in columns.items():
-        if name.endswith("_ago"):
-            column = name.removesuffix("_ago")
-            assignments.append(f"{column} = now() - make_interval(secs => :{column})")
-            params[column] = float(value)
-        else:
-            assignments.append(f"{name} = :{name}")
-            params[name] = value
-    async with engine.begin() as conn:
-        await conn.execute(
-            text(
-                f"UPDATE ai.context_embedding_backfill SET {', '.join(assignments)} "
-                "WHERE embedding_profile = :p AND context_id = :id"
-            ),
-            params,
-        )
-
-
 async def switch_row(engine):
     async with engine.connect() as conn:
         return await embedding_switch.read(conn)
+
+
+async def racing_behind_the_switch_row(engine, calls: list[Coroutine[Any, Any, T]]) -> list[T]:
+    """Run ``calls`` at once, each queued on the switch row that another transaction holds
+    (``FOR UPDATE``) until all of them wait, then released; their results, in order."""
+    async with engine.connect() as blocker:
+        blocking = await blocker.begin()
+        await blocker.execute(text("SELECT 1 FROM core.embedding_switch FOR UPDATE"))
+        racing = [asyncio.create_task(call) for call in calls]
+        await lock_waiters_reach(engine, len(calls))
+        await blocking.rollback()
+        return await asyncio.wait_for(asyncio.gather(*racing), 10)

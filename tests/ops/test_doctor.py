@@ -14,10 +14,10 @@ from sqlalchemy import text
 from app.errors import ConfigurationError
 from app.service.doctor import CHECKS, examine
 from app.service.vector_columns import check_vector_columns
+from tests.worker.backfill_support import context_vectors_declared, make_backfill
 from tests.worker.support import (
     DIMENSION,
     PROFILE,
-    context_vectors_declared,
     make_embedding,
     make_keyword,
     make_preset,
@@ -157,14 +157,8 @@ async def test_a_switch_in_progress_is_reported_by_profile(engine) -> None:
         await make_state(engine, context_id=context_id, embedding_status="COMPLETED")
         await make_embedding(engine, context_id=context_id)
     await make_embedding(engine, context_id=1, profile=other, embedding=np.ones(256, np.float32))
-    async with engine.begin() as conn:
-        await conn.execute(
-            text(
-                "INSERT INTO ai.context_embedding_backfill (embedding_profile, context_id, status) "
-                "VALUES (:p, 1, 'COMPLETED'), (:p, 2, 'PENDING'), (:p, 3, 'PROCESSING')"
-            ),
-            {"p": other},
-        )
+    for context_id, status in ((1, "COMPLETED"), (2, "PENDING"), (3, "PROCESSING")):
+        await make_backfill(engine, context_id=context_id, profile=other, status=status)
 
     report = await _examine(engine)
 

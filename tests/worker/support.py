@@ -1,14 +1,14 @@
 """Worker-side test helpers: data builders with keyword-only arguments (they write rows as the
 core side would), reads of stored results, waiting on held fake-provider calls, log filters and
-raw HTTP bodies."""
+HTTP requests as the core sends them. The backfill and vectors per profile are in
+``backfill_support``; transactions held open and lock waits in ``open_transactions``."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
 import threading
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -188,47 +188,6 @@ async def make_keyword(
         )
 
 
-async def cancel_context(engine: AsyncEngine, *, context_id: int) -> None:
-    """The core side's delete (§9) in the documented lock order (docs/lock-order.md): both
-    statuses CANCELLED first, then is_deleted on the embedding."""
-    async with engine.begin() as conn:
-        await conn.execute(
-            text(
-                "UPDATE ai.context_ai_state SET embedding_status = 'CANCELLED', "
-                "keyword_status = 'CANCELLED', updated_at = now() WHERE context_id = :id"
-            ),
-            {"id": context_id},
-        )
-        await conn.execute(
-            text(
-                "UPDATE ai.context_embedding SET is_deleted = true, updated_at = now() "
-                "WHERE context_id = :id"
-            ),
-            {"id": context_id},
-        )
-
-
-@asynccontextmanager
-async def context_vectors_declared(engine: AsyncEngine, dimension: int) -> AsyncIterator[None]:
-    """``ai.context_embedding.embedding`` declared ``VECTOR(dimension)`` for the block, as a
-    schema before 0060 declared it (the table must hold no vector of another dimension), then
-    undeclared again."""
-    async with engine.begin() as conn:
-        await conn.execute(
-            text(
-                "ALTER TABLE ai.context_embedding ALTER COLUMN embedding "
-                "TYPE vector(" + str(int(dimension)) + ")"
-            )
-        )
-    try:
-        yield
-    finally:
-        async with engine.begin() as conn:
-            await conn.execute(
-                text("ALTER TABLE ai.context_embedding ALTER COLUMN embedding TYPE vector")
-            )
-
-
 async def fetch_state(engine: AsyncEngine, context_id: int) -> tuple[str, str]:
     async with engine.connect() as conn:
         row = (
@@ -256,6 +215,21 @@ async def failure_reasons(engine: AsyncEngine, context_id: int) -> tuple[str | N
             )
         ).one()
     return row.embedding_failure, row.keyword_failure
+
+
+async def context_rows(engine: AsyncEngine, table: str, context_id: int) -> list[dict[str, Any]]:
+    """Every column of ``table``'s rows of one context (``table``: a test constant)."""
+    async with engine.connect() as conn:
+        rows = await conn.execute(
+            text(f"SELECT * FROM {table} WHERE context_id = :id"), {"id": context_id}
+        )
+        return [dict(row._mapping) for row in rows]
+
+
+async def state_row(engine: AsyncEngine, context_id: int) -> dict[str, Any]:
+    """Every column of one state row (to show a statement left it alone)."""
+    (row,) = await context_rows(engine, "ai.context_ai_state", context_id)
+    return row
 
 
 async def count_rows(engine: AsyncEngine, table: str, context_id: int) -> int:
@@ -434,3 +408,27 @@ async def wait_for(event: threading.Event) -> None:
     """Wait for a fake-provider event without blocking the event loop the worker runs on."""
     if not await asyncio.to_thread(event.wait, EVENT_TIMEOUT_SECONDS):
         raise AssertionError(f"event not set within {EVENT_TIMEOUT_SECONDS} s")
+
+
+async def process_request(
+    worker: RunningWorker,
+    *,
+    context_id: int,
+    text: str,
+    profile: str | None = None,
+    user_id: int = 7,
+    record_id: int = 70,
+) -> httpx.Response:
+    """The core's process request naming ``profile`` (``None``: the worker's own); the answer,
+    once the worker handled every queued request."""
+    response = await worker.post(
+        {
+            "contextId": context_id,
+            "userId": user_id,
+            "recordId": record_id,
+            "text": text,
+            "embeddingProfile": profile or worker.settings.embedding_profile,
+        }
+    )
+    await worker.drain()
+    return response

@@ -7,6 +7,7 @@ import unicodedata
 
 from tests.core import support as facts
 from tests.core.harness import bearer
+from tests.worker.harness import PROFILE
 from tests.worker.support import make_embedding, make_keyword, make_preset, set_statuses
 
 NOTE = "창가 자리 조용하고 콘센트 많음"
@@ -41,6 +42,8 @@ async def test_create_commits_record_context_and_pending_state_then_dispatches(
             "recordId": ids["recordId"],
             "text": NOTE,
             "placeMeta": {"externalPlaceId": "place-1", "name": "카페"},
+            # The profile in use: a worker of another profile answers 409 (§5 Deviation).
+            "embeddingProfile": PROFILE,
         }
     ]
 

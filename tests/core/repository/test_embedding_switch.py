@@ -27,9 +27,9 @@ from tests.core.support import (
     backfill_rows,
     created,
     judged,
-    set_backfill,
     switch_row,
 )
+from tests.worker.backfill_support import set_backfill
 from tests.worker.harness import PROFILE
 
 # Long enough that a row sent in a test is never due for resending within it (seconds).
@@ -148,13 +148,7 @@ async def test_two_operators_racing_on_the_row_get_one_winner(engine, operation)
     else:
         calls = [_cut_over_alone(engine), _cut_over_alone(engine)]
 
-    async with engine.connect() as blocker:
-        blocking = await blocker.begin()
-        await blocker.execute(text("SELECT 1 FROM core.embedding_switch FOR UPDATE"))
-        racing = [asyncio.create_task(call) for call in calls]
-        await facts.lock_waiters_reach(engine, 2)
-        await blocking.rollback()
-        results = await asyncio.wait_for(asyncio.gather(*racing), 5)
+    results = await facts.racing_behind_the_switch_row(engine, calls)
 
     winners = [row for row in results if row is not None]
     assert len(winners) == 1 and results.count(None) == 1

@@ -14,21 +14,10 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 
 import orjson
 
-from core_service.service.process_requests import (
-    DispatchRequest,
-    DispatchResult,
-    ProcessRequestSender,
-)
+from core_service.service.process_requests import DispatchResult, ProcessRequestSender
 from core_service.service.worker_endpoints import WorkerEndpoints
+from tests.core.harness import DISPATCH_REQUEST as REQUEST
 
-REQUEST = DispatchRequest(
-    context_id=7,
-    member_id=1,
-    record_id=5,
-    body="창가 자리 좋음",
-    external_place_id="p1",
-    place_name="카페",
-)
 ACCEPTED = b"HTTP/1.1 202 Accepted\r\nContent-Type: application/json\r\nContent-Length: 15\r\n\r\n"
 ACCEPTED_BODY = b'{"contextId":7}'
 

@@ -7,120 +7,23 @@ waits for. The workers are real local HTTP servers."""
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
-from typing import Any
-
 import pytest
-from starlette.applications import Starlette
-from starlette.requests import Request
-from starlette.responses import JSONResponse
-from starlette.routing import Route
 
 from core_service.repository import embedding_switch
 from core_service.repository.db import autocommit
 from core_service.service.keyword_reprocess import workers_on
-from core_service.service.personal_search import SEARCH_PATH, PersonalSearch
-from core_service.service.process_requests import (
-    PROCESS_PATH,
-    DispatchRequest,
-    DispatchResult,
-    ProcessRequestSender,
-)
+from core_service.service.personal_search import PersonalSearch
+from core_service.service.process_requests import DispatchResult, ProcessRequestSender
 from core_service.service.profile_in_use import ProfileInUse
 from core_service.service.worker_endpoints import WorkerEndpoints
 from core_service.service.worker_readiness import WorkerReadiness
-from core_service.service.worker_routing import ProfileRouting
-from tests.core.harness import core_settings
+from tests.core.harness import DISPATCH_REQUEST as REQUEST
+from tests.core.harness import core_settings, endpoints_of, profile_routing, profile_workers
 from tests.core.support import TARGET, THIRD, created
 from tests.fake_worker import FakeWorker
 from tests.worker.harness import PROFILE, SECRET, serving
 
-REQUEST = DispatchRequest(
-    context_id=7,
-    member_id=1,
-    record_id=5,
-    body="창가 자리 좋음",
-    external_place_id="p1",
-    place_name="카페",
-)
 NOWHERE = "http://127.0.0.1:9"  # the discard port: nothing listens
-
-
-class ProfileWorker:
-    """A worker instance of one embedding profile on loopback, answering as the worker does
-    during a switch: ``/readyz`` reports the profile; a process request naming another
-    profile is answered 409 (else 202), a search naming another profile 422 (else 200 with
-    ``search_results``). Every body is recorded."""
-
-    def __init__(self, profile: str) -> None:
-        self.profile = profile
-        self.processed: list[dict[str, Any]] = []
-        self.searched: list[dict[str, Any]] = []
-        self.search_results: list[dict[str, Any]] = []
-        self.base_url = ""
-        self.app = Starlette(
-            routes=[
-                Route(PROCESS_PATH, self._process, methods=["POST"]),
-                Route(SEARCH_PATH, self._search, methods=["POST"]),
-                Route("/readyz", self._readyz, methods=["GET"]),
-            ]
-        )
-
-    async def _readyz(self, _request: Request) -> JSONResponse:
-        available = {"available": True, "retryAfterSeconds": None, "reason": None}
-        return JSONResponse(
-            {"status": "ready", "mode": "online", "profile": self.profile, "presetVersion": 1,
-             "providers": {"embedding": available, "judge": available}}
-        )  # fmt: skip
-
-    async def _process(self, request: Request) -> JSONResponse:
-        body = await request.json()
-        self.processed.append(body)
-        if body.get("embeddingProfile", self.profile) != self.profile:
-            return JSONResponse({"detail": "another profile"}, status_code=409)
-        return JSONResponse({"contextId": body["contextId"]}, status_code=202)
-
-    async def _search(self, request: Request) -> JSONResponse:
-        body = await request.json()
-        self.searched.append(body)
-        if body["embeddingProfile"] != self.profile:
-            return JSONResponse({"detail": "another profile"}, status_code=422)
-        return JSONResponse({"results": self.search_results})
-
-
-@asynccontextmanager
-async def profile_workers() -> AsyncIterator[tuple[ProfileWorker, ProfileWorker]]:
-    """A worker of the configured profile and one of TARGET, each on its own port."""
-    old, new = ProfileWorker(PROFILE), ProfileWorker(TARGET)
-    async with serving(old.app) as old_url, serving(new.app) as new_url:
-        old.base_url, new.base_url = old_url, new_url
-        yield old, new
-
-
-@asynccontextmanager
-async def endpoints_of(*base_urls: str) -> AsyncIterator[WorkerEndpoints]:
-    endpoints = WorkerEndpoints.connect(
-        base_urls, internal_secret=SECRET, connect_timeout_seconds=1.0, read_timeout_seconds=5.0
-    )
-    try:
-        yield endpoints
-    finally:
-        await endpoints.aclose()
-
-
-@asynccontextmanager
-async def profile_routing(endpoints: WorkerEndpoints) -> AsyncIterator[ProfileRouting]:
-    """A ``ProfileRouting`` whose refreshes the caller drives; closed as the core closes it
-    (its loop, stopped)."""
-    routing = ProfileRouting(endpoints)
-    try:
-        yield routing
-    finally:
-        stopped = asyncio.Event()
-        stopped.set()
-        await routing.run_forever(stopped)
 
 
 async def cut_over_to_target(engine) -> None:
@@ -199,7 +102,7 @@ async def test_routing_reads_each_workers_profile_and_keeps_it_when_unreadable(f
 
 async def test_process_requests_name_the_profile_in_use_and_move_on_after_a_409(engine):
     await cut_over_to_target(engine)
-    async with profile_workers() as (old, new):
+    async with profile_workers(PROFILE, TARGET) as (old, new):
         async with endpoints_of(old.base_url, new.base_url) as endpoints:
             sender = ProcessRequestSender(
                 endpoints,
@@ -242,7 +145,7 @@ async def test_search_asks_only_the_workers_of_the_profile_in_use(
 ):
     record_id, context_id = await created(core_with_fake_worker, "창가 자리가 조용함")
     answer = [{"recordId": record_id, "contextId": context_id, "similarity": 0.8}]
-    async with profile_workers() as (old, new):
+    async with profile_workers(PROFILE, TARGET) as (old, new):
         old.search_results = new.search_results = answer
         cuts = core_settings(migrated_database, old.base_url).search_cuts_for
         async with endpoints_of(old.base_url, new.base_url) as endpoints:
@@ -275,7 +178,7 @@ async def test_search_skips_a_worker_of_another_profile(
 ):
     record_id, context_id = await created(core_with_fake_worker, "창가 자리가 조용함")
     await cut_over_to_target(engine)
-    async with profile_workers() as (old, new):
+    async with profile_workers(PROFILE, TARGET) as (old, new):
         new.search_results = [{"recordId": record_id, "contextId": context_id, "similarity": 0.7}]
         cuts = core_settings(migrated_database, old.base_url).search_cuts_for
         # The profiles are not known yet: the old worker is asked first and answers 422.

@@ -1,23 +1,17 @@
 """``pinlog-core reembed`` as operations (``core_service/service/reembed.py``) and the core's
 backfill loop (``core_service/service/reembed_backfill.py``); docs/operations.md "Switching
 the embedding profile". Notes are saved through a real core app; the workers are real local
-HTTP servers (``FakeWorker`` for readiness, ``BackfillWorker`` below for the backfill route),
-read and called over TCP."""
+HTTP servers (``FakeWorker`` for readiness, ``ProfileWorker`` for the backfill route), read
+and called over TCP."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any
 
 import pytest
 from prometheus_client import generate_latest
 from sqlalchemy import text
-from starlette.applications import Starlette
-from starlette.requests import Request
-from starlette.responses import JSONResponse
-from starlette.routing import Route
 
 from core_service.metrics import CoreMetrics
 from core_service.repository import embedding_switch
@@ -26,11 +20,10 @@ from core_service.service import pause as dispatch_pause
 from core_service.service import reembed
 from core_service.service.pause import PauseSwitch
 from core_service.service.reembed import ReembedRefused
-from core_service.service.reembed_backfill import BACKFILL_PATH, ReembedBackfill
-from core_service.service.worker_endpoints import WorkerEndpoints
+from core_service.service.reembed_backfill import ReembedBackfill
 from core_service.service.worker_readiness import ReadinessReader, WorkerReadiness
-from core_service.service.worker_routing import ProfileRouting
 from tests.core import support as facts
+from tests.core.harness import endpoints_of, profile_routing, profile_workers
 from tests.core.support import (
     TARGET,
     THIRD,
@@ -38,9 +31,10 @@ from tests.core.support import (
     backfill_rows,
     created,
     judged,
-    set_backfill,
+    switch_row,
 )
-from tests.worker.harness import PROFILE, SECRET, sample_value, serving
+from tests.worker.backfill_support import set_backfill
+from tests.worker.harness import PROFILE, sample_value
 from tests.worker.support import make_preset, make_preset_vector
 
 # The keys of ``reembed status --json``, in order (docs/operations.md, step 4).
@@ -59,67 +53,6 @@ STATUS_KEYS = [
     "eta_seconds",
     "vectors",
 ]
-
-
-class BackfillWorker:
-    """A worker instance of one embedding profile, served on loopback. ``GET /readyz``
-    reports the profile (ready); ``POST /internal/v1/backfill/embed`` records each batch and
-    answers as the worker does: 409 for another profile, 503 with ``Retry-After`` while
-    ``busy_retry_after`` is set, else 200 with the counts (every context completed). It
-    writes nothing: the rows stay as the core left them."""
-
-    def __init__(self, profile: str) -> None:
-        self.profile = profile
-        self.batches: list[dict[str, Any]] = []
-        self.busy_retry_after: str | None = None
-        self.base_url = ""
-        self.app = Starlette(
-            routes=[
-                Route(BACKFILL_PATH, self._backfill, methods=["POST"]),
-                Route("/readyz", self._readyz, methods=["GET"]),
-            ]
-        )
-
-    def context_ids(self) -> list[list[int]]:
-        return [[c["contextId"] for c in batch["contexts"]] for batch in self.batches]
-
-    async def _readyz(self, _request: Request) -> JSONResponse:
-        available = {"available": True, "retryAfterSeconds": None, "reason": None}
-        return JSONResponse(
-            {"status": "ready", "mode": "online", "profile": self.profile, "presetVersion": 1,
-             "providers": {"embedding": available, "judge": available}}
-        )  # fmt: skip
-
-    async def _backfill(self, request: Request) -> JSONResponse:
-        if request.headers.get("X-Internal-Secret") != SECRET:
-            return JSONResponse({"detail": "unauthorized"}, status_code=401)
-        body = await request.json()
-        self.batches.append(body)
-        if body["embeddingProfile"] != self.profile:
-            return JSONResponse({"detail": "another profile"}, status_code=409)
-        if self.busy_retry_after is not None:
-            return JSONResponse(
-                {"detail": "backfill refused: busy"},
-                status_code=503,
-                headers={"Retry-After": self.busy_retry_after},
-            )
-        counts = {"completed": len(body["contexts"]), "cancelled": 0, "failed": 0,
-                  "notClaimed": 0, "lost": 0}  # fmt: skip
-        return JSONResponse(counts)
-
-
-@asynccontextmanager
-async def backfill_workers(*profiles: str) -> AsyncIterator[list[BackfillWorker]]:
-    """One ``BackfillWorker`` per profile, each on its own port."""
-    workers = [BackfillWorker(profile) for profile in profiles]
-    async with serving(workers[0].app) as first:
-        workers[0].base_url = first
-        if len(workers) == 1:
-            yield workers
-            return
-        async with serving(workers[1].app) as second:
-            workers[1].base_url = second
-            yield workers
 
 
 async def readings(*workers) -> list[WorkerReadiness]:
@@ -151,9 +84,7 @@ async def test_start_refuses_without_a_ready_worker_of_the_target_or_its_presets
     engine, core_with_fake_worker, fake_worker
 ):
     context_id = await judged(core_with_fake_worker, engine, "판정된 메모", place="p1")
-    target_worker = BackfillWorker(TARGET)
-    async with serving(target_worker.app) as base_url:
-        target_worker.base_url = base_url
+    async with profile_workers(TARGET) as (target_worker,):
         with pytest.raises(ReembedRefused, match="no listed worker serves profile") as no_worker:
             await start(engine, [fake_worker])
         fake_worker.profile, fake_worker.ready = TARGET, False
@@ -166,7 +97,7 @@ async def test_start_refuses_without_a_ready_worker_of_the_target_or_its_presets
             await start(engine, [fake_worker, target_worker], target=PROFILE)
         # Refused: nothing written, not even the stamps.
         assert await analysis_profiles(engine) == {context_id: None}
-        assert await embedding_switch_row(engine) is None
+        assert await switch_row(engine) is None
 
         await make_preset(engine, preset_id=1, profile=TARGET)
         row = await start(engine, [fake_worker, target_worker])
@@ -177,12 +108,7 @@ async def test_start_refuses_without_a_ready_worker_of_the_target_or_its_presets
         f"{fake_worker.base_url}: profile {PROFILE}, list version 1, ready",
     )
     assert (row.state, row.profile_in_use, row.other_profile) == ("backfilling", PROFILE, TARGET)
-    assert (await embedding_switch_row(engine)).other_profile == TARGET
-
-
-async def embedding_switch_row(engine):
-    async with engine.connect() as conn:
-        return await embedding_switch.read(conn)
+    assert (await switch_row(engine)).other_profile == TARGET
 
 
 async def test_start_stamps_unrecorded_judgments_and_proposes_every_live_context(
@@ -203,7 +129,7 @@ async def test_start_stamps_unrecorded_judgments_and_proposes_every_live_context
         )
     await make_preset(engine, preset_id=1, profile=TARGET)
 
-    async with backfill_workers(TARGET) as workers:
+    async with profile_workers(TARGET) as workers:
         row = await start(engine, workers, rate=25)
 
     assert (row.state, row.rate_per_second) == ("backfilling", 25)
@@ -224,7 +150,7 @@ async def test_two_starts_racing_get_one_switch_and_one_refusal(engine, core_wit
     await judged(core_with_fake_worker, engine, "메모", place="p1")
     await make_preset(engine, preset_id=1, profile=TARGET)
     await make_preset_vector_of(engine, THIRD)
-    async with backfill_workers(TARGET, THIRD) as workers:
+    async with profile_workers(TARGET, THIRD) as workers:
         ready = await readings(*workers)
         async with engine.connect() as blocker:
             await blocker.begin()
@@ -249,7 +175,7 @@ async def test_two_starts_racing_get_one_switch_and_one_refusal(engine, core_wit
     refusals = [o for o in outcomes if isinstance(o, ReembedRefused)]
     assert len(rows) == 1 and len(refusals) == 1
     assert "a switch is backfilling" in str(refusals[0])
-    assert await embedding_switch_row(engine) == rows[0]
+    assert await switch_row(engine) == rows[0]
 
 
 async def make_preset_vector_of(engine, profile: str) -> None:
@@ -277,7 +203,7 @@ async def test_status_follows_the_switch_from_idle_to_ready_to_cut_over(
     await make_preset(engine, preset_id=1, profile=TARGET)
 
     idle = (await reembed.status(engine, configured=PROFILE)).as_json()
-    async with backfill_workers(TARGET) as workers:
+    async with profile_workers(TARGET) as workers:
         await start(engine, workers, rate=20)
     started = (await reembed.status(engine, configured=PROFILE)).as_json()
 
@@ -292,7 +218,7 @@ async def test_status_follows_the_switch_from_idle_to_ready_to_cut_over(
     await add_vector(engine, open_row, TARGET)
     await set_backfill(engine, TARGET, open_row, status="COMPLETED")
     ready = await reembed.status(engine, configured=PROFILE)
-    async with backfill_workers(TARGET) as workers:
+    async with profile_workers(TARGET) as workers:
         await reembed.cut_over(engine, await readings(*workers), configured=PROFILE, force=False)
     cut_over = (await reembed.status(engine, configured=PROFILE)).as_json()
 
@@ -340,7 +266,7 @@ async def _switched(core, engine, workers, count: int = 2, rate: int = 50) -> li
 async def test_cutover_waits_for_the_backfill_unless_forced_and_for_a_ready_worker(
     engine, core_with_fake_worker, fake_worker
 ):
-    async with backfill_workers(TARGET) as workers:
+    async with profile_workers(TARGET) as workers:
         with pytest.raises(ReembedRefused, match="nothing to cut over: the switch is idle"):
             await reembed.cut_over(engine, await readings(*workers), configured=PROFILE, force=True)
         ids = await _switched(core_with_fake_worker, engine, workers)
@@ -351,7 +277,7 @@ async def test_cutover_waits_for_the_backfill_unless_forced_and_for_a_ready_work
     await set_backfill(engine, TARGET, ids[1], status="FAILED", failure_reason="input_too_long")
     with pytest.raises(ReembedRefused, match=f"no listed worker serves profile {TARGET}"):
         await reembed.cut_over(engine, await readings(fake_worker), configured=PROFILE, force=False)
-    assert (await embedding_switch_row(engine)).state == "backfilling"
+    assert (await switch_row(engine)).state == "backfilling"
 
     row = await reembed.cut_over(engine, target_ready, configured=PROFILE, force=False)
 
@@ -360,7 +286,7 @@ async def test_cutover_waits_for_the_backfill_unless_forced_and_for_a_ready_work
 
 
 async def test_a_forced_cutover_before_the_backfill_is_done(engine, core_with_fake_worker):
-    async with backfill_workers(TARGET) as workers:
+    async with profile_workers(TARGET) as workers:
         await _switched(core_with_fake_worker, engine, workers)
         row = await reembed.cut_over(
             engine, await readings(*workers), configured=PROFILE, force=True
@@ -369,25 +295,20 @@ async def test_a_forced_cutover_before_the_backfill_is_done(engine, core_with_fa
 
 
 async def test_two_cutovers_racing_swap_the_profiles_once(engine, core_with_fake_worker):
-    async with backfill_workers(TARGET) as workers:
+    async with profile_workers(TARGET) as workers:
         await _switched(core_with_fake_worker, engine, workers)
         ready = await readings(*workers)
-    async with engine.connect() as blocker:
-        blocking = await blocker.begin()
-        await blocker.execute(text("SELECT 1 FROM core.embedding_switch FOR UPDATE"))
-        racing = [
-            asyncio.create_task(
-                _outcome(reembed.cut_over(engine, ready, configured=PROFILE, force=True))
-            )
+    outcomes = await facts.racing_behind_the_switch_row(
+        engine,
+        [
+            _outcome(reembed.cut_over(engine, ready, configured=PROFILE, force=True))
             for _ in range(2)
-        ]
-        await facts.lock_waiters_reach(engine, 2)
-        await blocking.rollback()
-        outcomes = await asyncio.wait_for(asyncio.gather(*racing), 10)
+        ],
+    )
 
     refusals = [o for o in outcomes if isinstance(o, ReembedRefused)]
     assert len(refusals) == 1 and "changed meanwhile" in str(refusals[0])
-    row = await embedding_switch_row(engine)
+    row = await switch_row(engine)
     assert (row.state, row.profile_in_use, row.other_profile) == ("cut_over", TARGET, PROFILE)
 
 
@@ -397,7 +318,7 @@ async def test_rollback_returns_to_the_profile_in_use_before_the_switch(
 ):
     with pytest.raises(ReembedRefused, match="no switch to roll back"):
         await reembed.roll_back(engine)
-    async with backfill_workers(TARGET) as workers:
+    async with profile_workers(TARGET) as workers:
         await _switched(core_with_fake_worker, engine, workers)
         if cut_over_first:
             await reembed.cut_over(engine, await readings(*workers), configured=PROFILE, force=True)
@@ -452,7 +373,7 @@ async def _stored(engine) -> dict[str, tuple[int, int, int]]:
 async def test_finish_removes_the_other_profiles_rows_after_a_cutover(
     engine, core_with_fake_worker
 ):
-    async with backfill_workers(TARGET) as workers:
+    async with profile_workers(TARGET) as workers:
         ids = await _switched(core_with_fake_worker, engine, workers, count=3)
         await _vectors_everywhere(engine, ids)
         with pytest.raises(ReembedRefused, match="the switch is backfilling"):
@@ -477,7 +398,7 @@ async def test_finish_removes_the_other_profiles_rows_after_a_cutover(
 async def test_finish_keeping_the_old_profile_removes_nothing(engine, core_with_fake_worker):
     with pytest.raises(ReembedRefused, match="no switch to finish"):
         await reembed.finish(engine, keep_old=True)
-    async with backfill_workers(TARGET) as workers:
+    async with profile_workers(TARGET) as workers:
         ids = await _switched(core_with_fake_worker, engine, workers)
         await _vectors_everywhere(engine, ids)
     await reembed.roll_back(engine)
@@ -495,7 +416,7 @@ async def test_finish_keeping_the_old_profile_removes_nothing(engine, core_with_
 async def test_removal_runs_in_batches(engine, core_with_fake_worker):
     """``remove_other_profiles`` removes at most ``batch`` context vectors and ``batch``
     backfill rows a statement; repeated, it leaves only the profile in use."""
-    async with backfill_workers(TARGET) as workers:
+    async with profile_workers(TARGET) as workers:
         ids = await _switched(core_with_fake_worker, engine, workers, count=3)
         await _vectors_everywhere(engine, ids)
     removed = []
@@ -514,14 +435,8 @@ async def test_removal_runs_in_batches(engine, core_with_fake_worker):
 async def backfill_loop(engine, workers):
     """A ``ReembedBackfill`` of one core process, its endpoints' profiles read once by the
     routing loop; the batches in flight are waited for on exit."""
-    endpoints = WorkerEndpoints.connect(
-        [w.base_url for w in workers],
-        internal_secret=SECRET,
-        connect_timeout_seconds=1.0,
-        read_timeout_seconds=5.0,
-    )
     metrics = CoreMetrics()
-    try:
+    async with endpoints_of(*(w.base_url for w in workers)) as endpoints:
         async with profile_routing(endpoints) as routing:
             await routing.refresh_once()
         loop = ReembedBackfill(
@@ -535,21 +450,6 @@ async def backfill_loop(engine, workers):
         )
         yield loop, metrics
         await loop.drain()
-    finally:
-        await endpoints.aclose()
-
-
-@asynccontextmanager
-async def profile_routing(endpoints: WorkerEndpoints) -> AsyncIterator[ProfileRouting]:
-    """A ``ProfileRouting`` whose refreshes the caller drives; closed as the core closes it
-    (its loop, stopped)."""
-    routing = ProfileRouting(endpoints)
-    try:
-        yield routing
-    finally:
-        stopped = asyncio.Event()
-        stopped.set()
-        await routing.run_forever(stopped)
 
 
 def backfilled(metrics: CoreMetrics, result: str) -> float | None:
@@ -560,7 +460,7 @@ def backfilled(metrics: CoreMetrics, result: str) -> float | None:
 async def test_a_pass_sends_the_next_batch_to_a_worker_of_the_profile(
     engine, core_with_fake_worker
 ):
-    async with backfill_workers(PROFILE, TARGET) as (old, new):
+    async with profile_workers(PROFILE, TARGET) as (old, new):
         # 2 contexts a second: a batch is 2 contexts, one slot a second.
         ids = await _switched(core_with_fake_worker, engine, [new], count=3, rate=2)
         async with backfill_loop(engine, [old, new]) as (loop, metrics):
@@ -569,7 +469,7 @@ async def test_a_pass_sends_the_next_batch_to_a_worker_of_the_profile(
             wait = await loop.pass_once()
 
     assert old.batches == []
-    assert new.context_ids() == [ids[:2]]
+    assert new.batched_context_ids() == [ids[:2]]
     notes = [await facts.context(engine, context_id) for context_id in ids[:2]]
     assert new.batches[0] == {
         "embeddingProfile": TARGET,
@@ -587,7 +487,7 @@ async def test_a_pass_sends_the_next_batch_to_a_worker_of_the_profile(
 
 
 async def test_a_busy_worker_gets_the_rows_back_and_the_loop_waits(engine, core_with_fake_worker):
-    async with backfill_workers(TARGET) as (worker,):
+    async with profile_workers(TARGET) as (worker,):
         ids = await _switched(core_with_fake_worker, engine, [worker])
         worker.busy_retry_after = "7"
         async with backfill_loop(engine, [worker]) as (loop, metrics):
@@ -595,14 +495,14 @@ async def test_a_busy_worker_gets_the_rows_back_and_the_loop_waits(engine, core_
             await loop.drain()
             backoff = await loop.pass_once()
 
-    assert worker.context_ids() == [ids]  # sent once, not again while backing off
+    assert worker.batched_context_ids() == [ids]  # sent once, not again while backing off
     assert 6.0 < backoff <= 7.0
     assert await backfill_rows(engine, TARGET) == {i: ("PENDING", False) for i in ids}
     assert backfilled(metrics, "refused") == 2
 
 
 async def test_nothing_is_sent_while_dispatching_is_paused(engine, core_with_fake_worker):
-    async with backfill_workers(TARGET) as (worker,):
+    async with profile_workers(TARGET) as (worker,):
         ids = await _switched(core_with_fake_worker, engine, [worker])
         async with backfill_loop(engine, [worker]) as (loop, _):
             assert await dispatch_pause.change(engine, paused=True)
@@ -620,4 +520,4 @@ async def test_nothing_is_sent_while_dispatching_is_paused(engine, core_with_fak
     assert rows_while_paused == {i: ("PENDING", False) for i in ids}
     assert slot_in == 0  # no slot was taken while paused
     assert resumed == 0.0
-    assert worker.context_ids() == [ids]
+    assert worker.batched_context_ids() == [ids]

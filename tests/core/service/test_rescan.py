@@ -15,6 +15,7 @@ from core_service.metrics import CoreMetrics
 from core_service.repository.db import create_engine
 from tests.core import support as facts
 from tests.core.harness import bearer, core_settings
+from tests.worker.open_transactions import cancelled_in_open_transaction
 from tests.worker.support import failure_reasons, make_state, set_statuses
 
 PENDING_STALE = 301  # seconds: past the 300 s PENDING expiry
@@ -257,17 +258,9 @@ async def test_cancelled_wins_over_a_finalizer_running_meanwhile(core_with_fake_
     await facts.backdate(engine, context_id, PENDING_STALE)
     scheduler = core_with_fake_worker.scheduler()
 
-    async with engine.connect() as delete_in_flight:
-        transaction = await delete_in_flight.begin()
-        await delete_in_flight.execute(
-            text(
-                "UPDATE ai.context_ai_state SET embedding_status = 'CANCELLED', "
-                "keyword_status = 'CANCELLED', updated_at = now() WHERE context_id = :id"
-            ),
-            {"id": context_id},
-        )
+    async with cancelled_in_open_transaction(engine, context_id) as delete_in_flight:
         during = await asyncio.wait_for(scheduler.run_once(), timeout=3)
-        await transaction.commit()
+        await delete_in_flight.commit()
     after = await scheduler.run_once()
 
     assert during.finalized == 0 and after.finalized == 0

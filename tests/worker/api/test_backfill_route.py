@@ -13,32 +13,38 @@ from __future__ import annotations
 
 import asyncio
 import time
-from dataclasses import dataclass
 from typing import Any
 
 import httpx
 import numpy as np
 import pytest
-from sqlalchemy import text
 
 from app.providers.hashing import hash_embed
 from app.repository import profile_vectors
-from app.repository.db import to_array
 from app.service.profile_backfill import SLOT_WAIT_SECONDS
 from tests.fake_openai import Scripted, error_body
-from tests.worker.harness import PROCESS_PATH, PROFILE, SECRET, RunningWorker
+from tests.worker.backfill_support import (
+    BACKFILL_PATH,
+    backfill_row,
+    make_backfill,
+    post_backfill,
+    vectors_by_profile,
+)
+from tests.worker.backfill_support import BackfillRow as Row
+from tests.worker.backfill_support import backfill_counts as counts
+from tests.worker.harness import PROFILE, SECRET
+from tests.worker.open_transactions import cancel_context
 from tests.worker.support import (
     arrived,
-    cancel_context,
     count_rows,
     fetch_state,
     make_embedding,
     make_state,
+    process_request,
     release,
     vector,
 )
 
-BACKFILL_PATH = "/internal/v1/backfill/embed"
 OTHER_PROFILE = "local-use-multilingual-v3-512-cosine-v1"
 DIMENSION = 1536
 NOTES = {
@@ -77,55 +83,7 @@ async def embedded_under_the_old_profile(engine, context_id: int, *, propose: bo
         embedding=vector(f"old {context_id}"),
     )
     if propose:
-        await make_backfill(engine, context_id=context_id)
-
-
-async def make_backfill(
-    engine, *, context_id: int, status: str = "PENDING", attempt: int = 0
-) -> None:
-    async with engine.begin() as conn:
-        await conn.execute(
-            text(
-                "INSERT INTO ai.context_embedding_backfill "
-                "(embedding_profile, context_id, status, attempt) VALUES (:p, :id, :s, :a)"
-            ),
-            {"p": PROFILE, "id": context_id, "s": status, "a": attempt},
-        )
-
-
-@dataclass(frozen=True)
-class Row:
-    status: str
-    attempt: int
-    failure_reason: str | None
-
-
-async def backfill_row(engine, context_id: int) -> Row:
-    async with engine.connect() as conn:
-        row = (
-            await conn.execute(
-                text(
-                    "SELECT status, attempt, failure_reason FROM ai.context_embedding_backfill "
-                    "WHERE embedding_profile = :p AND context_id = :id"
-                ),
-                {"p": PROFILE, "id": context_id},
-            )
-        ).one()
-    return Row(row.status, row.attempt, row.failure_reason)
-
-
-async def vectors_by_profile(engine, context_id: int) -> dict[str, np.ndarray]:
-    async with engine.connect() as conn:
-        rows = (
-            await conn.execute(
-                text(
-                    "SELECT embedding_profile, embedding FROM ai.context_embedding "
-                    "WHERE context_id = :id"
-                ),
-                {"id": context_id},
-            )
-        ).all()
-    return {row.embedding_profile: to_array(row.embedding) for row in rows}
+        await make_backfill(engine, context_id=context_id, profile=PROFILE)
 
 
 def context(context_id: int, note: str | None = None) -> dict[str, Any]:
@@ -134,31 +92,6 @@ def context(context_id: int, note: str | None = None) -> dict[str, Any]:
         "userId": context_id,
         "recordId": 10 * context_id,
         "text": NOTES[context_id] if note is None else note,
-    }
-
-
-async def post_backfill(
-    worker: RunningWorker,
-    contexts: list[dict[str, Any]],
-    *,
-    profile: str = PROFILE,
-    secret: str | None = SECRET,
-) -> httpx.Response:
-    headers = {} if secret is None else {"X-Internal-Secret": secret}
-    return await worker.client.post(
-        BACKFILL_PATH, json={"embeddingProfile": profile, "contexts": contexts}, headers=headers
-    )
-
-
-def counts(
-    completed: int = 0, cancelled: int = 0, failed: int = 0, not_claimed: int = 0, lost: int = 0
-) -> dict[str, int]:
-    return {
-        "completed": completed,
-        "cancelled": cancelled,
-        "failed": failed,
-        "notClaimed": not_claimed,
-        "lost": lost,
     }
 
 
@@ -194,7 +127,7 @@ async def test_a_batch_is_embedded_in_one_call_and_stored_under_the_profile(
     assert fake_openai.embedding_calls == 1
     assert fake_openai.embedding_requests[0]["input"] == [NOTES[1], NOTES[2], NOTES[3]]
     for context_id in (1, 2, 3):
-        assert await backfill_row(engine, context_id) == Row("COMPLETED", 1, None)
+        assert await backfill_row(engine, context_id, PROFILE) == Row("COMPLETED", 1, None)
         await assert_stored_under_this_profile(engine, context_id, NOTES[context_id])
         # The live stages are not the backfill's: still both COMPLETED.
         assert await fetch_state(engine, context_id) == ("COMPLETED", "COMPLETED")
@@ -211,7 +144,7 @@ async def test_done_rows_are_not_claimed_again_and_cost_no_call(engine, worker, 
     assert again.status_code == 200
     assert again.json() == counts(not_claimed=1)
     assert fake_openai.embedding_calls == 1
-    assert await backfill_row(engine, 1) == Row("COMPLETED", 1, None)
+    assert await backfill_row(engine, 1, PROFILE) == Row("COMPLETED", 1, None)
 
 
 async def test_a_context_deleted_before_the_batch_ends_cancelled_without_a_vector(
@@ -224,7 +157,7 @@ async def test_a_context_deleted_before_the_batch_ends_cancelled_without_a_vecto
     response = await post_backfill(worker, [context(1), context(2)])
 
     assert response.json() == counts(completed=1, cancelled=1)
-    assert await backfill_row(engine, 2) == Row("CANCELLED", 1, None)
+    assert await backfill_row(engine, 2, PROFILE) == Row("CANCELLED", 1, None)
     assert set(await vectors_by_profile(engine, 2)) == {OTHER_PROFILE}
     await assert_stored_under_this_profile(engine, 1, NOTES[1])
 
@@ -244,7 +177,7 @@ async def test_a_delete_while_the_provider_call_is_in_flight_wins(
     response = await batch
 
     assert response.json() == counts(completed=1, cancelled=1)
-    assert await backfill_row(engine, 1) == Row("CANCELLED", 1, None)
+    assert await backfill_row(engine, 1, PROFILE) == Row("CANCELLED", 1, None)
     assert set(await vectors_by_profile(engine, 1)) == {OTHER_PROFILE}
     await assert_stored_under_this_profile(engine, 2, NOTES[2])
 
@@ -267,7 +200,7 @@ async def test_a_claim_taken_over_while_the_provider_call_is_in_flight_is_lost(
     response = await batch
 
     assert response.json() == counts(lost=1)
-    assert await backfill_row(engine, 1) == Row("PROCESSING", 2, None)
+    assert await backfill_row(engine, 1, PROFILE) == Row("PROCESSING", 2, None)
     assert set(await vectors_by_profile(engine, 1)) == {OTHER_PROFILE}
 
 
@@ -287,10 +220,10 @@ async def test_a_note_the_provider_refuses_fails_alone_with_its_reason(engine, w
 
     assert response.status_code == 200, response.text
     assert response.json() == counts(completed=2, failed=1)
-    assert await backfill_row(engine, 2) == Row("FAILED", 1, "input_rejected")
+    assert await backfill_row(engine, 2, PROFILE) == Row("FAILED", 1, "input_rejected")
     assert set(await vectors_by_profile(engine, 2)) == {OTHER_PROFILE}
     for context_id in (1, 3):
-        assert await backfill_row(engine, context_id) == Row("COMPLETED", 1, None)
+        assert await backfill_row(engine, context_id, PROFILE) == Row("COMPLETED", 1, None)
         await assert_stored_under_this_profile(engine, context_id, NOTES[context_id])
     # The whole batch once, then one call per note to find the refused one.
     assert [len(r["input"]) for r in fake_openai.embedding_requests] == [3, 1, 1, 1]
@@ -305,7 +238,7 @@ async def test_a_blank_note_fails_without_a_provider_call(engine, worker, fake_o
     response = await post_backfill(worker, [context(1, " \u200b\n "), context(2)])
 
     assert response.json() == counts(completed=1, failed=1)
-    assert await backfill_row(engine, 1) == Row("FAILED", 1, "input_blank")
+    assert await backfill_row(engine, 1, PROFILE) == Row("FAILED", 1, "input_blank")
     assert [r["input"] for r in fake_openai.embedding_requests] == [[NOTES[2]]]
 
 
@@ -324,14 +257,14 @@ async def test_provider_5xx_answers_503_and_puts_every_claimed_row_back(
     assert response.status_code == 503, response.text
     assert retry_after(response) >= 1
     for context_id in (1, 2):
-        assert await backfill_row(engine, context_id) == Row("PENDING", 1, None)
+        assert await backfill_row(engine, context_id, PROFILE) == Row("PENDING", 1, None)
         assert set(await vectors_by_profile(engine, context_id)) == {OTHER_PROFILE}
 
     # Once the provider answers again, the same rows are claimed with the next attempt.
     fake_openai.set_fault("embeddings", None)
     retried = await post_backfill(worker, [context(1), context(2)])
     assert retried.json() == counts(completed=2)
-    assert await backfill_row(engine, 1) == Row("COMPLETED", 2, None)
+    assert await backfill_row(engine, 1, PROFILE) == Row("COMPLETED", 2, None)
 
 
 async def test_an_unavailable_provider_answers_503_and_claims_nothing_more(
@@ -358,8 +291,8 @@ async def test_an_unavailable_provider_answers_503_and_claims_nothing_more(
         # Until the next probe (the cooldown, 60 s by default).
         assert 1 <= retry_after(refused) <= 60
         assert fake_openai.embedding_calls == calls
-    assert await backfill_row(engine, 1) == Row("PENDING", 1, None)
-    assert await backfill_row(engine, 2) == Row("PENDING", 0, None)
+    assert await backfill_row(engine, 1, PROFILE) == Row("PENDING", 1, None)
+    assert await backfill_row(engine, 2, PROFILE) == Row("PENDING", 0, None)
 
 
 async def start_held_batches(worker, fake_openai, hold, context_ids):
@@ -384,7 +317,7 @@ async def test_a_batch_beyond_the_running_ones_waits_for_a_slot(engine, worker, 
     waiting = asyncio.create_task(post_backfill(worker, [context(ids[-1])]))
     # Every slot is taken: the extra batch neither claims nor calls the provider meanwhile.
     assert not await asyncio.to_thread(extra.entered.wait, 1.0)
-    assert await backfill_row(engine, ids[-1]) == Row("PENDING", 0, None)
+    assert await backfill_row(engine, ids[-1], PROFILE) == Row("PENDING", 0, None)
     release(helds[0])
     await arrived(extra)  # a slot came free: it runs
     for held in (*helds[1:], extra):
@@ -414,7 +347,7 @@ async def test_a_batch_that_finds_no_slot_in_time_is_refused_busy_and_claims_not
     assert busy.json() == {"detail": "backfill refused: busy"}
     assert waited >= SLOT_WAIT_SECONDS  # refused only after waiting for a slot
     assert retry_after(busy) >= 1
-    assert await backfill_row(engine, ids[-1]) == Row("PENDING", 0, None)
+    assert await backfill_row(engine, ids[-1], PROFILE) == Row("PENDING", 0, None)
     assert [a.json() for a in answers] == [counts(completed=1)] * BATCH_SLOTS
     assert fake_openai.embedding_calls == BATCH_SLOTS
 
@@ -429,7 +362,7 @@ async def test_another_profile_is_409_and_nothing_is_claimed(engine, worker, fak
 
     assert response.status_code == 409
     assert PROFILE in response.json()["detail"]
-    assert await backfill_row(engine, 1) == Row("PENDING", 0, None)
+    assert await backfill_row(engine, 1, PROFILE) == Row("PENDING", 0, None)
     assert fake_openai.embedding_calls == 0
 
 
@@ -439,7 +372,7 @@ async def test_missing_secret_is_401_and_nothing_is_claimed(engine, worker, fake
     response = await post_backfill(worker, [context(1)], secret=None)
 
     assert response.status_code == 401
-    assert await backfill_row(engine, 1) == Row("PENDING", 0, None)
+    assert await backfill_row(engine, 1, PROFILE) == Row("PENDING", 0, None)
     assert fake_openai.embedding_calls == 0
 
 
@@ -476,7 +409,7 @@ MALFORMED = [
 async def test_a_malformed_body_is_422_and_nothing_is_claimed(
     engine, worker, fake_openai, body, field
 ):
-    await make_backfill(engine, context_id=1)
+    await make_backfill(engine, context_id=1, profile=PROFILE)
 
     response = await worker.client.post(
         BACKFILL_PATH, json=body, headers={"X-Internal-Secret": SECRET}
@@ -484,7 +417,7 @@ async def test_a_malformed_body_is_422_and_nothing_is_claimed(
 
     assert response.status_code == 422
     assert {error["loc"][1] for error in response.json()["detail"]} == {field}
-    assert await backfill_row(engine, 1) == Row("PENDING", 0, None)
+    assert await backfill_row(engine, 1, PROFILE) == Row("PENDING", 0, None)
     assert fake_openai.embedding_calls == 0
 
 
@@ -499,27 +432,12 @@ async def test_a_batch_of_256_is_accepted(engine, worker, fake_openai):
 # --------------------------------------------------------------------------- process route
 
 
-def process_body(context_id: int, **fields: Any) -> dict[str, Any]:
-    return {
-        "contextId": context_id,
-        "userId": 7,
-        "recordId": 70,
-        "text": NOTES[1],
-        **fields,
-    }
-
-
 async def test_a_process_request_for_another_profile_is_409_and_claims_nothing(
     engine, worker, fake_openai
 ):
     await make_state(engine, context_id=1)
 
-    response = await worker.client.post(
-        PROCESS_PATH,
-        json=process_body(1, embeddingProfile=OTHER_PROFILE),
-        headers={"X-Internal-Secret": SECRET},
-    )
-    await worker.drain()
+    response = await process_request(worker, context_id=1, text=NOTES[1], profile=OTHER_PROFILE)
 
     assert response.status_code == 409
     assert PROFILE in response.json()["detail"]
@@ -532,12 +450,7 @@ async def test_a_process_request_for_another_profile_is_409_and_claims_nothing(
 async def test_a_process_request_for_this_profile_is_accepted(engine, worker, fake_openai):
     await make_state(engine, context_id=1)
 
-    response = await worker.client.post(
-        PROCESS_PATH,
-        json=process_body(1, embeddingProfile=PROFILE),
-        headers={"X-Internal-Secret": SECRET},
-    )
-    await worker.drain()
+    response = await process_request(worker, context_id=1, text=NOTES[1], profile=PROFILE)
 
     assert response.status_code == 202
     assert await fetch_state(engine, 1) == ("COMPLETED", "COMPLETED")

@@ -24,7 +24,8 @@ from sqlalchemy import text
 from app.providers.hashing import hash_embed
 from tests.fake_openai import Scripted, embedding_body
 from tests.worker.harness import PROFILE, SECRET, RunningWorker
-from tests.worker.support import cancel_context, make_embedding, make_state
+from tests.worker.open_transactions import cancel_context
+from tests.worker.support import make_embedding, make_state
 
 SEARCH_PATH = "/internal/v1/search"
 DIMENSION = 1536

@@ -8,23 +8,24 @@ save that locks the live state row first and loses to a cancellation, and the se
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
-from dataclasses import dataclass
-from typing import Any
 
-import asyncpg
 import numpy as np
 import pytest
-from sqlalchemy import text
-from sqlalchemy.engine import make_url
 
 from app.repository import profile_vectors
-from app.repository.db import to_array
-from app.repository.profile_vectors import CLAIM_BACKFILL, BackfillClaim
+from app.repository.profile_vectors import BackfillClaim
 from app.repository.stage_pool import StagePool
 from pinlog_platform.db.named_statements import compile_named
-from tests.worker.support import PROFILE, make_embedding, make_state, vector
+from tests.worker.backfill_support import BackfillRow as Row
+from tests.worker.backfill_support import (
+    backfill_row,
+    claimed_in_open_transaction,
+    make_backfill,
+    set_backfill,
+    vector_rows,
+)
+from tests.worker.open_transactions import cancelled_in_open_transaction, finished_behind_lock
+from tests.worker.support import PROFILE, make_embedding, make_state, state_row, vector
 
 OTHER_PROFILE = "old-profile-1536-cosine-v1"
 EXPIRY = 600
@@ -32,114 +33,6 @@ EXPIRY = 600
 SHORT_EXPIRY = 5
 STALE_SECONDS = 60
 SLEEP = compile_named("SELECT pg_sleep(0.05)")
-LOCK_WAITERS = text(
-    "SELECT count(*) FROM pg_stat_activity "
-    "WHERE datname = current_database() AND wait_event_type = 'Lock'"
-)
-
-
-@pytest.fixture
-async def other_session(migrated_database: str) -> AsyncIterator[asyncpg.Connection]:
-    """A separate plain asyncpg connection: another worker's claim in a transaction of its
-    own, held open as long as the test wants."""
-    dsn = make_url(migrated_database).set(drivername="postgresql").render_as_string(False)
-    conn = await asyncpg.connect(dsn)
-    yield conn
-    await conn.close()
-
-
-# --------------------------------------------------------------------------- builders
-
-
-async def make_backfill(
-    engine,
-    *,
-    context_id: int,
-    profile: str = PROFILE,
-    status: str = "PENDING",
-    attempt: int = 0,
-    failure_reason: str | None = None,
-    updated_seconds_ago: float = 0,
-) -> None:
-    """A backfill row as the core proposes it (PENDING) or as a worker left it."""
-    async with engine.begin() as conn:
-        await conn.execute(
-            text(
-                "INSERT INTO ai.context_embedding_backfill (embedding_profile, context_id, "
-                "status, attempt, failure_reason, updated_at) VALUES (:p, :id, :s, :a, :r, "
-                "now() - make_interval(secs => :ago))"
-            ),
-            {
-                "p": profile,
-                "id": context_id,
-                "s": status,
-                "a": attempt,
-                "r": failure_reason,
-                "ago": float(updated_seconds_ago),
-            },
-        )
-
-
-async def backdate_backfill(engine, context_id: int, *, seconds: float = STALE_SECONDS) -> None:
-    """The row looks untouched for ``seconds`` (a worker that died mid-batch)."""
-    async with engine.begin() as conn:
-        await conn.execute(
-            text(
-                "UPDATE ai.context_embedding_backfill "
-                "SET updated_at = now() - make_interval(secs => :ago) WHERE context_id = :id"
-            ),
-            {"id": context_id, "ago": float(seconds)},
-        )
-
-
-@dataclass(frozen=True)
-class Row:
-    status: str
-    attempt: int
-    failure_reason: str | None
-
-
-async def backfill_row(engine, context_id: int, profile: str = PROFILE) -> Row:
-    async with engine.connect() as conn:
-        row = (
-            await conn.execute(
-                text(
-                    "SELECT status, attempt, failure_reason FROM ai.context_embedding_backfill "
-                    "WHERE embedding_profile = :p AND context_id = :id"
-                ),
-                {"p": profile, "id": context_id},
-            )
-        ).one()
-    return Row(row.status, row.attempt, row.failure_reason)
-
-
-async def stored_vectors(engine, context_id: int) -> dict[str, dict[str, Any]]:
-    """Every vector row of one context, by profile (all columns, the vector as an array)."""
-    async with engine.connect() as conn:
-        rows = (
-            await conn.execute(
-                text("SELECT * FROM ai.context_embedding WHERE context_id = :id"),
-                {"id": context_id},
-            )
-        ).all()
-    out = {}
-    for row in rows:
-        values = dict(row._mapping)
-        values["embedding"] = to_array(values["embedding"])
-        out[row.embedding_profile] = values
-    return out
-
-
-async def state_row(engine, context_id: int) -> dict[str, Any]:
-    """Every column of one state row (to show a statement left it alone)."""
-    async with engine.connect() as conn:
-        row = (
-            await conn.execute(
-                text("SELECT * FROM ai.context_ai_state WHERE context_id = :id"),
-                {"id": context_id},
-            )
-        ).one()
-    return dict(row._mapping)
 
 
 # --------------------------------------------------------------------------- statements
@@ -172,73 +65,6 @@ async def save(
 
 async def settle(stage_pool: StagePool, claims, *, reason: str | None) -> None:
     await profile_vectors.settle(stage_pool, list(claims), embedding_profile=PROFILE, reason=reason)
-
-
-@dataclass
-class OpenClaim:
-    """Another worker's claim, its transaction still open (its rows locked)."""
-
-    transaction: asyncpg.transaction.Transaction
-    claims: list[BackfillClaim]
-
-
-@asynccontextmanager
-async def claimed_in_open_transaction(
-    session: asyncpg.Connection, context_ids, *, expiry: float = EXPIRY
-) -> AsyncIterator[OpenClaim]:
-    """Run the real ``CLAIM_BACKFILL`` on ``session`` inside a transaction left open: the
-    claimed rows stay locked until the caller commits or rolls back (rolled back if not)."""
-    transaction = session.transaction()
-    await transaction.start()
-    try:
-        row = await session.fetchrow(
-            CLAIM_BACKFILL.sql,
-            *CLAIM_BACKFILL.bind(
-                {
-                    "embedding_profile": PROFILE,
-                    "context_ids": sorted(context_ids),
-                    "expiry_seconds": float(expiry),
-                }
-            ),
-        )
-        claims = [
-            BackfillClaim(int(c), int(a))
-            for c, a in zip(row["context_ids"], row["attempts"], strict=True)
-        ]
-        yield OpenClaim(transaction, claims)
-    finally:
-        if session.is_in_transaction():
-            await transaction.rollback()
-
-
-@asynccontextmanager
-async def cancelled_in_open_transaction(engine, context_id: int) -> AsyncIterator[Any]:
-    """A core delete (both statuses CANCELLED) in a transaction left open: the state row stays
-    locked until the caller commits it (rolled back if not)."""
-    async with engine.connect() as conn:
-        transaction = await conn.begin()
-        await conn.execute(
-            text(
-                "UPDATE ai.context_ai_state SET embedding_status = 'CANCELLED', "
-                "keyword_status = 'CANCELLED', updated_at = now() WHERE context_id = :id"
-            ),
-            {"id": context_id},
-        )
-        try:
-            yield transaction
-        finally:
-            if transaction.is_active:
-                await transaction.rollback()
-
-
-async def wait_until_blocked_on_lock(engine, limit_seconds: float = 10.0) -> None:
-    """Wait until some session of this database waits on a lock (polled, never slept on)."""
-    async with asyncio.timeout(limit_seconds):
-        while True:
-            async with engine.connect() as conn:
-                if (await conn.execute(LOCK_WAITERS)).scalar_one():
-                    return
-            await asyncio.sleep(0.01)
 
 
 # --------------------------------------------------------------------------- claim
@@ -373,14 +199,14 @@ async def test_save_stores_the_vector_under_the_profile_and_completes(engine, st
     await make_embedding(engine, context_id=1, profile=OTHER_PROFILE, embedding=vector("old"))
     await make_backfill(engine, context_id=1)
     state_before = await state_row(engine, 1)
-    other_before = (await stored_vectors(engine, 1))[OTHER_PROFILE]
+    other_before = (await vector_rows(engine, 1))[OTHER_PROFILE]
     (claimed,) = await claim(stage_pool, [1])
     new_vector = vector("new profile 1")
 
     assert await save(stage_pool, claimed, embedding=new_vector) == "COMPLETED"
 
     assert await backfill_row(engine, 1) == Row("COMPLETED", 1, None)
-    vectors = await stored_vectors(engine, 1)
+    vectors = await vector_rows(engine, 1)
     assert set(vectors) == {PROFILE, OTHER_PROFILE}
     mine = vectors[PROFILE]
     assert (mine["user_id"], mine["record_id"], mine["is_deleted"]) == (7, 70, False)
@@ -404,7 +230,7 @@ async def test_save_never_touches_is_deleted_of_any_row(engine, stage_pool):
 
     assert await save(stage_pool, claimed, embedding=vector("again")) == "COMPLETED"
 
-    vectors = await stored_vectors(engine, 1)
+    vectors = await vector_rows(engine, 1)
     assert {p: v["is_deleted"] for p, v in vectors.items()} == {PROFILE: True, OTHER_PROFILE: True}
     np.testing.assert_allclose(vectors[PROFILE]["embedding"], vector("again"), atol=1e-7)
 
@@ -413,35 +239,33 @@ async def test_a_stale_attempt_writes_nothing(engine, stage_pool):
     await make_state(engine, context_id=1, embedding_status="COMPLETED", keyword_status="COMPLETED")
     await make_backfill(engine, context_id=1)
     (first,) = await claim(stage_pool, [1])
-    await backdate_backfill(engine, 1)
+    await set_backfill(engine, PROFILE, 1, updated_at_ago=STALE_SECONDS)
     (second,) = await claim(stage_pool, [1], expiry=SHORT_EXPIRY)
     assert second == BackfillClaim(1, 2)
 
     assert await save(stage_pool, first) is None
 
-    assert await stored_vectors(engine, 1) == {}
+    assert await vector_rows(engine, 1) == {}
     assert await backfill_row(engine, 1) == Row("PROCESSING", 2, None)
     # The owner still saves.
     assert await save(stage_pool, second) == "COMPLETED"
-    assert set(await stored_vectors(engine, 1)) == {PROFILE}
+    assert set(await vector_rows(engine, 1)) == {PROFILE}
 
 
 async def test_a_save_waiting_on_an_open_reclaim_writes_nothing(engine, stage_pool, other_session):
     await make_state(engine, context_id=1, embedding_status="COMPLETED", keyword_status="COMPLETED")
     await make_backfill(engine, context_id=1)
     (first,) = await claim(stage_pool, [1])
-    await backdate_backfill(engine, 1)
+    await set_backfill(engine, PROFILE, 1, updated_at_ago=STALE_SECONDS)
 
     async with claimed_in_open_transaction(other_session, [1], expiry=SHORT_EXPIRY) as theirs:
         assert theirs.claims == [BackfillClaim(1, 2)]
-        saving = asyncio.create_task(save(stage_pool, first))
-        await wait_until_blocked_on_lock(engine)
-        assert not saving.done()
-        await theirs.transaction.commit()
-        outcome = await saving
+        outcome = await finished_behind_lock(
+            engine, save(stage_pool, first), theirs.transaction.commit
+        )
 
     assert outcome is None
-    assert await stored_vectors(engine, 1) == {}
+    assert await vector_rows(engine, 1) == {}
     assert await backfill_row(engine, 1) == Row("PROCESSING", 2, None)
 
 
@@ -451,7 +275,7 @@ async def test_a_save_without_a_claim_writes_nothing(engine, stage_pool):
 
     assert await save(stage_pool, BackfillClaim(1, 0)) is None
 
-    assert await stored_vectors(engine, 1) == {}
+    assert await vector_rows(engine, 1) == {}
     assert await backfill_row(engine, 1) == Row("PENDING", 0, None)
 
 
@@ -463,46 +287,37 @@ async def test_a_save_while_the_live_state_is_cancelled_stores_nothing(engine, s
 
     assert await save(stage_pool, claimed) == "CANCELLED"
 
-    assert set(await stored_vectors(engine, 1)) == {OTHER_PROFILE}
+    assert set(await vector_rows(engine, 1)) == {OTHER_PROFILE}
     assert await backfill_row(engine, 1) == Row("CANCELLED", 1, None)
     # Done: neither claimed nor saved again.
     assert await claim(stage_pool, [1]) == []
     assert await save(stage_pool, claimed) is None
 
 
-async def test_a_save_waiting_on_a_cancelling_transaction_sees_cancelled(engine, stage_pool):
+@pytest.mark.parametrize(
+    ("ending", "outcome", "profiles"),
+    [
+        pytest.param("commit", "CANCELLED", {OTHER_PROFILE}, id="cancelled"),
+        # The wait itself is no discard: a transaction holding the state row and rolling back.
+        pytest.param("rollback", "COMPLETED", {PROFILE, OTHER_PROFILE}, id="changes-nothing"),
+    ],
+)
+async def test_a_save_waiting_on_a_cancelling_transaction_sees_how_it_ends(
+    engine, stage_pool, ending, outcome, profiles
+):
     await make_state(engine, context_id=1, embedding_status="COMPLETED", keyword_status="COMPLETED")
     await make_embedding(engine, context_id=1, profile=OTHER_PROFILE)
     await make_backfill(engine, context_id=1)
     (claimed,) = await claim(stage_pool, [1])
 
     async with cancelled_in_open_transaction(engine, 1) as cancelling:
-        saving = asyncio.create_task(save(stage_pool, claimed))
-        await wait_until_blocked_on_lock(engine)
-        assert not saving.done()
-        await cancelling.commit()
-        outcome = await saving
+        saved = await finished_behind_lock(
+            engine, save(stage_pool, claimed), getattr(cancelling, ending)
+        )
 
-    assert outcome == "CANCELLED"
-    assert set(await stored_vectors(engine, 1)) == {OTHER_PROFILE}
-    assert await backfill_row(engine, 1) == Row("CANCELLED", 1, None)
-
-
-async def test_a_save_waiting_on_a_lock_that_changes_nothing_completes(engine, stage_pool):
-    # The wait itself is no discard: a transaction holding the state row and rolling back.
-    await make_state(engine, context_id=1, embedding_status="COMPLETED", keyword_status="COMPLETED")
-    await make_backfill(engine, context_id=1)
-    (claimed,) = await claim(stage_pool, [1])
-
-    async with cancelled_in_open_transaction(engine, 1) as cancelling:
-        saving = asyncio.create_task(save(stage_pool, claimed))
-        await wait_until_blocked_on_lock(engine)
-        assert not saving.done()
-        await cancelling.rollback()
-        outcome = await saving
-
-    assert outcome == "COMPLETED"
-    assert set(await stored_vectors(engine, 1)) == {PROFILE}
+    assert saved == outcome
+    assert set(await vector_rows(engine, 1)) == profiles
+    assert await backfill_row(engine, 1) == Row(outcome, 1, None)
 
 
 # --------------------------------------------------------------------------- settle
@@ -535,7 +350,7 @@ async def test_settle_changes_only_the_rows_its_attempt_still_owns(engine, stage
     for context_id in (1, 2, 3):
         await make_backfill(engine, context_id=context_id)
     first = await claim(stage_pool, [1, 2, 3])
-    await backdate_backfill(engine, 2)
+    await set_backfill(engine, PROFILE, 2, updated_at_ago=STALE_SECONDS)
     (reclaimed,) = await claim(stage_pool, [2], expiry=SHORT_EXPIRY)
     assert await save(stage_pool, first[2]) == "COMPLETED"
 
@@ -552,14 +367,12 @@ async def test_a_settle_waiting_on_an_open_reclaim_changes_nothing(
 ):
     await make_backfill(engine, context_id=1)
     first = await claim(stage_pool, [1])
-    await backdate_backfill(engine, 1)
+    await set_backfill(engine, PROFILE, 1, updated_at_ago=STALE_SECONDS)
 
     async with claimed_in_open_transaction(other_session, [1], expiry=SHORT_EXPIRY) as theirs:
         assert theirs.claims == [BackfillClaim(1, 2)]
-        settling = asyncio.create_task(settle(stage_pool, first, reason=None))
-        await wait_until_blocked_on_lock(engine)
-        assert not settling.done()
-        await theirs.transaction.commit()
-        await settling
+        await finished_behind_lock(
+            engine, settle(stage_pool, first, reason=None), theirs.transaction.commit
+        )
 
     assert await backfill_row(engine, 1) == Row("PROCESSING", 2, None)

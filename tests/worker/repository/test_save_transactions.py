@@ -3,17 +3,19 @@
 
 from __future__ import annotations
 
-import asyncio
-
 import pytest
 from sqlalchemy import text
 
 from app.errors import DatabaseStatementError
 from app.repository import context_ai_state, stage_saves
 from pinlog_platform.states import Stage
+from tests.worker.open_transactions import (
+    cancel_context,
+    cancelled_in_open_transaction,
+    finished_behind_lock,
+)
 from tests.worker.support import (
     PROFILE,
-    cancel_context,
     count_rows,
     fetch_state,
     make_embedding,
@@ -131,19 +133,8 @@ async def test_save_waiting_on_a_cancelling_transaction_sees_cancelled_and_disca
     await make_state(engine, context_id=1)
     await claim(stage_pool, Stage.EMBEDDING)
 
-    async with engine.connect() as canceller:
-        transaction = await canceller.begin()
-        await canceller.execute(
-            text(
-                "UPDATE ai.context_ai_state SET embedding_status = 'CANCELLED', "
-                "keyword_status = 'CANCELLED', updated_at = now() WHERE context_id = 1"
-            )
-        )
-        save = asyncio.create_task(save_embedding(stage_pool))
-        await _wait_until_blocked_on_lock(engine)
-        assert not save.done()
-        await transaction.commit()
-        outcome = await save
+    async with cancelled_in_open_transaction(engine, 1) as cancelling:
+        outcome = await finished_behind_lock(engine, save_embedding(stage_pool), cancelling.commit)
 
     assert outcome is False
     assert await count_rows(engine, "ai.context_embedding", 1) == 0
@@ -159,24 +150,6 @@ async def test_cancel_waiting_on_a_save_wins_afterwards(engine, stage_pool):
     async with engine.connect() as conn:
         deleted = (await conn.execute(text("SELECT is_deleted FROM ai.context_embedding"))).one()
     assert deleted.is_deleted is True
-
-
-async def _wait_until_blocked_on_lock(engine, limit_seconds: float = 10.0) -> None:
-    """Wait until some session of this database waits on a row lock (no sleeps as sync)."""
-    async with asyncio.timeout(limit_seconds):
-        while True:
-            async with engine.connect() as conn:
-                waiting = (
-                    await conn.execute(
-                        text(
-                            "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = "
-                            "'Lock' AND datname = current_database()"
-                        )
-                    )
-                ).scalar_one()
-            if waiting:
-                return
-            await asyncio.sleep(0.01)
 
 
 async def test_keyword_save_replaces_rows_and_writes_analysis(engine, stage_pool):
@@ -243,18 +216,8 @@ async def test_keyword_save_waiting_on_a_cancelling_transaction_discards(engine,
     await make_state(engine, context_id=1, embedding_status="COMPLETED")
     await claim(stage_pool, Stage.KEYWORD)
 
-    async with engine.connect() as canceller:
-        transaction = await canceller.begin()
-        await canceller.execute(
-            text(
-                "UPDATE ai.context_ai_state SET embedding_status = 'CANCELLED', "
-                "keyword_status = 'CANCELLED', updated_at = now() WHERE context_id = 1"
-            )
-        )
-        save = asyncio.create_task(save_keywords(stage_pool))
-        await _wait_until_blocked_on_lock(engine)
-        await transaction.commit()
-        outcome = await save
+    async with cancelled_in_open_transaction(engine, 1) as cancelling:
+        outcome = await finished_behind_lock(engine, save_keywords(stage_pool), cancelling.commit)
 
     assert outcome is False
     assert await count_rows(engine, "ai.context_keyword", 1) == 0

@@ -13,16 +13,10 @@ from app.repository.db import to_array
 from app.service.preset_loader import load_presets, read_preset_file
 from app.service.vector_columns import check_vector_columns
 from app.settings import USE_PROFILE, Settings
+from tests.worker.backfill_support import context_vectors_declared
 from tests.worker.harness import SECRET, running_worker
 from tests.worker.support import PROFILE as HASHING_PROFILE
-from tests.worker.support import (
-    context_vectors_declared,
-    count_rows,
-    fetch_state,
-    make_embedding,
-    make_state,
-    vector,
-)
+from tests.worker.support import count_rows, fetch_state, make_embedding, make_state, vector
 
 PETS_NOTE = "강아지랑 같이 들어갈 수 있는 카페라 자주 감"
 

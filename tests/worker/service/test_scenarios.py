@@ -18,11 +18,11 @@ from sqlalchemy import text
 from app.providers.hashing import hash_embed
 from tests.fake_openai import Scripted, candidate_ids
 from tests.worker.harness import PROFILE
+from tests.worker.open_transactions import cancel_context
 from tests.worker.support import (
     app_records,
     arrived,
     backdate,
-    cancel_context,
     count_rows,
     fetch_state,
     keyword_rows,

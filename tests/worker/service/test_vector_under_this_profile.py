@@ -12,26 +12,31 @@ the mismatch stays what §5 says: the keyword stage ends ``FAILED`` with ``profi
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import AsyncIterator
 from typing import Any
 
-import asyncpg
 import numpy as np
 import pytest
 from sqlalchemy import text
-from sqlalchemy.engine import make_url
 
 from app.providers.hashing import hash_embed
-from app.repository.db import register_vector_codec, to_array
-from app.repository.profile_vectors import CLAIM_BACKFILL, SAVE_BACKFILL_VECTOR
-from tests.worker.harness import PROCESS_PATH, PROFILE, SECRET, RunningWorker
+from app.repository.profile_vectors import SAVE_BACKFILL_VECTOR, BackfillClaim
+from tests.worker.backfill_support import (
+    backfill_counts,
+    claimed_in_open_transaction,
+    make_backfill,
+    post_backfill,
+    vectors_by_profile,
+)
+from tests.worker.harness import PROFILE, RunningWorker
+from tests.worker.open_transactions import finished_behind_lock
 from tests.worker.support import (
     count_rows,
     failure_reasons,
     fetch_state,
     make_embedding,
     make_state,
+    process_request,
+    state_row,
     vector,
 )
 
@@ -40,22 +45,6 @@ OTHER_PROFILE = "old-model-768-cosine-v1"
 OTHER_DIMENSION = 768
 DIMENSION = 1536
 NOTE = "노트북 들고 공부하기 좋은 조용한 카페. 콘센트 많음."
-BACKFILL_PATH = "/internal/v1/backfill/embed"
-LOCK_WAITERS = text(
-    "SELECT count(*) FROM pg_stat_activity "
-    "WHERE datname = current_database() AND wait_event_type = 'Lock'"
-)
-
-
-@pytest.fixture
-async def other_session(migrated_database: str) -> AsyncIterator[asyncpg.Connection]:
-    """A separate asyncpg connection (with the vector codec): another worker's backfill save
-    in a transaction of its own, held open as long as the test wants."""
-    dsn = make_url(migrated_database).set(drivername="postgresql").render_as_string(False)
-    conn = await asyncpg.connect(dsn)
-    await register_vector_codec(conn)
-    yield conn
-    await conn.close()
 
 
 # --------------------------------------------------------------------------- builders and reads
@@ -82,43 +71,6 @@ async def embedded_before_the_switch(engine, context_id: int = 1) -> None:
     )
 
 
-async def propose(engine, context_id: int = 1, *, status: str = "PENDING") -> None:
-    """The core's backfill row for the worker's profile."""
-    async with engine.begin() as conn:
-        await conn.execute(
-            text(
-                "INSERT INTO ai.context_embedding_backfill (embedding_profile, context_id, "
-                "status) VALUES (:p, :id, :s)"
-            ),
-            {"p": PROFILE, "id": context_id, "s": status},
-        )
-
-
-async def state_row(engine, context_id: int = 1) -> dict[str, Any]:
-    async with engine.connect() as conn:
-        row = (
-            await conn.execute(
-                text("SELECT * FROM ai.context_ai_state WHERE context_id = :id"),
-                {"id": context_id},
-            )
-        ).one()
-    return dict(row._mapping)
-
-
-async def vectors_by_profile(engine, context_id: int = 1) -> dict[str, np.ndarray]:
-    async with engine.connect() as conn:
-        rows = (
-            await conn.execute(
-                text(
-                    "SELECT embedding_profile, embedding FROM ai.context_embedding "
-                    "WHERE context_id = :id"
-                ),
-                {"id": context_id},
-            )
-        ).all()
-    return {row.embedding_profile: to_array(row.embedding) for row in rows}
-
-
 async def analysis_profile(engine, context_id: int = 1) -> str | None:
     """``embedding_profile`` of the context's analysis row (which must exist)."""
     async with engine.connect() as conn:
@@ -133,32 +85,15 @@ async def analysis_profile(engine, context_id: int = 1) -> str | None:
         ).scalar_one()
 
 
-async def post_process(worker: RunningWorker, context_id: int = 1) -> None:
+async def post_process(worker: RunningWorker) -> None:
     """The core's process request for the worker's profile; waits until it was handled."""
-    response = await worker.client.post(
-        PROCESS_PATH,
-        json={
-            "contextId": context_id,
-            "userId": 7,
-            "recordId": 70,
-            "text": NOTE,
-            "embeddingProfile": PROFILE,
-        },
-        headers={"X-Internal-Secret": SECRET},
-    )
+    response = await process_request(worker, context_id=1, text=NOTE)
     assert response.status_code == 202, response.text
-    await worker.drain()
 
 
-async def backfill(worker: RunningWorker, context_id: int = 1) -> dict[str, int]:
-    response = await worker.client.post(
-        BACKFILL_PATH,
-        json={
-            "embeddingProfile": PROFILE,
-            "contexts": [{"contextId": context_id, "userId": 7, "recordId": 70, "text": NOTE}],
-        },
-        headers={"X-Internal-Secret": SECRET},
-    )
+async def backfill(worker: RunningWorker) -> dict[str, int]:
+    contexts = [{"contextId": 1, "userId": 7, "recordId": 70, "text": NOTE}]
+    response = await post_backfill(worker, contexts)
     assert response.status_code == 200, response.text
     return response.json()
 
@@ -166,15 +101,6 @@ async def backfill(worker: RunningWorker, context_id: int = 1) -> dict[str, int]
 def unchanged_stages(before: dict[str, Any], after: dict[str, Any]) -> bool:
     keys = ("embedding_status", "embedding_attempt", "keyword_status", "keyword_attempt")
     return all(before[k] == after[k] for k in keys)
-
-
-async def wait_until_blocked_on_lock(engine, limit_seconds: float = 10.0) -> None:
-    async with asyncio.timeout(limit_seconds):
-        while True:
-            async with engine.connect() as conn:
-                if (await conn.execute(LOCK_WAITERS)).scalar_one():
-                    return
-            await asyncio.sleep(0.01)
 
 
 # --------------------------------------------------------------------------- tests
@@ -185,14 +111,14 @@ async def test_while_the_backfill_has_the_context_open_nothing_is_claimed(
     engine, worker, fake_openai, backfill_status
 ):
     await embedded_before_the_switch(engine)
-    await propose(engine, status=backfill_status)
-    before = await state_row(engine)
+    await make_backfill(engine, context_id=1, profile=PROFILE, status=backfill_status)
+    before = await state_row(engine, 1)
 
     await post_process(worker)
 
-    assert unchanged_stages(before, await state_row(engine))
+    assert unchanged_stages(before, await state_row(engine, 1))
     assert await failure_reasons(engine, 1) == (None, None)
-    assert set(await vectors_by_profile(engine)) == {OTHER_PROFILE}
+    assert set(await vectors_by_profile(engine, 1)) == {OTHER_PROFILE}
     assert await count_rows(engine, "ai.context_keyword_analysis", 1) == 0
     assert (fake_openai.embedding_calls, fake_openai.judge_calls) == (0, 0)
 
@@ -201,21 +127,15 @@ async def test_after_the_backfill_the_keyword_stage_runs_on_the_vector_of_this_p
     engine, worker, fake_openai
 ):
     await embedded_before_the_switch(engine)
-    await propose(engine)
+    await make_backfill(engine, context_id=1, profile=PROFILE)
     await post_process(worker)  # too early: nothing claimed
-    assert await backfill(worker) == {
-        "completed": 1,
-        "cancelled": 0,
-        "failed": 0,
-        "notClaimed": 0,
-        "lost": 0,
-    }
-    before = await state_row(engine)
+    assert await backfill(worker) == backfill_counts(completed=1)
+    before = await state_row(engine, 1)
     embedding_calls = fake_openai.embedding_calls
 
     await post_process(worker)  # the rescan asks again
 
-    after = await state_row(engine)
+    after = await state_row(engine, 1)
     # The live embedding stage is untouched; the keyword stage ran once and completed.
     assert (after["embedding_status"], after["embedding_attempt"]) == (
         before["embedding_status"],
@@ -226,7 +146,7 @@ async def test_after_the_backfill_the_keyword_stage_runs_on_the_vector_of_this_p
     # The backfilled vector was reused: no embedding call, one judgment.
     assert fake_openai.embedding_calls == embedding_calls
     assert fake_openai.judge_calls == 1
-    vectors = await vectors_by_profile(engine)
+    vectors = await vectors_by_profile(engine, 1)
     assert vectors[PROFILE].shape == (DIMENSION,)
     np.testing.assert_allclose(vectors[PROFILE], hash_embed(NOTE, DIMENSION), atol=1e-6)
     np.testing.assert_array_equal(vectors[OTHER_PROFILE], vector("old", dimension=OTHER_DIMENSION))
@@ -240,13 +160,13 @@ async def test_without_an_open_backfill_the_mismatch_fails_the_keyword_stage(
     # stages; nothing will bring this profile's one, so the judgment is a mismatch.
     await embedded_before_the_switch(engine)
     if backfill_status is not None:
-        await propose(engine, status=backfill_status)
+        await make_backfill(engine, context_id=1, profile=PROFILE, status=backfill_status)
 
     await post_process(worker)
 
     assert await fetch_state(engine, 1) == ("COMPLETED", "FAILED")
     assert await failure_reasons(engine, 1) == (None, "profile_mismatch")
-    assert set(await vectors_by_profile(engine)) == {OTHER_PROFILE}
+    assert set(await vectors_by_profile(engine, 1)) == {OTHER_PROFILE}
     assert (fake_openai.embedding_calls, fake_openai.judge_calls) == (0, 0)
 
 
@@ -258,17 +178,9 @@ async def test_a_start_waiting_on_the_backfill_save_claims_nothing_then_complete
     # backfill still open, no vector of this profile. It must claim nothing rather than fail
     # the judgment; the next request finds the vector.
     await embedded_before_the_switch(engine)
-    await propose(engine)
-    transaction = other_session.transaction()
-    await transaction.start()
-    try:
-        claimed = await other_session.fetchrow(
-            CLAIM_BACKFILL.sql,
-            *CLAIM_BACKFILL.bind(
-                {"embedding_profile": PROFILE, "context_ids": [1], "expiry_seconds": 600.0}
-            ),
-        )
-        assert list(claimed["attempts"]) == [1]
+    await make_backfill(engine, context_id=1, profile=PROFILE)
+    async with claimed_in_open_transaction(other_session, [1], profile=PROFILE) as theirs:
+        assert theirs.claims == [BackfillClaim(1, 1)]
         saved = await other_session.fetchrow(
             SAVE_BACKFILL_VECTOR.sql,
             *SAVE_BACKFILL_VECTOR.bind(
@@ -283,14 +195,11 @@ async def test_a_start_waiting_on_the_backfill_save_claims_nothing_then_complete
             ),
         )
         assert saved["status"] == "COMPLETED"
-        processing = asyncio.create_task(worker.process(1, NOTE, user_id=7, record_id=70))
-        await wait_until_blocked_on_lock(engine)
-        assert not processing.done()
-        await transaction.commit()
-        await processing
-    finally:
-        if other_session.is_in_transaction():
-            await transaction.rollback()
+        await finished_behind_lock(
+            engine,
+            worker.process(1, NOTE, user_id=7, record_id=70),
+            theirs.transaction.commit,
+        )
 
     assert await fetch_state(engine, 1) == ("COMPLETED", "PENDING")
     assert await failure_reasons(engine, 1) == (None, None)
