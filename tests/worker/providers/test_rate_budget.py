@@ -65,7 +65,9 @@ async def test_at_most_n_requests_in_any_window_while_every_call_completes(fake_
     assert len(arrivals) == 13
     # A little slack for the arrival stamp (taken on the server) versus the grant.
     assert _most_in_any_window(arrivals, 0.38) <= 5
-    assert arrivals[-1] - arrivals[0] >= 0.8  # 13 requests need three windows
+    # 13 requests need three windows (0.8 s between the first and last grant); the same slack
+    # for the stamps, which come later than the grants by each request's trip.
+    assert arrivals[-1] - arrivals[0] >= 0.78
 
 
 async def test_the_token_budget_is_corrected_by_the_answers_usage(fake_openai):
