@@ -238,8 +238,9 @@ def _batches(times: Sequence[float], gap: float = 0.4) -> list[tuple[float, int]
 
 def _steady_rate(batches: Sequence[tuple[float, int]], *, kill: float) -> tuple[float, float, int]:
     """Contexts a second over the backfill's steady part: runs of full batches (``RATE``
-    contexts or more: the pace's batch is ``RATE``, two may go together) at most 2 s apart;
-    a smaller batch (the backlog running out), a longer pause or
+    contexts or more: the pace's batch is ``RATE``, two may go together) at most 1.5 s apart
+    (one batch a second: a longer pause is a slot that found nothing to send, the backlog
+    running out, e.g. before the new notes are seeded); a smaller batch, a longer pause or
     the kill (``kill``, epoch seconds) ends a run. Each run without its first batch (it may
     carry the pace's one second of credit). The least-squares slope of the contexts embedded
     (at each batch's middle) against time, one intercept per run.
@@ -247,7 +248,7 @@ def _steady_rate(batches: Sequence[tuple[float, int]], *, kill: float) -> tuple[
     runs: list[list[tuple[float, int]]] = [[]]
     for start, size in batches:
         run = runs[-1]
-        if run and (start - run[-1][0] > 2.0 or size < RATE or run[-1][0] < kill <= start):
+        if run and (start - run[-1][0] > 1.5 or size < RATE or run[-1][0] < kill <= start):
             runs.append([])
         if size >= RATE:
             runs[-1].append((start, size))
