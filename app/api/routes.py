@@ -69,7 +69,7 @@ router = APIRouter()
     responses=responses.PROCESS,
 )
 async def process_context(
-    body: ProcessContextBody, pool: Pool, refusals: ProviderRefusals, readiness: ReadinessCheck
+    body: ProcessContextBody, pool: Pool, refusals: ProviderRefusals, request: Request
 ) -> JSONResponse:
     """Queue a context for processing: 202, or 503 with ``Retry-After`` (whole seconds) when
     a provider is unavailable (its gate is open: the time until its next probe; never 202 for
@@ -77,9 +77,12 @@ async def process_context(
     off), or when the queue is full or the pool is shutting down (from the queue's drain rate:
     ``WorkerPool.retry_after_seconds``; the pool counts the refusal). 409 when the request
     names an ``embeddingProfile`` this worker does not serve (the core routes by profile)."""
-    if body.embedding_profile is not None and body.embedding_profile != readiness.profile:
+    # The profile is read from the app only when the request names one: no dependency to
+    # solve on the accept path (the core names it; other callers may not).
+    profile = None if body.embedding_profile is None else request.app.state.readiness.profile
+    if profile is not None and body.embedding_profile != profile:
         return JSONResponse(
-            {"detail": f"this worker serves embedding profile {readiness.profile!r}"},
+            {"detail": f"this worker serves embedding profile {profile!r}"},
             status_code=status.HTTP_409_CONFLICT,
         )
     refusal = refusals.refusal()
