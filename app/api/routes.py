@@ -17,7 +17,6 @@ from app.api.schemas import (
 )
 from app.service.health import Readiness
 from app.service.profile_backfill import (
-    BackfillItem,
     BackfillRefused,
     ProfileBackfill,
     WrongProfile,
@@ -142,7 +141,7 @@ async def backfill_embed(body: BackfillBody, backfill: Backfill) -> JSONResponse
     (``app.service.profile_backfill``): 200 with counts by result; 409 for another profile;
     503 with ``Retry-After`` (whole seconds) when busy or the provider or database is
     unavailable (the claimed rows were put back to ``PENDING``)."""
-    items = [BackfillItem(c.context_id, c.user_id, c.record_id, c.text) for c in body.contexts]
+    items = [ProcessRequest(c.context_id, c.user_id, c.record_id, c.text) for c in body.contexts]
     try:
         report = await backfill.run(body.embedding_profile, items)
     except WrongProfile as exc:

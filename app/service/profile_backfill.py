@@ -41,6 +41,7 @@ from app.repository.stage_pool import StagePool
 from app.service import context_text
 from app.service.embedding_stage import require_dimension
 from app.service.provider_gate import ProviderGate
+from app.service.requests import ProcessRequest
 
 logger = logging.getLogger(__name__)
 
@@ -50,16 +51,6 @@ MAX_BATCH = 256
 SLOT_WAIT_SECONDS = 5.0
 # Seconds a refused batch should wait when nothing better is known.
 DEFAULT_RETRY_AFTER_SECONDS = 2
-
-
-@dataclass(frozen=True, slots=True)
-class BackfillItem:
-    """One context to embed under the worker's profile: ids and its stored note."""
-
-    context_id: int
-    user_id: int
-    record_id: int
-    text: str
 
 
 @dataclass(slots=True)
@@ -124,7 +115,7 @@ class ProfileBackfill:
         self._slots = asyncio.Semaphore(concurrency)
         self._contexts = metrics.backfill_contexts
 
-    async def run(self, profile: str, items: Sequence[BackfillItem]) -> BackfillReport:
+    async def run(self, profile: str, items: Sequence[ProcessRequest]) -> BackfillReport:
         """Claim, embed and save ``items`` (at most ``MAX_BATCH``) under ``profile``.
 
         Raises ``WrongProfile`` (409) for another profile and ``BackfillRefused`` (503) as the
@@ -146,7 +137,7 @@ class ProfileBackfill:
         finally:
             self._slots.release()
 
-    async def _run(self, items: Sequence[BackfillItem]) -> BackfillReport:
+    async def _run(self, items: Sequence[ProcessRequest]) -> BackfillReport:
         report = BackfillReport()
         by_id = {item.context_id: item for item in items}
         try:
@@ -161,61 +152,64 @@ class ProfileBackfill:
         claimed_ids = {claim.context_id for claim in claims}
         report.not_claimed = sorted(set(by_id) - claimed_ids)
         try:
-            ready = await self._prepare(claims, by_id, report)
-            vectors = await self._embed_all([by_id[c.context_id] for c in ready], ready, report)
+            prepared = await self._prepare(claims, by_id, report)
+            vectors = await self._embed_all(prepared, report)
             for claim, vector in vectors:
                 await self._save(claim, by_id[claim.context_id], vector, report)
         except (WorkerError, DatabaseStatementError) as exc:
-            settled = {*report.completed, *report.cancelled, *report.failed, *report.lost}
-            await self._release([c for c in claims if c.context_id not in settled])
+            await self._release(self._unsettled(claims, report))
             self._count(report)
             retry_after = self._gate.retry_after_seconds() or DEFAULT_RETRY_AFTER_SECONDS
             logger.warning("backfill batch put back: cause=%s", type(exc).__name__)
             raise BackfillRefused(type(exc).__name__, retry_after) from None
+        except asyncio.CancelledError:
+            # The request's deadline or a shutdown: the rows go back now, not at the expiry.
+            await asyncio.shield(self._release(self._unsettled(claims, report)))
+            raise
         self._count(report)
         return report
+
+    @staticmethod
+    def _unsettled(claims: Sequence[BackfillClaim], report: BackfillReport) -> list[BackfillClaim]:
+        settled = {*report.completed, *report.cancelled, *report.failed, *report.lost}
+        return [claim for claim in claims if claim.context_id not in settled]
 
     async def _prepare(
         self,
         claims: Sequence[BackfillClaim],
-        by_id: dict[int, BackfillItem],
+        by_id: dict[int, ProcessRequest],
         report: BackfillReport,
-    ) -> list[BackfillClaim]:
-        """Claims whose text can be embedded; the others end ``FAILED`` (blank, too long)."""
-        ready = []
+    ) -> list[tuple[BackfillClaim, str]]:
+        """Each claim with the text to embed; a claim whose text cannot be embedded (blank,
+        too long) ends ``FAILED``."""
+        prepared = []
         for claim in claims:
             try:
-                context_text.prepare_for_embedding(
+                text = context_text.prepare_for_embedding(
                     by_id[claim.context_id].text, max_chars=self._max_input_chars
                 )
             except InvalidInputError as exc:
                 await self._fail(claim, exc, report)
                 continue
-            ready.append(claim)
-        return ready
+            prepared.append((claim, text))
+        return prepared
 
     async def _embed_all(
-        self,
-        items: Sequence[BackfillItem],
-        claims: Sequence[BackfillClaim],
-        report: BackfillReport,
+        self, prepared: Sequence[tuple[BackfillClaim, str]], report: BackfillReport
     ) -> list[tuple[BackfillClaim, np.ndarray]]:
         """One provider call for the batch; when the provider refuses it as the input's fault,
         one call per note, so only the faulty note fails."""
-        if not claims:
+        if not prepared:
             return []
-        texts = [
-            context_text.prepare_for_embedding(item.text, max_chars=self._max_input_chars)
-            for item in items
-        ]
+        texts = [text for _, text in prepared]
         try:
             vectors = await self._gate.call(lambda: self._provider.embed(texts))
         except InvalidInputError as exc:
-            if len(claims) == 1:
-                await self._fail(claims[0], exc, report)
+            if len(prepared) == 1:
+                await self._fail(prepared[0][0], exc, report)
                 return []
             pairs = []
-            for claim, text in zip(claims, texts, strict=True):
+            for claim, text in prepared:
                 try:
                     (vector,) = await self._gate.call(
                         lambda text=text: self._provider.embed([text])
@@ -226,14 +220,14 @@ class ProfileBackfill:
                 pairs.append((claim, require_dimension(vector, self._dimension)))
             return pairs
         return [
-            (claim, require_dimension(v, self._dimension))
-            for claim, v in zip(claims, vectors, strict=True)
+            (claim, require_dimension(vector, self._dimension))
+            for (claim, _), vector in zip(prepared, vectors, strict=True)
         ]
 
     async def _save(
         self,
         claim: BackfillClaim,
-        item: BackfillItem,
+        item: ProcessRequest,
         vector: np.ndarray,
         report: BackfillReport,
     ) -> None:

@@ -182,6 +182,26 @@ async def test_a_delete_while_the_provider_call_is_in_flight_wins(
     await assert_stored_under_this_profile(engine, 2, NOTES[2])
 
 
+async def test_a_batch_cut_by_the_request_deadline_puts_its_rows_back_at_once(
+    engine, make_worker, fake_openai, hold
+):
+    """The worker's request deadline (503) ends a batch whose provider call hangs: the claimed
+    rows are PENDING again at once, not left PROCESSING until the processing expiry."""
+    for context_id in (1, 2):
+        await embedded_under_the_old_profile(engine, context_id)
+    held = hold()
+    fake_openai.script_embeddings(held)
+
+    async with make_worker(request_timeout_seconds=1.0) as worker:
+        response = await post_backfill(worker, [context(1), context(2)])
+        release(held)
+
+    assert response.status_code == 503
+    assert await backfill_row(engine, 1, PROFILE) == Row("PENDING", 1, None)
+    assert await backfill_row(engine, 2, PROFILE) == Row("PENDING", 1, None)
+    assert set(await vectors_by_profile(engine, 1)) == {OTHER_PROFILE}
+
+
 async def test_a_claim_taken_over_while_the_provider_call_is_in_flight_is_lost(
     engine, worker, fake_openai, hold, stage_pool
 ):
