@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import sys
 from collections import Counter
+from dataclasses import dataclass
 
 import typer
 
@@ -560,9 +561,10 @@ async def _reprocess_plan(settings):
         await engine.dispose()
 
 
-async def _reprocess(settings, *, rate: int, wait: float):
+async def _reprocess(settings, *, rate: int, wait: float, on_paused=None):
     """Wait for the workers, then reset and dispatch (``service.keyword_reprocess``) under
-    the profile in use, printing what happens."""
+    the profile in use, printing what happens; ``on_paused`` is called while dispatching is
+    paused (by default it says so, and the run waits for `pinlog-core resume`)."""
     from core_service.composition import build_dispatcher, build_worker_endpoints
     from core_service.metrics import CoreMetrics
     from core_service.repository.db import create_engine
@@ -617,7 +619,8 @@ async def _reprocess(settings, *, rate: int, wait: float):
                 dispatcher,
                 rate=rate,
                 on_progress=progress,
-                on_paused=lambda: typer.echo("dispatch paused: waiting for `pinlog-core resume`"),
+                on_paused=on_paused
+                or (lambda: typer.echo("dispatch paused: waiting for `pinlog-core resume`")),
             )
         finally:
             await dispatcher.close(2.0)
@@ -675,18 +678,27 @@ def reembed_start(
 ) -> None:
     """Start embedding every live context under PROFILE beside the profile in use. Workers of
     PROFILE must be listed in PINLOG_CORE_WORKER_BASE_URL and its presets loaded; the core
-    processes' backfill loop then runs at N contexts a second. Watch `reembed status`."""
+    processes' backfill loop then runs at N contexts a second. Watch `reembed status`. Run
+    again while that switch is backfilling, it finishes what a stopped first run left."""
     from core_service.service import reembed
     from core_service.settings import RescanSettings
 
     settings = _load(RescanSettings)
-    row = _reembed_operation(
+    result = _reembed_operation(
         settings,
         lambda engine, readings: reembed.start(
             engine, readings, configured=settings.embedding_profile, target=profile, rate=rate
         ),
         readings=True,
     )
+    row = result.row
+    if result.resumed:
+        typer.echo(
+            f"profile {row.other_profile} was already backfilling beside {row.profile_in_use} "
+            f"at {row.rate_per_second} context(s) a second; judgments stamped and contexts "
+            "proposed (what an earlier run left)"
+        )
+        return
     typer.echo(
         f"backfilling profile {row.other_profile} beside {row.profile_in_use} at {rate} "
         "context(s) a second; watch `pinlog-core reembed status`, then `reembed cutover`"
@@ -697,8 +709,10 @@ def reembed_start(
 def reembed_status(
     as_json: bool = typer.Option(False, "--json", help="One JSON object (docs/operations.md)"),
 ) -> None:
-    """The switch: profiles, state (idle, backfilling, ready, cut_over), coverage, failures by
-    reason, pace and time left; a progress bar when attached to a terminal."""
+    """The switch: profiles, state (idle, backfilling, ready, cut_over, rolling_back), coverage
+    of the profile being filled (the target while backfilling, the profile in use after a
+    cutover or rollback), failures by reason, pace and time left; a progress bar when attached
+    to a terminal."""
     from core_service.service import reembed
     from core_service.settings import ProfileInUseSettings
 
@@ -723,6 +737,9 @@ def reembed_status(
         eta = "unknown" if report.eta_seconds is None else f"{report.eta_seconds:.0f} s"
         typer.echo(f"pace {report.rate_per_second:.1f}/s (set {report.configured_rate}/s), "
                    f"time left {eta}")  # fmt: skip
+    if report.previous_profile is not None:
+        typer.echo(f"previous profile {report.previous_profile}: {report.previous_done} of "
+                   f"{report.total} with a vector")  # fmt: skip
     if report.missing_in_use:
         typer.echo(f"live contexts without a vector of the profile in use: {report.missing_in_use}")
     for name, counts in report.vectors.items():
@@ -735,6 +752,17 @@ def _progress_bar(done: int, total: int, width: int = 40) -> str:
     return f"[{'#' * filled}{'.' * (width - filled)}] {share * 100:5.1f}%"
 
 
+def _rejudge_rate_option():
+    return typer.Option(
+        50,
+        "--rejudge-rate",
+        min=1,
+        max=10_000,
+        metavar="N",
+        help="Contexts whose keywords are judged again per second at most",
+    )
+
+
 @reembed_app.command("cutover")
 def reembed_cutover(
     force: bool = typer.Option(False, "--force", help="Cut over before the backfill is done"),
@@ -743,12 +771,14 @@ def reembed_cutover(
         "--wait",
         min=0,
         metavar="SECONDS",
-        help="How long to wait for the workers of the new profile before re-judging",
+        help="How long to wait for the re-judging (and the workers of the new profile)",
     ),
+    rejudge_rate: int = _rejudge_rate_option(),
 ) -> None:
     """Make the target profile the one in use (search, judgments, new work), then judge every
-    context's keywords again under its presets (reads keep the previous keywords meanwhile).
-    Refused until every live context has a vector of it or a failed backfill."""
+    context's keywords again under its presets, N a second (reads keep the previous keywords
+    meanwhile). Refused until every live context has a vector of it or a failed backfill.
+    Exits 1 saying what is left when the re-judging is not done within --wait."""
     from core_service.service import reembed
     from core_service.settings import RescanSettings
 
@@ -762,7 +792,7 @@ def reembed_cutover(
     )
     typer.echo(f"profile in use: {row.profile_in_use} (was {row.other_profile}); "
                f"{row.other_profile} is kept complete until `reembed finish`")  # fmt: skip
-    _rejudge_after_switch(settings, rate=row.rate_per_second, wait=wait)
+    _rejudge_after_switch(settings, rate=rejudge_rate, wait=wait, until_idle=False)
 
 
 @reembed_app.command("rollback")
@@ -772,64 +802,121 @@ def reembed_rollback(
         "--wait",
         min=0,
         metavar="SECONDS",
-        help="How long to wait for the workers of the old profile before re-judging",
+        help="How long to wait for the rollback to end (idle) and its re-judging",
     ),
+    rejudge_rate: int = _rejudge_rate_option(),
 ) -> None:
     """Go back to the profile in use before the switch (any time before `reembed finish`);
-    judgments made under the abandoned profile are made again."""
+    judgments made under the abandoned profile are made again, N a second. After a cutover the
+    switch is rolling_back until every note has a vector of the restored profile (the core
+    processes' backfill loop fills the gaps, then moves it to idle). Exits 1 saying what is
+    left when that and the re-judging are not done within --wait."""
     from core_service.service import reembed
     from core_service.settings import RescanSettings
 
     settings = _load(RescanSettings)
-    row = _reembed_operation(settings, reembed.roll_back)
+    result = _reembed_operation(settings, reembed.roll_back)
+    row = result.row
+    if result.already:
+        typer.echo(f"already rolling back to {row.profile_in_use} ({row.other_profile} "
+                   "abandoned): watch `pinlog-core reembed status` until it says idle")  # fmt: skip
+        return
     typer.echo(f"profile in use: {row.profile_in_use}; {row.other_profile} abandoned "
                "(its vectors are removed by `reembed finish`)")  # fmt: skip
-    _rejudge_after_switch(settings, rate=row.rate_per_second, wait=wait)
+    _rejudge_after_switch(
+        settings, rate=rejudge_rate, wait=wait, until_idle=row.state == "rolling_back"
+    )
 
 
-def _rejudge_after_switch(settings, *, rate: int, wait: float) -> None:
+class _DispatchPaused(Exception):
+    """Dispatching is paused: the re-judging cannot go on (``_rejudge_after_switch``)."""
+
+
+def _stop_paused() -> None:
+    raise _DispatchPaused
+
+
+def _rejudge_after_switch(settings, *, rate: int, wait: float, until_idle: bool) -> None:
     """Once every core process acts on the new profile, judge again every judgment made
-    under another one (`reprocess keywords`' path)."""
+    under another one (`reprocess keywords`' path, ``rate`` a second), until none is left,
+    no completed note lacks a vector of the profile in use and (``until_idle``) the switch
+    is idle. Exits ``REEMBED_REFUSED`` saying what is left when that is not so within
+    ``wait`` seconds, or at once while dispatching is paused."""
     import time
 
     from core_service.service.keyword_reprocess import NoUsablePresets, WorkersNotReady
     from core_service.service.profile_in_use import PROPAGATION_SECONDS
 
+    deadline = time.monotonic() + wait
     typer.echo(f"waiting {PROPAGATION_SECONDS:g} s for every core process to use it")
     time.sleep(PROPAGATION_SECONDS)
-    deadline = time.monotonic() + wait
-    try:
-        while True:
-            report = _run_with_database(lambda: _reprocess(settings, rate=rate, wait=wait))
-            # Notes judged under the previous profile while the change spread, or waiting for
-            # their vector of the new one, are judged again once they have it.
-            left = _run_with_database(lambda: _judgments_left(settings))
-            if left == (0, 0) or time.monotonic() >= deadline:
-                break
-            typer.echo(f"{left[0]} judgment(s) of another profile, {left[1]} note(s) still "
-                       "without a vector of the profile in use; judging again in 5 s")  # fmt: skip
-            time.sleep(5.0)
-    except (NoUsablePresets, WorkersNotReady) as exc:
-        startup.fail(
-            PROGRAM,
-            REEMBED_REFUSED,
-            [
+    reset = taken = 0
+    while True:
+        try:
+            report = _run_with_database(
+                lambda: _reprocess(
+                    settings,
+                    rate=rate,
+                    wait=max(deadline - time.monotonic(), 0.0),
+                    on_paused=_stop_paused,
+                )
+            )
+        except (NoUsablePresets, WorkersNotReady) as exc:
+            _stopped_short(
+                settings,
                 f"keywords not judged again yet ({type(exc).__name__}); run "
-                "`pinlog-core reprocess keywords` once the workers of the profile are ready"
-            ],
-        )
-    typer.echo(f"judged again: {report.reset} context(s) reset, {report.taken} taken by a worker")
+                "`pinlog-core reprocess keywords` once the workers of the profile are ready",
+            )
+        except _DispatchPaused:
+            _stopped_short(
+                settings,
+                "dispatching is paused (`pinlog-core resume`); run `pinlog-core reprocess "
+                "keywords` once it is resumed",
+            )
+        reset, taken = reset + report.reset, taken + report.taken
+        # Notes judged under the previous profile while the change spread, or waiting for
+        # their vector of the new one, are judged again once they have it.
+        left = _run_with_database(lambda: _judgments_left(settings))
+        if left.stale == 0 and left.missing == 0 and (not until_idle or left.state == "idle"):
+            break
+        if time.monotonic() >= deadline:
+            _stopped_short(settings, f"not done within --wait {wait:g} s", left)
+        typer.echo(f"{_left_line(left)}; judging again in 5 s")
+        time.sleep(min(5.0, max(deadline - time.monotonic(), 0.0)))
+    typer.echo(f"judged again: {reset} context(s) reset, {taken} taken by a worker")
 
 
-async def _judgments_left(settings) -> tuple[int, int]:
-    """Stale judgments under the profile in use, and completed notes without its vector."""
+@dataclass(frozen=True)
+class _Left:
+    stale: int
+    missing: int
+    state: str
+
+
+def _left_line(left: _Left) -> str:
+    return (
+        f"left: {left.stale} judgment(s) of another profile, {left.missing} note(s) without a "
+        f"vector of the profile in use, switch {left.state}"
+    )
+
+
+def _stopped_short(settings, reason: str, left: _Left | None = None) -> None:
+    """Exit ``REEMBED_REFUSED`` with ``reason`` and what is left."""
+    if left is None:
+        left = _run_with_database(lambda: _judgments_left(settings))
+    startup.fail(PROGRAM, REEMBED_REFUSED, [reason, _left_line(left)])
+
+
+async def _judgments_left(settings) -> _Left:
+    """Stale judgments under the profile in use, completed notes without its vector, and the
+    switch's state."""
     from core_service.service import reembed
     from core_service.service.keyword_reprocess import KeywordReprocess
 
     async def count(engine):
         status = await reembed.status(engine, configured=settings.embedding_profile)
         plan = await KeywordReprocess(engine, profile=status.profile_in_use).plan()
-        return plan.stale, status.missing_in_use
+        return _Left(plan.stale, status.missing_in_use, status.state)
 
     return await _with_engine(settings, count)
 
@@ -839,9 +926,18 @@ def reembed_finish(
     keep_old: bool = typer.Option(
         False, "--keep-old", help="End the switch but keep the other profiles' vectors"
     ),
+    force: bool = typer.Option(
+        False,
+        "--force",
+        help="Finish although some notes' backfill of the profile in use failed (their old "
+        "vector is kept)",
+    ),
 ) -> None:
     """End the switch: remove the other profiles' context vectors, backfill rows and preset
-    vectors in batches (kept with --keep-old). Refused while backfilling."""
+    vectors in batches (kept with --keep-old), never a note's last vector. Refused while
+    backfilling or rolling back, while a completed note lacks a vector of the profile in use
+    or a backfill of it is open (failed backfills are listed and need --force); starts once
+    the switch has not changed for the profile cache window."""
     from core_service.service import reembed
     from core_service.settings import ProfileInUseSettings
 
@@ -850,8 +946,14 @@ def reembed_finish(
     def progress(removed: int) -> None:
         typer.echo(f"removed {removed} row(s)")
 
+    def waiting(seconds: float) -> None:
+        typer.echo(f"waiting {seconds:.1f} s for every core process to use the profile in use")
+
     row, removed = _reembed_operation(
-        settings, lambda engine: reembed.finish(engine, keep_old=keep_old, on_progress=progress)
+        settings,
+        lambda engine: reembed.finish(
+            engine, keep_old=keep_old, force=force, on_progress=progress, on_waiting=waiting
+        ),
     )
     kept = " (other profiles' vectors kept)" if keep_old else f"; removed {removed} row(s)"
     typer.echo(f"switch finished: profile in use {row.profile_in_use}{kept}")

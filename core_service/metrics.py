@@ -79,8 +79,8 @@ class CoreMetrics:
         )
         self.reembed_state = Gauge(
             "pinlog_core_reembed_state",
-            "1 for the embedding-profile switch's state (idle, backfilling, ready, cut_over), "
-            "0 for the others",
+            "1 for the embedding-profile switch's state (idle, backfilling, ready, cut_over, "
+            "rolling_back), 0 for the others",
             ["state"],
             registry=self.registry,
         )

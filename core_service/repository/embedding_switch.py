@@ -11,7 +11,7 @@ none locks a state row, so none takes part in the lock order of docs/lock-order.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 
 from sqlalchemy import text
@@ -36,14 +36,46 @@ _HAS_IN_USE_VECTOR = """EXISTS (SELECT 1 FROM ai.context_embedding AS e
                     AND NOT e.is_deleted)"""
 
 _SWITCH_COLUMNS = """profile_in_use, other_profile, state, rate_per_second, started_at,
-                     cut_over_at"""
+                     cut_over_at, generation,
+                     extract(epoch FROM now() - updated_at) AS changed_seconds_ago"""
 
 READ_SWITCH = text("SELECT " + _SWITCH_COLUMNS + " FROM core.embedding_switch WHERE id = 1")
 
+# Every move of the switch (0062): only from the generation the command read, which it
+# advances; updated_at is when the switch last changed (the profile cache window counts from
+# it).
+_MOVED = "generation = generation + 1, updated_at = now()"
+
+# Live contexts lacking a live vector of :profile whose backfill of it did not end FAILED
+# (EXISTS over _LIVE_CONTEXTS): what keeps a profile from being complete.
+_UNCOVERED = (
+    """EXISTS (SELECT 1"""
+    + _LIVE_CONTEXTS
+    + """ AND NOT """
+    + _HAS_VECTOR
+    + """
+      AND NOT EXISTS (SELECT 1 FROM ai.context_embedding_backfill AS f
+                      WHERE f.embedding_profile = :profile AND f.context_id = s.context_id
+                        AND f.status = 'FAILED'))"""
+)
+# The same, among live contexts whose embedding stage is COMPLETED, under :in_use; a FAILED
+# backfill of :in_use excuses a context only when :force.
+_IN_USE_GAP = (
+    """EXISTS (SELECT 1"""
+    + _LIVE_CONTEXTS
+    + """ AND s.embedding_status = 'COMPLETED' AND NOT """
+    + _HAS_IN_USE_VECTOR
+    + """
+      AND NOT (CAST(:force AS boolean) AND EXISTS (
+          SELECT 1 FROM ai.context_embedding_backfill AS f
+          WHERE f.embedding_profile = :in_use AND f.context_id = s.context_id
+            AND f.status = 'FAILED')))"""
+)
+
 # Begin backfilling :target beside the profile in use (:in_use when no row exists yet);
-# only from idle, never to the profile in use (no row is proposed then: the table's CHECK
-# would refuse it before the conflict is seen). Returns the row as it is after the statement,
-# or nothing when refused.
+# only from idle at :generation (NULL: no row was read, so an existing row refuses), never to
+# the profile in use (no row is proposed then: the table's CHECK would refuse it before the
+# conflict is seen). Returns the row as it is after the statement, or nothing when refused.
 START_SWITCH = text(
     """
     INSERT INTO core.embedding_switch AS w
@@ -58,45 +90,114 @@ START_SWITCH = text(
         started_at = now(),
         cut_over_at = NULL,
         next_batch_at = now(),
+        generation = w.generation + 1,
         updated_at = now()
-    WHERE w.state = 'idle' AND w.profile_in_use <> EXCLUDED.other_profile
+    WHERE w.state = 'idle' AND w.generation = CAST(:generation AS bigint)
+      AND w.profile_in_use = EXCLUDED.profile_in_use
+      AND w.profile_in_use <> EXCLUDED.other_profile
     RETURNING """
     + _SWITCH_COLUMNS
 )
 
 # The other profile becomes the one in use; the previous one is kept complete (rollback).
+# Only while backfilling at :generation, with :profile (the target) complete unless :force,
+# and no judgment left without its profile (`reembed start` stamps them; a cutover would
+# take them for judgments of the new profile and never judge them again).
 CUT_OVER = text(
     """
     UPDATE core.embedding_switch
     SET profile_in_use = other_profile, other_profile = profile_in_use, state = 'cut_over',
-        cut_over_at = now(), next_batch_at = now(), updated_at = now()
-    WHERE id = 1 AND state = 'backfilling'
+        cut_over_at = now(), next_batch_at = now(), """
+    + _MOVED
+    + """
+    WHERE id = 1 AND state = 'backfilling' AND generation = :generation
+      AND other_profile = :profile
+      AND (CAST(:force AS boolean) OR NOT """
+    + _UNCOVERED
+    + """)
+      AND NOT EXISTS (SELECT 1 FROM ai.context_keyword_analysis WHERE embedding_profile IS NULL)
     RETURNING """
     + _SWITCH_COLUMNS
 )
 
-# Back to the profile in use before the switch: from cut_over the two swap back; from
-# backfilling the profile in use stays. Either way the switch is idle, the abandoned profile
-# kept as other_profile until `reembed finish`.
+# Back to the profile in use before the switch, at :generation. From backfilling the profile
+# in use stays and the switch is idle; from cut_over the two swap back and the switch is
+# rolling_back (the backfill loop fills the restored profile's gaps, then moves it to idle:
+# MOVE_TO_IDLE). Either way the abandoned profile is other_profile until `reembed finish`.
 ROLL_BACK = text(
     """
     UPDATE core.embedding_switch
     SET profile_in_use = CASE WHEN state = 'cut_over' THEN other_profile ELSE profile_in_use END,
         other_profile = CASE WHEN state = 'cut_over' THEN profile_in_use ELSE other_profile END,
-        state = 'idle', updated_at = now()
-    WHERE id = 1 AND state IN ('backfilling', 'cut_over')
+        state = CASE WHEN state = 'cut_over' THEN 'rolling_back' ELSE 'idle' END,
+        next_batch_at = now(), """
+    + _MOVED
+    + """
+    WHERE id = 1 AND state IN ('backfilling', 'cut_over') AND generation = :generation
+    RETURNING """
+    + _SWITCH_COLUMNS
+)
+
+# The backfill loop's move out of rolling_back, at :generation: once every process acts on
+# the restored profile (the switch unchanged for :window_seconds) and no live context whose
+# embedding stage is COMPLETED lacks a vector of it (other than those whose backfill of it
+# FAILED). :in_use is the restored profile, :force false.
+MOVE_TO_IDLE = text(
+    """
+    UPDATE core.embedding_switch
+    SET state = 'idle', """
+    + _MOVED
+    + """
+    WHERE id = 1 AND state = 'rolling_back' AND generation = :generation
+      AND profile_in_use = :in_use
+      AND updated_at <= now() - make_interval(secs => :window_seconds)
+      AND NOT EXISTS (SELECT 1"""
+    + _LIVE_CONTEXTS
+    + """ AND s.embedding_status = 'COMPLETED' AND NOT """
+    + _HAS_IN_USE_VECTOR
+    + """
+          AND NOT EXISTS (SELECT 1 FROM ai.context_embedding_backfill AS f
+                          WHERE f.embedding_profile = :in_use AND f.context_id = s.context_id
+                            AND f.status = 'FAILED'))
     RETURNING """
     + _SWITCH_COLUMNS
 )
 
 # The switch is over: idle, no other profile (its vectors are removed or kept by the caller).
+# Only from idle or cut_over at :generation, once every process acts on the profile in use
+# (unchanged for :window_seconds), while no live context whose embedding stage is COMPLETED
+# lacks a live vector of it (a FAILED backfill of it excuses one only with :force) and no
+# backfill row of it is open.
 FINISH = text(
     """
     UPDATE core.embedding_switch
-    SET other_profile = NULL, state = 'idle', updated_at = now()
-    WHERE id = 1 AND state IN ('idle', 'cut_over')
+    SET other_profile = NULL, state = 'idle', """
+    + _MOVED
+    + """
+    WHERE id = 1 AND state IN ('idle', 'cut_over') AND generation = :generation
+      AND profile_in_use = :in_use
+      AND updated_at <= now() - make_interval(secs => :window_seconds)
+      AND NOT """
+    + _IN_USE_GAP
+    + """
+      AND NOT EXISTS (SELECT 1 FROM ai.context_embedding_backfill AS o
+                      WHERE o.embedding_profile = :in_use
+                        AND o.status IN ('PENDING', 'PROCESSING'))
     RETURNING """
     + _SWITCH_COLUMNS
+)
+
+# Whether a judgment without its profile is left (`reembed start` stamps them).
+UNSTAMPED_JUDGMENTS = text(
+    "SELECT EXISTS (SELECT 1 FROM ai.context_keyword_analysis WHERE embedding_profile IS NULL)"
+)
+
+# Open backfill rows of :profile (what `reembed finish` waits for).
+OPEN_BACKFILL = text(
+    """
+    SELECT count(*) FROM ai.context_embedding_backfill
+    WHERE embedding_profile = :profile AND status IN ('PENDING', 'PROCESSING')
+    """
 )
 
 # The shared pace (0061): take the next batch slot when it is due and move it on by
@@ -109,7 +210,8 @@ TAKE_BATCH_SLOT = text(
                         + make_interval(secs => CAST(least(:max_batch, rate_per_second) AS float8)
                                                 / rate_per_second)
     WHERE id = 1 AND state <> 'idle' AND next_batch_at <= now()
-    RETURNING profile_in_use, other_profile, state, least(:max_batch, rate_per_second) AS batch
+    RETURNING profile_in_use, other_profile, state, generation,
+              least(:max_batch, rate_per_second) AS batch
     """
 )
 
@@ -179,8 +281,8 @@ UNMARK_BATCH = text(
     """
 )
 
-# Coverage of :profile and of :in_use (module docstring); the backfill's pace over the last
-# :window_seconds (rows of :profile completed).
+# Coverage of :profile, of :previous (0 when NULL) and what :in_use lacks (module docstring);
+# the backfill's pace over the last :window_seconds (rows of :profile completed).
 COVERAGE = text(
     """
     SELECT count(*) AS total,
@@ -190,6 +292,10 @@ COVERAGE = text(
            count(*) FILTER (WHERE s.embedding_status = 'COMPLETED' AND NOT """
     + _HAS_IN_USE_VECTOR
     + """) AS missing_in_use,
+           count(*) FILTER (WHERE EXISTS (
+               SELECT 1 FROM ai.context_embedding AS e
+               WHERE e.context_id = s.context_id AND e.embedding_profile = :previous
+                 AND NOT e.is_deleted)) AS previous_done,
            (SELECT count(*) FROM ai.context_embedding_backfill AS b
             WHERE b.embedding_profile = :profile AND b.status = 'COMPLETED'
               AND b.updated_at > now() - make_interval(secs => :window_seconds))
@@ -236,15 +342,29 @@ STAMP_JUDGMENT_PROFILE = text(
     """
 )
 
+# The switch is still as `reembed finish` left it (:generation): a removal statement does
+# nothing once another switch started.
+_FINISHED = """EXISTS (SELECT 1 FROM core.embedding_switch AS w
+                   WHERE w.id = 1 AND w.generation = :generation AND w.state = 'idle'
+                     AND w.other_profile IS NULL AND w.profile_in_use = :in_use)"""
+
 # Up to :batch vectors, backfill rows and preset vectors of profiles other than :in_use,
-# removed (repeated until none is left: `reembed finish`).
+# removed (repeated until none is left: `reembed finish`). A live vector is removed only when
+# its context has a live vector of :in_use: never a context's last one (a note embedded by a
+# process that still acted on a cached profile keeps the vector search may yet need).
 REMOVE_OTHER_VECTORS = text(
     """
     DELETE FROM ai.context_embedding
     WHERE (context_id, embedding_profile) IN (
-        SELECT context_id, embedding_profile FROM ai.context_embedding
-        WHERE embedding_profile <> :in_use LIMIT :batch)
-    """
+        SELECT o.context_id, o.embedding_profile FROM ai.context_embedding AS o
+        WHERE o.embedding_profile <> :in_use
+          AND (o.is_deleted OR EXISTS (
+              SELECT 1 FROM ai.context_embedding AS k
+              WHERE k.context_id = o.context_id AND k.embedding_profile = :in_use
+                AND NOT k.is_deleted))
+        LIMIT :batch)
+      AND """
+    + _FINISHED
 )
 REMOVE_OTHER_BACKFILL_ROWS = text(
     """
@@ -252,16 +372,19 @@ REMOVE_OTHER_BACKFILL_ROWS = text(
     WHERE (embedding_profile, context_id) IN (
         SELECT embedding_profile, context_id FROM ai.context_embedding_backfill
         WHERE embedding_profile <> :in_use LIMIT :batch)
-    """
+      AND """
+    + _FINISHED
 )
 REMOVE_OTHER_PRESET_VECTORS = text(
-    "DELETE FROM ai.keyword_preset_embedding WHERE embedding_profile <> :in_use"
+    "DELETE FROM ai.keyword_preset_embedding WHERE embedding_profile <> :in_use AND " + _FINISHED
 )
 
 
 @dataclass(frozen=True, slots=True)
 class SwitchRow:
-    """``core.embedding_switch`` (0061); ``state`` idle, backfilling or cut_over."""
+    """``core.embedding_switch`` (0061, 0062); ``state`` idle, backfilling, cut_over or
+    rolling_back; ``generation`` advances on every move; ``changed_seconds_ago`` is the time
+    since the last move (seconds, the database's clock; not compared)."""
 
     profile_in_use: str
     other_profile: str | None
@@ -269,6 +392,8 @@ class SwitchRow:
     rate_per_second: int
     started_at: datetime | None
     cut_over_at: datetime | None
+    generation: int
+    changed_seconds_ago: float = field(default=0.0, compare=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -283,14 +408,16 @@ class BackfillSource:
 
 @dataclass(frozen=True, slots=True)
 class Coverage:
-    """``total`` live contexts, ``done`` with a vector of the profile, ``missing_in_use``
-    with a completed embedding but no vector of the profile in use, ``completed_recently``
-    backfill rows completed in the window."""
+    """``total`` live contexts, ``done`` with a vector of the profile, ``previous_done`` with
+    one of the previous profile (0 when none is named), ``missing_in_use`` with a completed
+    embedding but no vector of the profile in use, ``completed_recently`` backfill rows
+    completed in the window."""
 
     total: int
     done: int
     missing_in_use: int
     completed_recently: int
+    previous_done: int = 0
 
 
 def _switch(row) -> SwitchRow | None:
@@ -303,6 +430,8 @@ def _switch(row) -> SwitchRow | None:
         int(row.rate_per_second),
         row.started_at,
         row.cut_over_at,
+        int(row.generation),
+        float(row.changed_seconds_ago),
     )
 
 
@@ -311,33 +440,69 @@ async def read(conn: AsyncConnection) -> SwitchRow | None:
     return _switch((await conn.execute(READ_SWITCH)).first())
 
 
-async def start(conn: AsyncConnection, *, in_use: str, target: str, rate: int) -> SwitchRow | None:
-    """Begin a switch to ``target`` (``None``: not idle, or ``target`` is in use)."""
-    params = {"in_use": in_use, "target": target, "rate": rate}
+async def start(
+    conn: AsyncConnection, *, in_use: str, target: str, rate: int, generation: int | None
+) -> SwitchRow | None:
+    """Begin a switch to ``target`` from the row read at ``generation`` (``None``: no row was
+    read); ``None``: refused (not idle, changed meanwhile, or ``target`` is in use)."""
+    params = {"in_use": in_use, "target": target, "rate": rate, "generation": generation}
     return _switch((await conn.execute(START_SWITCH, params)).first())
 
 
-async def cut_over(conn: AsyncConnection) -> SwitchRow | None:
-    """The other profile in use (``None``: not backfilling)."""
-    return _switch((await conn.execute(CUT_OVER)).first())
+async def cut_over(
+    conn: AsyncConnection, *, generation: int, target: str, force: bool
+) -> SwitchRow | None:
+    """The target in use (``CUT_OVER``); ``None``: refused (not backfilling at
+    ``generation``, the target incomplete without ``force``, or unstamped judgments)."""
+    params = {"generation": generation, "profile": target, "force": force}
+    return _switch((await conn.execute(CUT_OVER, params)).first())
 
 
-async def roll_back(conn: AsyncConnection) -> SwitchRow | None:
-    """Back to the profile in use before the switch (``None``: no switch to roll back)."""
-    return _switch((await conn.execute(ROLL_BACK)).first())
+async def roll_back(conn: AsyncConnection, *, generation: int) -> SwitchRow | None:
+    """Back to the profile in use before the switch (``ROLL_BACK``); ``None``: refused."""
+    return _switch((await conn.execute(ROLL_BACK, {"generation": generation})).first())
 
 
-async def finish(conn: AsyncConnection) -> SwitchRow | None:
-    """End the switch (``None``: still backfilling, or no row)."""
-    return _switch((await conn.execute(FINISH)).first())
+async def move_to_idle(
+    conn: AsyncConnection, *, generation: int, in_use: str, window_seconds: float
+) -> SwitchRow | None:
+    """The rollback done (``MOVE_TO_IDLE``); ``None``: not yet, or the row changed."""
+    params = {"generation": generation, "in_use": in_use, "window_seconds": float(window_seconds)}
+    return _switch((await conn.execute(MOVE_TO_IDLE, params)).first())
+
+
+async def finish(
+    conn: AsyncConnection, *, generation: int, in_use: str, force: bool, window_seconds: float
+) -> SwitchRow | None:
+    """End the switch (``FINISH``); ``None``: refused (see the statement)."""
+    params = {
+        "generation": generation,
+        "in_use": in_use,
+        "force": force,
+        "window_seconds": float(window_seconds),
+    }
+    return _switch((await conn.execute(FINISH, params)).first())
+
+
+async def unstamped_judgments(conn: AsyncConnection) -> bool:
+    """Whether a judgment without its profile is left."""
+    return bool((await conn.execute(UNSTAMPED_JUDGMENTS)).scalar_one())
+
+
+async def open_backfill(conn: AsyncConnection, *, profile: str) -> int:
+    """Backfill rows of ``profile`` still PENDING or PROCESSING."""
+    return int((await conn.execute(OPEN_BACKFILL, {"profile": profile})).scalar_one())
 
 
 @dataclass(frozen=True, slots=True)
 class BatchSlot:
-    """A taken batch slot: up to ``batch`` contexts may be sent now."""
+    """A taken batch slot: up to ``batch`` contexts may be sent now, for the switch as it was
+    at ``generation`` in ``state``."""
 
     profile_in_use: str
     other_profile: str
+    state: str
+    generation: int
     batch: int
 
 
@@ -346,7 +511,9 @@ async def take_batch_slot(conn: AsyncConnection, *, max_batch: int) -> BatchSlot
     row = (await conn.execute(TAKE_BATCH_SLOT, {"max_batch": max_batch})).first()
     if row is None:
         return None
-    return BatchSlot(row.profile_in_use, row.other_profile, int(row.batch))
+    return BatchSlot(
+        row.profile_in_use, row.other_profile, row.state, int(row.generation), int(row.batch)
+    )
 
 
 async def seconds_until_slot(conn: AsyncConnection) -> float | None:
@@ -388,13 +555,28 @@ async def unmark(conn: AsyncConnection, *, profile: str, context_ids: Sequence[i
 
 
 async def coverage(
-    conn: AsyncConnection, *, profile: str, in_use: str, window_seconds: float
+    conn: AsyncConnection,
+    *,
+    profile: str,
+    in_use: str,
+    window_seconds: float,
+    previous: str | None = None,
 ) -> Coverage:
-    """Coverage of ``profile`` and what the profile in use lacks (``COVERAGE``)."""
-    params = {"profile": profile, "in_use": in_use, "window_seconds": float(window_seconds)}
+    """Coverage of ``profile`` (and of ``previous``) and what the profile in use lacks
+    (``COVERAGE``)."""
+    params = {
+        "profile": profile,
+        "in_use": in_use,
+        "previous": previous,
+        "window_seconds": float(window_seconds),
+    }
     row = (await conn.execute(COVERAGE, params)).one()
     return Coverage(
-        int(row.total), int(row.done), int(row.missing_in_use), int(row.completed_recently)
+        int(row.total),
+        int(row.done),
+        int(row.missing_in_use),
+        int(row.completed_recently),
+        int(row.previous_done),
     )
 
 
@@ -417,11 +599,19 @@ async def stamp_judgment_profile(conn: AsyncConnection, *, profile: str, batch: 
     ).rowcount
 
 
-async def remove_other_profiles(conn: AsyncConnection, *, in_use: str, batch: int) -> int:
+async def remove_other_profiles(
+    conn: AsyncConnection, *, in_use: str, generation: int, batch: int
+) -> int:
     """Remove up to ``batch`` context vectors and up to ``batch`` backfill rows of profiles
-    other than ``in_use`` (and every such preset vector); how many rows in all."""
-    params = {"in_use": in_use, "batch": batch}
+    other than ``in_use`` (and every such preset vector) while the switch is as ``finish``
+    left it at ``generation`` (``REMOVE_OTHER_VECTORS``: never a context's last live vector);
+    how many rows in all."""
+    params = {"in_use": in_use, "generation": generation, "batch": batch}
     removed = (await conn.execute(REMOVE_OTHER_VECTORS, params)).rowcount
     removed += (await conn.execute(REMOVE_OTHER_BACKFILL_ROWS, params)).rowcount
-    removed += (await conn.execute(REMOVE_OTHER_PRESET_VECTORS, {"in_use": in_use})).rowcount
+    removed += (
+        await conn.execute(
+            REMOVE_OTHER_PRESET_VECTORS, {"in_use": in_use, "generation": generation}
+        )
+    ).rowcount
     return removed

@@ -5,7 +5,11 @@ While a switch is under way (``core.embedding_switch.state`` backfilling or cut_
 loop keeps two profiles complete: the **other profile** (the target while backfilling, the
 previous one after the cutover, so a rollback loses nothing) gets a vector for every live
 context, and the **profile in use** for every live context whose embedding stage completed
-without one (embedded under the other profile just before a cutover). Each pass:
+without one (embedded under the other profile just before a cutover). In **rolling_back**
+(a rollback after the cutover) only the restored profile in use is filled: the notes a
+process embedded under the abandoned profile while its cached profile caught up; once none
+is left (and the cache window has passed) the loop itself moves the switch to idle in one
+guarded statement (``embedding_switch.move_to_idle``). Each pass:
 
 1. waits while dispatching is paused (``pinlog-core pause``) or the workers asked to wait
    (``Retry-After`` of a 503: H3's backpressure);
@@ -36,10 +40,11 @@ from core_service.errors import CoreError
 from core_service.metrics import CoreMetrics
 from core_service.repository import embedding_switch
 from core_service.repository.db import autocommit
-from core_service.repository.embedding_switch import BackfillSource
+from core_service.repository.embedding_switch import BackfillSource, BatchSlot
 from core_service.service import reembed
 from core_service.service.pause import PauseSwitch
 from core_service.service.process_requests import retry_after
+from core_service.service.profile_in_use import CACHE_SECONDS
 from core_service.service.worker_endpoints import WorkerEndpoints, WorkerUnanswered
 
 logger = logging.getLogger(__name__)
@@ -130,7 +135,7 @@ class ReembedBackfill:
                 if slot is None:
                     seconds = await embedding_switch.seconds_until_slot(conn)
                     return IDLE_SECONDS if seconds is None else min(max(seconds, 0.02), 1.0)
-                for profile in (slot.other_profile, slot.profile_in_use):
+                for profile in self._profiles(slot):
                     sources = await embedding_switch.propose(
                         conn,
                         profile=profile,
@@ -141,7 +146,9 @@ class ReembedBackfill:
                     if sources:
                         break
                 else:
-                    await self._seed(conn, slot.other_profile, slot.profile_in_use)
+                    await self._seed(conn, slot)
+                    if slot.state == "rolling_back":
+                        await self._end_rollback(conn, slot)
                     return 0.5
         except CoreError as exc:
             logger.warning("backfill pass skipped (%s)", type(exc).__name__)
@@ -151,14 +158,41 @@ class ReembedBackfill:
         task.add_done_callback(self._in_flight.discard)
         return 0.0
 
-    async def _seed(self, conn, other: str, in_use: str) -> None:
+    @staticmethod
+    def _profiles(slot: BatchSlot) -> tuple[str, ...]:
+        """The profiles whose rows a slot may send: in rolling_back the restored profile in
+        use only (nothing more is spent on the abandoned one)."""
+        if slot.state == "rolling_back":
+            return (slot.profile_in_use,)
+        return (slot.other_profile, slot.profile_in_use)
+
+    async def _seed(self, conn, slot: BatchSlot) -> None:
         if time.monotonic() - self._seeded_at < SEED_SECONDS:
             return
         self._seeded_at = time.monotonic()
-        added = await embedding_switch.seed(conn, profile=other, completed_only=False)
-        added += await embedding_switch.seed(conn, profile=in_use, completed_only=True)
+        added = 0
+        if slot.state != "rolling_back":
+            added += await embedding_switch.seed(
+                conn, profile=slot.other_profile, completed_only=False
+            )
+        added += await embedding_switch.seed(conn, profile=slot.profile_in_use, completed_only=True)
         if added:
             logger.info("backfill: %d context(s) newly missing a vector", added)
+
+    async def _end_rollback(self, conn, slot: BatchSlot) -> None:
+        """Nothing open: the rollback is done once no live completed note lacks a vector of
+        the restored profile (``MOVE_TO_IDLE``, guarded by the slot's generation, after the
+        profile cache window; a note seeded meanwhile keeps it rolling back)."""
+        moved = await embedding_switch.move_to_idle(
+            conn,
+            generation=slot.generation,
+            in_use=slot.profile_in_use,
+            window_seconds=CACHE_SECONDS,
+        )
+        if moved is not None:
+            logger.warning(
+                "embedding profile rollback to %s done: switch idle", moved.profile_in_use
+            )
 
     async def _send_logged(self, profile: str, sources: list[BackfillSource]) -> None:
         try:
@@ -222,7 +256,7 @@ class ReembedBackfill:
         except CoreError as exc:
             logger.warning("switch gauges not refreshed (%s)", type(exc).__name__)
             return
-        for state in ("idle", "backfilling", "ready", "cut_over"):
+        for state in ("idle", "backfilling", "ready", "cut_over", "rolling_back"):
             self._metrics.reembed_state.labels(state).set(1 if report.state == state else 0)
         for kind, value in (("total", report.total), ("done", report.done),
                             ("failed", report.failed_total),

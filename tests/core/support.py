@@ -433,6 +433,50 @@ async def switch_row(engine):
         return await embedding_switch.read(conn)
 
 
+async def _generation(conn) -> int | None:
+    row = await embedding_switch.read(conn)
+    return None if row is None else row.generation
+
+
+async def switch_start(conn, *, in_use: str = PROFILE, target: str = TARGET, rate: int = 50):
+    """``embedding_switch.start`` from the row as it is now."""
+    return await embedding_switch.start(
+        conn, in_use=in_use, target=target, rate=rate, generation=await _generation(conn)
+    )
+
+
+async def switch_cut_over(conn, *, force: bool = True):
+    """``embedding_switch.cut_over`` of the row as it is now (``force``: coverage aside)."""
+    row = await embedding_switch.read(conn)
+    if row is None or row.other_profile is None:
+        return None
+    return await embedding_switch.cut_over(
+        conn, generation=row.generation, target=row.other_profile, force=force
+    )
+
+
+async def switch_roll_back(conn):
+    """``embedding_switch.roll_back`` of the row as it is now."""
+    generation = await _generation(conn)
+    if generation is None:
+        return None
+    return await embedding_switch.roll_back(conn, generation=generation)
+
+
+async def switch_finish(conn, *, force: bool = False, window_seconds: float = 0.0):
+    """``embedding_switch.finish`` of the row as it is now."""
+    row = await embedding_switch.read(conn)
+    if row is None:
+        return None
+    return await embedding_switch.finish(
+        conn,
+        generation=row.generation,
+        in_use=row.profile_in_use,
+        force=force,
+        window_seconds=window_seconds,
+    )
+
+
 async def racing_behind_the_switch_row(engine, calls: list[Coroutine[Any, Any, T]]) -> list[T]:
     """Run ``calls`` at once, each queued on the switch row that another transaction holds
     (``FOR UPDATE``) until all of them wait, then released; their results, in order."""

@@ -27,7 +27,11 @@ from tests.core.support import (
     backfill_rows,
     created,
     judged,
+    switch_cut_over,
+    switch_finish,
+    switch_roll_back,
     switch_row,
+    switch_start,
 )
 from tests.worker.backfill_support import set_backfill
 from tests.worker.harness import PROFILE
@@ -43,27 +47,39 @@ EXPIRY = 600.0
 async def _put_switch_in(engine, state: str | None) -> None:
     """The switch row in ``state`` by the statements themselves: ``None`` no row, ``idle``
     rolled back before a cutover, ``backfilling`` started, ``cut_over`` cut over (PROFILE to
-    TARGET)."""
+    TARGET), ``rolling_back`` rolled back after it."""
     if state is None:
         return
     async with autocommit(engine) as conn:
-        assert await embedding_switch.start(conn, in_use=PROFILE, target=TARGET, rate=50)
+        assert await switch_start(conn, target=TARGET, rate=50)
         if state == "idle":
-            assert await embedding_switch.roll_back(conn)
-        elif state == "cut_over":
-            assert await embedding_switch.cut_over(conn)
+            assert await switch_roll_back(conn)
+        elif state in ("cut_over", "rolling_back"):
+            assert await switch_cut_over(conn)
+        if state == "rolling_back":
+            assert await switch_roll_back(conn)
 
 
 OPERATIONS = {
-    "start": lambda conn: embedding_switch.start(conn, in_use=PROFILE, target=TARGET, rate=7),
-    "start_third": lambda conn: embedding_switch.start(conn, in_use=PROFILE, target=THIRD, rate=7),
-    "start_in_use": lambda conn: embedding_switch.start(
-        conn, in_use=PROFILE, target=PROFILE, rate=7
-    ),
-    "cut_over": embedding_switch.cut_over,
-    "roll_back": embedding_switch.roll_back,
-    "finish": embedding_switch.finish,
+    "start": lambda conn: switch_start(conn, target=TARGET, rate=7),
+    "start_third": lambda conn: switch_start(conn, target=THIRD, rate=7),
+    "start_in_use": lambda conn: switch_start(conn, target=PROFILE, rate=7),
+    "cut_over": switch_cut_over,
+    "roll_back": switch_roll_back,
+    "finish": switch_finish,
+    "move_to_idle": lambda conn: _move_to_idle(conn),
 }
+
+
+async def _move_to_idle(conn):
+    row = await embedding_switch.read(conn)
+    if row is None:
+        return None
+    return await embedding_switch.move_to_idle(
+        conn, generation=row.generation, in_use=row.profile_in_use, window_seconds=0
+    )
+
+
 # (state before, operation) -> (state, profile in use, other profile) after; None: refused,
 # the row unchanged. "start_in_use" names the profile in use as the target.
 TRANSITIONS = {
@@ -73,24 +89,35 @@ TRANSITIONS = {
     (None, "cut_over"): None,
     (None, "roll_back"): None,
     (None, "finish"): None,
+    (None, "move_to_idle"): None,
     ("idle", "start"): ("backfilling", PROFILE, TARGET),
     ("idle", "start_third"): ("backfilling", PROFILE, THIRD),
     ("idle", "start_in_use"): None,
     ("idle", "cut_over"): None,
     ("idle", "roll_back"): None,
     ("idle", "finish"): ("idle", PROFILE, None),
+    ("idle", "move_to_idle"): None,
     ("backfilling", "start"): None,
     ("backfilling", "start_third"): None,
     ("backfilling", "start_in_use"): None,
     ("backfilling", "cut_over"): ("cut_over", TARGET, PROFILE),
     ("backfilling", "roll_back"): ("idle", PROFILE, TARGET),
     ("backfilling", "finish"): None,
+    ("backfilling", "move_to_idle"): None,
     ("cut_over", "start"): None,
     ("cut_over", "start_third"): None,
     ("cut_over", "start_in_use"): None,
     ("cut_over", "cut_over"): None,
-    ("cut_over", "roll_back"): ("idle", PROFILE, TARGET),
+    ("cut_over", "roll_back"): ("rolling_back", PROFILE, TARGET),
     ("cut_over", "finish"): ("idle", TARGET, None),
+    ("cut_over", "move_to_idle"): None,
+    ("rolling_back", "start"): None,
+    ("rolling_back", "start_third"): None,
+    ("rolling_back", "start_in_use"): None,
+    ("rolling_back", "cut_over"): None,
+    ("rolling_back", "roll_back"): None,
+    ("rolling_back", "finish"): None,
+    ("rolling_back", "move_to_idle"): ("idle", PROFILE, TARGET),
 }
 
 
@@ -110,6 +137,8 @@ async def test_every_operation_from_every_state(engine, before, operation):
         return
     assert returned == row_after
     assert (row_after.state, row_after.profile_in_use, row_after.other_profile) == expected
+    before_generation = 0 if row_before is None else row_before.generation
+    assert row_after.generation == before_generation + 1  # every move advances it
     if operation.startswith("start"):
         assert row_after.rate_per_second == 7
         assert row_after.started_at is not None and row_after.cut_over_at is None
@@ -122,7 +151,7 @@ async def test_two_starts_on_separate_connections_without_a_row_have_one_winner(
     then finds a switch under way and is refused."""
     async with engine.connect() as first:
         await first.begin()
-        won = await embedding_switch.start(first, in_use=PROFILE, target=TARGET, rate=50)
+        won = await switch_start(first, target=TARGET, rate=50)
         second = asyncio.create_task(_start_alone(engine, THIRD))
         await facts.lock_waiters_reach(engine, 1)
         await first.commit()
@@ -135,7 +164,7 @@ async def test_two_starts_on_separate_connections_without_a_row_have_one_winner(
 
 async def _start_alone(engine, target: str):
     async with autocommit(engine) as conn:
-        return await embedding_switch.start(conn, in_use=PROFILE, target=target, rate=50)
+        return await switch_start(conn, target=target, rate=50)
 
 
 @pytest.mark.parametrize("operation", ["start", "cut_over"])
@@ -163,7 +192,7 @@ async def test_two_operators_racing_on_the_row_get_one_winner(engine, operation)
 
 async def _cut_over_alone(engine):
     async with autocommit(engine) as conn:
-        return await embedding_switch.cut_over(conn)
+        return await switch_cut_over(conn)
 
 
 # --- seed, coverage, failures ----------------------------------------------------------------
@@ -369,7 +398,7 @@ async def test_two_replicas_together_take_rate_contexts_a_second(engine, migrate
     replicas = [create_engine(migrated_database, pool_size=2) for _ in range(2)]
     try:
         async with autocommit(engine) as conn:
-            await embedding_switch.start(conn, in_use=PROFILE, target=TARGET, rate=RATE)
+            await switch_start(conn, target=TARGET, rate=RATE)
         by_replica: list[list[tuple[float, int]]] = [[], []]
         deadline = time.monotonic() + MEASURED_SECONDS
         await asyncio.gather(
@@ -394,7 +423,7 @@ async def test_two_replicas_together_take_rate_contexts_a_second(engine, migrate
 
 async def test_at_most_one_second_of_credit_is_saved_up(engine):
     async with autocommit(engine) as conn:
-        await embedding_switch.start(conn, in_use=PROFILE, target=TARGET, rate=RATE)
+        await switch_start(conn, target=TARGET, rate=RATE)
         await conn.execute(
             text("UPDATE core.embedding_switch SET next_batch_at = now() - interval '1 hour'")
         )
@@ -412,14 +441,21 @@ async def test_no_slot_while_idle_and_none_before_it_is_due(engine):
     async with autocommit(engine) as conn:
         assert await embedding_switch.take_batch_slot(conn, max_batch=64) is None
         assert await embedding_switch.seconds_until_slot(conn) is None
-        await embedding_switch.start(conn, in_use=PROFILE, target=TARGET, rate=2)
+        await switch_start(conn, target=TARGET, rate=2)
         slot = await embedding_switch.take_batch_slot(conn, max_batch=64)
         refused = await embedding_switch.take_batch_slot(conn, max_batch=64)
         wait = await embedding_switch.seconds_until_slot(conn)
-        await embedding_switch.roll_back(conn)
+        await switch_roll_back(conn)
         after_rollback = await embedding_switch.take_batch_slot(conn, max_batch=64)
 
-    assert slot == embedding_switch.BatchSlot(PROFILE, TARGET, 2)  # a batch is the rate at most
+    assert slot is not None
+    # a batch is the rate at most
+    assert (slot.profile_in_use, slot.other_profile, slot.state, slot.batch) == (
+        PROFILE,
+        TARGET,
+        "backfilling",
+        2,
+    )
     assert refused is None
     assert 0.9 < wait <= 1.0  # 2 contexts at 2 a second
     assert after_rollback is None
@@ -437,8 +473,13 @@ async def test_after_a_cutover_judgments_of_the_previous_profile_are_stale_and_r
     current = await judged(core, engine, "새 프로필로 판정", place="p3")
     for context_id in (previous, unrecorded, current):
         await add_vector(engine, context_id, TARGET)
+    async with autocommit(engine) as conn:
+        await switch_start(conn, target=TARGET, rate=50)
+        await embedding_switch.stamp_judgment_profile(conn, profile=PROFILE, batch=100)
+        assert await switch_cut_over(conn)
+    # What the judgments say after the cutover (NULL: one that escaped the stamping).
     async with engine.begin() as conn:
-        for context_id, profile in ((previous, PROFILE), (current, TARGET)):
+        for context_id, profile in ((previous, PROFILE), (unrecorded, None), (current, TARGET)):
             await conn.execute(
                 text(
                     "UPDATE ai.context_keyword_analysis SET embedding_profile = :p "
@@ -446,9 +487,6 @@ async def test_after_a_cutover_judgments_of_the_previous_profile_are_stale_and_r
                 ),
                 {"p": profile, "id": context_id},
             )
-    async with autocommit(engine) as conn:
-        await embedding_switch.start(conn, in_use=PROFILE, target=TARGET, rate=50)
-        await embedding_switch.cut_over(conn)
     in_use = await reembed.profile_in_use(engine, configured=PROFILE)
 
     async with transaction(engine) as conn:

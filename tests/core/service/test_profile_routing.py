@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import pytest
 
-from core_service.repository import embedding_switch
 from core_service.repository.db import autocommit
 from core_service.service.keyword_reprocess import workers_on
 from core_service.service.personal_search import PersonalSearch
@@ -19,7 +18,14 @@ from core_service.service.worker_endpoints import WorkerEndpoints
 from core_service.service.worker_readiness import WorkerReadiness
 from tests.core.harness import DISPATCH_REQUEST as REQUEST
 from tests.core.harness import core_settings, endpoints_of, profile_routing, profile_workers
-from tests.core.support import TARGET, THIRD, created
+from tests.core.support import (
+    TARGET,
+    THIRD,
+    created,
+    switch_cut_over,
+    switch_roll_back,
+    switch_start,
+)
 from tests.fake_worker import FakeWorker
 from tests.worker.harness import PROFILE, SECRET, serving
 
@@ -28,8 +34,8 @@ NOWHERE = "http://127.0.0.1:9"  # the discard port: nothing listens
 
 async def cut_over_to_target(engine) -> None:
     async with autocommit(engine) as conn:
-        assert await embedding_switch.start(conn, in_use=PROFILE, target=TARGET, rate=50)
-        assert await embedding_switch.cut_over(conn)
+        assert await switch_start(conn, target=TARGET, rate=50)
+        assert await switch_cut_over(conn)
 
 
 # --- the order of the instances ---------------------------------------------------------------
@@ -198,7 +204,7 @@ async def test_the_profile_in_use_is_the_switch_rows_once_read(engine):
     assert await cached.current() == PROFILE  # read at most CACHE_SECONDS ago
     assert await ProfileInUse(engine, configured=PROFILE).current() == TARGET
     async with autocommit(engine) as conn:
-        await embedding_switch.roll_back(conn)
+        await switch_roll_back(conn)
     assert await ProfileInUse(engine, configured=PROFILE).current() == PROFILE
 
 

@@ -6,7 +6,6 @@ and called over TCP."""
 
 from __future__ import annotations
 
-import asyncio
 from contextlib import asynccontextmanager
 
 import pytest
@@ -52,6 +51,7 @@ STATUS_KEYS = [
     "configured_rate",
     "eta_seconds",
     "vectors",
+    "previous_done",
 ]
 
 
@@ -72,9 +72,16 @@ async def analysis_profiles(engine) -> dict[int, str | None]:
 
 
 async def start(engine, workers, *, target: str = TARGET, rate: int = 50):
-    return await reembed.start(
+    result = await reembed.start(
         engine, await readings(*workers), configured=PROFILE, target=target, rate=rate
     )
+    assert not result.resumed
+    return result.row
+
+
+async def finish(engine, **kw):
+    """``reembed.finish`` without the profile cache window (one test keeps it)."""
+    return await reembed.finish(engine, window_seconds=0.0, **{"keep_old": False, **kw})
 
 
 # --- start -----------------------------------------------------------------------------------
@@ -102,7 +109,7 @@ async def test_start_refuses_without_a_ready_worker_of_the_target_or_its_presets
         await make_preset(engine, preset_id=1, profile=TARGET)
         row = await start(engine, [fake_worker, target_worker])
         with pytest.raises(ReembedRefused, match="a switch is backfilling"):
-            await start(engine, [fake_worker, target_worker])
+            await start(engine, [fake_worker, target_worker], target=THIRD)
 
     assert no_worker.value.details == (
         f"{fake_worker.base_url}: profile {PROFILE}, list version 1, ready",
@@ -150,31 +157,28 @@ async def test_two_starts_racing_get_one_switch_and_one_refusal(engine, core_wit
     await judged(core_with_fake_worker, engine, "메모", place="p1")
     await make_preset(engine, preset_id=1, profile=TARGET)
     await make_preset_vector_of(engine, THIRD)
+    async with engine.begin() as conn:
+        await conn.execute(
+            text(
+                "INSERT INTO core.embedding_switch (id, profile_in_use, state) "
+                "VALUES (1, :p, 'idle')"
+            ),
+            {"p": PROFILE},
+        )
     async with profile_workers(TARGET, THIRD) as workers:
         ready = await readings(*workers)
-        async with engine.connect() as blocker:
-            await blocker.begin()
-            await blocker.execute(
-                text(
-                    "INSERT INTO core.embedding_switch (id, profile_in_use, state) "
-                    "VALUES (1, :p, 'idle')"
-                ),
-                {"p": PROFILE},
-            )
-            racing = [
-                asyncio.create_task(
-                    _outcome(reembed.start(engine, ready, configured=PROFILE, target=t, rate=9))
-                )
+        outcomes = await facts.racing_behind_the_switch_row(
+            engine,
+            [
+                _outcome(reembed.start(engine, ready, configured=PROFILE, target=t, rate=9))
                 for t in (TARGET, THIRD)
-            ]
-            await facts.lock_waiters_reach(engine, 2)
-            await blocker.commit()
-        outcomes = await asyncio.wait_for(asyncio.gather(*racing), 10)
+            ],
+        )
 
-    rows = [o for o in outcomes if not isinstance(o, ReembedRefused)]
+    rows = [o.row for o in outcomes if not isinstance(o, ReembedRefused)]
     refusals = [o for o in outcomes if isinstance(o, ReembedRefused)]
     assert len(rows) == 1 and len(refusals) == 1
-    assert "a switch is backfilling" in str(refusals[0])
+    assert "changed meanwhile" in str(refusals[0])
     assert await switch_row(engine) == rows[0]
 
 
@@ -229,6 +233,7 @@ async def test_status_follows_the_switch_from_idle_to_ready_to_cut_over(
         "backfill_profile": None, "state": "idle", "total": 5, "done": 5, "failed": {},
         "missing_in_use": 0, "rate_per_second": 0.0, "configured_rate": None,
         "eta_seconds": 0.0, "vectors": {PROFILE: {"live": 5, "hidden": 0}},
+        "previous_done": None,
     }  # fmt: skip
     assert started == {
         **idle, "target_profile": TARGET, "backfill_profile": TARGET, "state": "backfilling",
@@ -242,12 +247,12 @@ async def test_status_follows_the_switch_from_idle_to_ready_to_cut_over(
     }  # fmt: skip
     assert (ready.state, ready.done, ready.failed_total, ready.total) == ("ready", 3, 2, 5)
     assert ready.complete and ready.eta_seconds == 0.0
-    # After the cutover the previous profile is the one kept complete (and measured).
+    # After the cutover the profile in use is measured (what `finish` needs complete); the
+    # previous one, kept complete, is previous_done.
     assert cut_over == {
         **ready.as_json(), "profile_in_use": TARGET, "target_profile": TARGET,
-        "previous_profile": PROFILE, "backfill_profile": PROFILE, "state": "cut_over",
-        "done": 5, "failed": {}, "missing_in_use": 2, "rate_per_second": 0.0,
-        "eta_seconds": 0.0,
+        "previous_profile": PROFILE, "backfill_profile": TARGET, "state": "cut_over",
+        "done": 3, "missing_in_use": 2, "previous_done": 5,
     }  # fmt: skip
 
 
@@ -323,14 +328,24 @@ async def test_rollback_returns_to_the_profile_in_use_before_the_switch(
         if cut_over_first:
             await reembed.cut_over(engine, await readings(*workers), configured=PROFILE, force=True)
 
-    row = await reembed.roll_back(engine)
+    result = await reembed.roll_back(engine)
 
-    assert (row.state, row.profile_in_use, row.other_profile) == ("idle", PROFILE, TARGET)
+    row = result.row
+    state = "rolling_back" if cut_over_first else "idle"
+    assert (row.state, row.profile_in_use, row.other_profile) == (state, PROFILE, TARGET)
+    assert not result.already
     assert await reembed.profile_in_use(engine, configured=PROFILE) == PROFILE
     status = await reembed.status(engine, configured=PROFILE)
-    assert (status.state, status.target_profile, status.backfill_profile) == ("idle", None, None)
-    with pytest.raises(ReembedRefused, match="no switch to roll back"):
-        await reembed.roll_back(engine)
+    assert (status.state, status.target_profile, status.backfill_profile) == (
+        (state, None, PROFILE if cut_over_first else None)
+    )
+    assert status.previous_profile == (TARGET if cut_over_first else None)
+    if cut_over_first:
+        again = await reembed.roll_back(engine)  # says so, changes nothing
+        assert again.already and again.row == row
+    else:
+        with pytest.raises(ReembedRefused, match="no switch to roll back"):
+            await reembed.roll_back(engine)
 
 
 async def _vectors_everywhere(engine, ids: list[int]) -> None:
@@ -377,14 +392,14 @@ async def test_finish_removes_the_other_profiles_rows_after_a_cutover(
         ids = await _switched(core_with_fake_worker, engine, workers, count=3)
         await _vectors_everywhere(engine, ids)
         with pytest.raises(ReembedRefused, match="the switch is backfilling"):
-            await reembed.finish(engine, keep_old=False)
+            await finish(engine)
         assert await _stored(engine) == {
             PROFILE: (3, 3, 1), TARGET: (3, 3, 1), THIRD: (1, 0, 1)
         }  # fmt: skip
         await reembed.cut_over(engine, await readings(*workers), configured=PROFILE, force=False)
     progress: list[int] = []
 
-    row, removed = await reembed.finish(engine, keep_old=False, on_progress=progress.append)
+    row, removed = await finish(engine, on_progress=progress.append)
 
     assert (row.state, row.profile_in_use, row.other_profile) == ("idle", TARGET, None)
     assert await _stored(engine) == {TARGET: (3, 3, 1)}
@@ -397,14 +412,14 @@ async def test_finish_removes_the_other_profiles_rows_after_a_cutover(
 
 async def test_finish_keeping_the_old_profile_removes_nothing(engine, core_with_fake_worker):
     with pytest.raises(ReembedRefused, match="no switch to finish"):
-        await reembed.finish(engine, keep_old=True)
+        await finish(engine, keep_old=True)
     async with profile_workers(TARGET) as workers:
         ids = await _switched(core_with_fake_worker, engine, workers)
         await _vectors_everywhere(engine, ids)
     await reembed.roll_back(engine)
     before = await _stored(engine)
 
-    row, removed = await reembed.finish(engine, keep_old=True)
+    row, removed = await finish(engine, keep_old=True)
 
     assert (row.state, row.profile_in_use, row.other_profile, removed) == (
         "idle", PROFILE, None, 0,
@@ -419,9 +434,13 @@ async def test_removal_runs_in_batches(engine, core_with_fake_worker):
     async with profile_workers(TARGET) as workers:
         ids = await _switched(core_with_fake_worker, engine, workers, count=3)
         await _vectors_everywhere(engine, ids)
+        await reembed.cut_over(engine, await readings(*workers), configured=PROFILE, force=False)
+    row, _ = await finish(engine, keep_old=True)
     removed = []
     async with autocommit(engine) as conn:
-        while batch := await embedding_switch.remove_other_profiles(conn, in_use=TARGET, batch=2):
+        while batch := await embedding_switch.remove_other_profiles(
+            conn, in_use=TARGET, generation=row.generation, batch=2
+        ):
             removed.append(batch)
     # 4 vectors and 3 rows of other profiles, 2 preset vectors (all at once).
     assert removed == [2 + 2 + 2, 2 + 1]
