@@ -415,6 +415,23 @@ async def add_vector(engine, context_id: int, profile: str, *, hidden: bool = Fa
     )
 
 
+async def vector_profiles(engine, context_ids: list[int]) -> dict[int, list[str]]:
+    """``{context_id: [profile, ...]}``: the profiles of each context's live vectors, sorted."""
+    async with engine.connect() as conn:
+        rows = await conn.execute(
+            text(
+                "SELECT context_id, embedding_profile FROM ai.context_embedding "
+                "WHERE context_id = ANY(CAST(:ids AS bigint[])) AND NOT is_deleted "
+                "ORDER BY 1, 2"
+            ),
+            {"ids": list(context_ids)},
+        )
+        found: dict[int, list[str]] = {context_id: [] for context_id in context_ids}
+        for context_id, profile in rows:
+            found[context_id].append(profile)
+        return found
+
+
 async def backfill_rows(engine, profile: str) -> dict[int, tuple[str, bool]]:
     """``{context_id: (status, sent)}`` of ``profile``'s backfill rows."""
     async with engine.connect() as conn:

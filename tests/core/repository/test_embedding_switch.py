@@ -195,6 +195,221 @@ async def _cut_over_alone(engine):
         return await switch_cut_over(conn)
 
 
+# A move made from a generation read before another move: (state to read in, the moves
+# made meanwhile that bring the row back to the same state and profiles, the late move).
+STALE_MOVES = {
+    "start": ("idle", ["start", "roll_back"], "start"),
+    "cut_over": ("backfilling", ["roll_back", "start"], "cut_over"),
+    "roll_back": ("backfilling", ["roll_back", "start"], "roll_back"),
+    "finish": ("cut_over", ["roll_back", "move_to_idle", "start", "cut_over"], "finish"),
+    "move_to_idle": ("rolling_back", ["move_to_idle", "start", "cut_over", "roll_back"],
+                     "move_to_idle"),
+}  # fmt: skip
+
+
+async def _late_move(conn, operation: str, seen):
+    """``operation`` as a command that read ``seen`` makes it."""
+    if operation == "start":
+        return await embedding_switch.start(
+            conn, in_use=PROFILE, target=TARGET, rate=7, generation=seen.generation
+        )
+    if operation == "cut_over":
+        return await embedding_switch.cut_over(
+            conn, generation=seen.generation, target=TARGET, force=True
+        )
+    if operation == "roll_back":
+        return await embedding_switch.roll_back(conn, generation=seen.generation)
+    if operation == "finish":
+        return await embedding_switch.finish(
+            conn, generation=seen.generation, in_use=TARGET, force=False, window_seconds=0
+        )
+    return await embedding_switch.move_to_idle(
+        conn, generation=seen.generation, in_use=PROFILE, window_seconds=0
+    )
+
+
+@pytest.mark.parametrize("operation", list(STALE_MOVES))
+async def test_a_move_from_a_row_read_before_other_moves_is_refused(engine, operation):
+    """The row is back in the state and profiles the command read (A-B-A), but it moved
+    meanwhile: the late move is refused and changes nothing."""
+    state, meanwhile, late = STALE_MOVES[operation]
+    await _put_switch_in(engine, state)
+    seen = await switch_row(engine)
+    async with autocommit(engine) as conn:
+        for move in meanwhile:
+            assert await OPERATIONS[move](conn) is not None, move
+    before = await switch_row(engine)
+    assert (before.state, before.profile_in_use, before.other_profile) == (
+        seen.state,
+        seen.profile_in_use,
+        seen.other_profile,
+    )
+
+    async with autocommit(engine) as conn:
+        assert await _late_move(conn, late, seen) is None
+
+    assert await switch_row(engine) == before
+
+
+@pytest.mark.parametrize("operation", ["cut_over", "roll_back", "finish"])
+async def test_a_move_waiting_behind_an_uncommitted_move_is_refused_once_it_commits(
+    engine, operation
+):
+    """Two operators on two connections: the first's move is not committed when the second's
+    arrives with the same generation; the second waits for the row, then finds it moved."""
+    await _put_switch_in(engine, "cut_over" if operation == "finish" else "backfilling")
+    seen = await switch_row(engine)
+    async with engine.connect() as first:
+        await first.begin()
+        won = await (switch_roll_back(first) if operation == "finish" else switch_cut_over(first))
+        assert won is not None
+        late = asyncio.create_task(_late_alone(engine, operation, seen))
+        await facts.lock_waiters_reach(engine, 1)
+        await first.commit()
+    assert await asyncio.wait_for(late, 5) is None
+    assert await switch_row(engine) == won
+
+
+async def _late_alone(engine, operation, seen):
+    async with autocommit(engine) as conn:
+        if operation == "finish":
+            # seen is cut_over to TARGET; the racing rollback restores PROFILE.
+            return await embedding_switch.finish(
+                conn, generation=seen.generation, in_use=TARGET, force=False, window_seconds=0
+            )
+        return await _late_move(conn, operation, seen)
+
+
+# --- what a move protects ----------------------------------------------------------------------
+
+
+async def test_cut_over_refuses_an_incomplete_target_or_unstamped_judgments_in_its_statement(
+    engine, core_with_fake_worker
+):
+    core = core_with_fake_worker
+    covered = await judged(core, engine, "대상 벡터 있음", place="p1")
+    failed = await judged(core, engine, "대상 실패", place="p2")
+    await add_vector(engine, covered, TARGET)
+    async with autocommit(engine) as conn:
+        await switch_start(conn)
+        await embedding_switch.seed(conn, profile=TARGET, completed_only=False)
+    await set_backfill(engine, TARGET, failed, status="PROCESSING")
+
+    async with autocommit(engine) as conn:
+        incomplete = await switch_cut_over(conn, force=False)
+        await embedding_switch.stamp_judgment_profile(conn, profile=PROFILE, batch=100)
+        still_incomplete = await switch_cut_over(conn, force=False)
+    await set_backfill(engine, TARGET, failed, status="FAILED", failure_reason="rejected")
+    async with engine.begin() as conn:
+        await conn.execute(
+            text("UPDATE ai.context_keyword_analysis SET embedding_profile = NULL "
+                 "WHERE context_id = :id"),
+            {"id": covered},
+        )  # fmt: skip
+    async with autocommit(engine) as conn:
+        unstamped = await switch_cut_over(conn, force=True)
+        unstamped_exists = await embedding_switch.unstamped_judgments(conn)
+        await embedding_switch.stamp_judgment_profile(conn, profile=PROFILE, batch=100)
+        moved = await switch_cut_over(conn, force=False)
+
+    assert (incomplete, still_incomplete, unstamped) == (None, None, None)
+    assert unstamped_exists
+    assert moved is not None and moved.state == "cut_over"
+
+
+async def _cut_over_with(engine, core, *, covered: int, missing: int) -> list[int]:
+    """``covered + missing`` judged notes with a vector of PROFILE, ``covered`` of them also
+    of TARGET, the switch cut over to TARGET by force (its coverage incomplete); the ids."""
+    ids = [await judged(core, engine, f"메모 {n}", place=f"p{n}") for n in range(covered + missing)]
+    for context_id in ids[:covered]:
+        await add_vector(engine, context_id, TARGET)
+    async with autocommit(engine) as conn:
+        await switch_start(conn)
+        await embedding_switch.stamp_judgment_profile(conn, profile=PROFILE, batch=100)
+        assert await switch_cut_over(conn, force=True)
+    return ids
+
+
+async def test_finish_refuses_while_the_profile_in_use_lacks_vectors_or_has_open_rows(
+    engine, core_with_fake_worker
+):
+    """Issue 28's instance, smaller: a forced cutover with 2 of 3 notes lacking a vector of
+    the profile in use; finish is refused until they have one (no open row, failures with
+    force only), and only then removes the previous profile's vectors."""
+    ids = await _cut_over_with(engine, core_with_fake_worker, covered=1, missing=2)
+    refused = []
+    async with autocommit(engine) as conn:
+        refused.append(await switch_finish(conn))
+        await embedding_switch.seed(conn, profile=TARGET, completed_only=True)
+    await add_vector(engine, ids[1], TARGET)
+    await set_backfill(engine, TARGET, ids[1], status="COMPLETED")
+    await set_backfill(engine, TARGET, ids[2], status="FAILED", failure_reason="rejected")
+    async with autocommit(engine) as conn:
+        refused.append(await switch_finish(conn))  # one failed: only with force
+        coverage = await embedding_switch.coverage(
+            conn, profile=TARGET, in_use=TARGET, window_seconds=60
+        )
+    await set_backfill(engine, TARGET, ids[2], status="PENDING")
+    async with autocommit(engine) as conn:
+        refused.append(await switch_finish(conn, force=True))  # an open row of it
+    await set_backfill(engine, TARGET, ids[2], status="FAILED", failure_reason="rejected")
+    async with autocommit(engine) as conn:
+        finished = await switch_finish(conn, force=True)
+        while await embedding_switch.remove_other_profiles(
+            conn, in_use=TARGET, generation=finished.generation, batch=100
+        ):
+            pass
+
+    assert refused == [None, None, None]
+    assert (coverage.done, coverage.missing_in_use) == (2, 1)
+    assert (finished.state, finished.other_profile) == ("idle", None)
+    # The note whose backfill failed keeps its only vector; the others lost the old one.
+    assert await facts.vector_profiles(engine, ids) == {
+        ids[0]: [TARGET], ids[1]: [TARGET], ids[2]: [PROFILE],
+    }  # fmt: skip
+
+
+async def test_finish_waits_out_the_profile_cache_window_in_its_statement(engine):
+    await _put_switch_in(engine, "cut_over")
+    seen = await switch_row(engine)
+    async with autocommit(engine) as conn:
+        early = await embedding_switch.finish(
+            conn, generation=seen.generation, in_use=TARGET, force=False, window_seconds=3600
+        )
+    assert early is None
+    assert (await switch_row(engine)).state == "cut_over"
+
+
+async def test_removal_keeps_a_notes_last_vector_and_stops_once_another_switch_starts(
+    engine, core_with_fake_worker
+):
+    """A note embedded under the previous profile by a process still acting on its cached
+    profile has no vector of the profile in use: the removal keeps its vector. A removal
+    statement after a new start removes nothing."""
+    ids = await _cut_over_with(engine, core_with_fake_worker, covered=2, missing=0)
+    async with autocommit(engine) as conn:
+        finished = await switch_finish(conn)
+    late = await judged(core_with_fake_worker, engine, "캐시된 프로필로", place="late")
+    async with autocommit(engine) as conn:
+        while await embedding_switch.remove_other_profiles(
+            conn, in_use=TARGET, generation=finished.generation, batch=100
+        ):
+            pass
+    assert await facts.vector_profiles(engine, [*ids, late]) == {
+        ids[0]: [TARGET], ids[1]: [TARGET], late: [PROFILE],
+    }  # fmt: skip
+
+    async with autocommit(engine) as conn:
+        await switch_start(conn, in_use=TARGET, target=THIRD)
+    await add_vector(engine, ids[0], THIRD)
+    async with autocommit(engine) as conn:
+        after_start = await embedding_switch.remove_other_profiles(
+            conn, in_use=TARGET, generation=finished.generation, batch=100
+        )
+    assert after_start == 0
+    assert await facts.vector_profiles(engine, [ids[0]]) == {ids[0]: [TARGET, THIRD]}
+
+
 # --- seed, coverage, failures ----------------------------------------------------------------
 
 

@@ -18,6 +18,7 @@ from core_service.repository.db import autocommit
 from core_service.service import pause as dispatch_pause
 from core_service.service import reembed
 from core_service.service.pause import PauseSwitch
+from core_service.service.profile_in_use import CACHE_SECONDS
 from core_service.service.reembed import ReembedRefused
 from core_service.service.reembed_backfill import ReembedBackfill
 from core_service.service.worker_readiness import ReadinessReader, WorkerReadiness
@@ -540,3 +541,203 @@ async def test_nothing_is_sent_while_dispatching_is_paused(engine, core_with_fak
     assert slot_in == 0  # no slot was taken while paused
     assert resumed == 0.0
     assert worker.batched_context_ids() == [ids]
+
+
+# --- rolling back after a cutover (issue 28, row 1) --------------------------------------------
+
+
+async def _backdate_switch(engine, seconds: float) -> None:
+    """The switch last changed ``seconds`` earlier (the profile cache window has passed)."""
+    async with engine.begin() as conn:
+        await conn.execute(
+            text(
+                "UPDATE core.embedding_switch "
+                "SET updated_at = updated_at - make_interval(secs => :s)"
+            ),
+            {"s": seconds},
+        )
+
+
+async def test_a_rollback_fills_what_cached_processes_embedded_under_the_abandoned_profile(
+    engine, core_with_fake_worker
+):
+    """After a cutover and a rollback, a note embedded under the abandoned profile by a process
+    still acting on its cached profile: the switch stays rolling_back, the loop proposes the
+    restored profile only (nothing to the abandoned one's worker though its rows are open),
+    and moves the switch to idle itself once the note has its vector and the cache window
+    has passed; `start`, `cutover` and `finish` are refused meanwhile."""
+    core = core_with_fake_worker
+    async with profile_workers(PROFILE, TARGET) as (old, new):
+        ids = await _switched(core, engine, [new], count=2, rate=10_000)
+        for context_id in ids:
+            await add_vector(engine, context_id, TARGET)
+        await reembed.cut_over(engine, await readings(new), configured=PROFILE, force=False)
+        rolled = await reembed.roll_back(engine)
+        late = await judged(core, engine, "캐시된 프로필로 저장", place="late", profile=TARGET)
+        async with backfill_loop(engine, [old, new]) as (loop, metrics):
+            assert await loop.pass_once() == 0.5  # nothing open: seeds, not idle yet
+            assert await loop.pass_once() == 0.0  # the seeded row goes to the old worker
+            await loop.drain()
+            await add_vector(engine, late, PROFILE)  # as that worker saves it
+            await set_backfill(engine, PROFILE, late, status="COMPLETED")
+            await loop.pass_once()
+            within_window = await switch_row(engine)
+            refusals = [
+                await _outcome(start(engine, [old, new], target=THIRD)),
+                await _outcome(reembed.cut_over(engine, await readings(new),
+                                                configured=PROFILE, force=True)),
+                await _outcome(finish(engine)),
+            ]  # fmt: skip
+            status = await reembed.status(engine, configured=PROFILE)
+            await _backdate_switch(engine, 60)
+            await loop.pass_once()
+            loop._gauges_at = -1e9  # the next refresh is due now
+            await loop._refresh_gauges()
+
+    assert rolled.row.state == "rolling_back"
+    assert old.batched_context_ids() == [[late]]
+    assert new.batches == []  # its rows stay open: nothing spent on the abandoned profile
+    assert set(await backfill_rows(engine, TARGET)) >= set(ids)
+    assert within_window.state == "rolling_back"
+    assert [type(r) for r in refusals] == [ReembedRefused] * 3
+    assert "rollback is under way" in str(refusals[0])
+    assert "rolling_back" in str(refusals[1]) and "rolling_back" in str(refusals[2])
+    assert status.as_json() | {"vectors": None, "rate_per_second": None} == {
+        **status.as_json(), "vectors": None, "rate_per_second": None,
+        "state": "rolling_back", "profile_in_use": PROFILE, "target_profile": None,
+        "previous_profile": TARGET, "backfill_profile": PROFILE, "total": 3, "done": 3,
+        "previous_done": 3, "missing_in_use": 0,
+    }  # fmt: skip
+    row = await switch_row(engine)
+    assert (row.state, row.profile_in_use, row.other_profile) == ("idle", PROFILE, TARGET)
+    assert row.generation == within_window.generation + 1
+    exposition = generate_latest(metrics.registry).decode()
+    assert sample_value(exposition, "pinlog_core_reembed_state", state="idle") == 1
+    assert sample_value(exposition, "pinlog_core_reembed_state", state="rolling_back") == 0
+
+
+async def test_rolling_back_stays_until_every_completed_note_has_a_restored_vector(
+    engine, core_with_fake_worker
+):
+    """The loop's move to idle is refused while a completed note lacks a vector of the
+    restored profile (its backfill open), allowed once that backfill FAILED."""
+    core = core_with_fake_worker
+    async with profile_workers(TARGET) as (new,):
+        ids = await _switched(core, engine, [new], count=1, rate=10_000)
+        await add_vector(engine, ids[0], TARGET)
+        await reembed.cut_over(engine, await readings(new), configured=PROFILE, force=False)
+    await reembed.roll_back(engine)
+    late = await judged(core, engine, "캐시된 프로필로 저장", place="late", profile=TARGET)
+    await _backdate_switch(engine, 60)
+    moves = []
+    async with autocommit(engine) as conn:
+        await embedding_switch.seed(conn, profile=PROFILE, completed_only=True)
+        for status in ("PENDING", "FAILED"):
+            await set_backfill(engine, PROFILE, late, status=status, failure_reason="rejected")
+            row = await embedding_switch.read(conn)
+            moves.append(
+                await embedding_switch.move_to_idle(
+                    conn, generation=row.generation, in_use=PROFILE, window_seconds=5
+                )
+            )
+
+    assert moves[0] is None
+    assert moves[1] is not None and moves[1].state == "idle"
+
+
+async def test_start_again_finishes_what_a_stopped_start_left(engine, core_with_fake_worker):
+    """A `reembed start` stopped after its move (judgments not stamped, nothing proposed):
+    the same start again stamps and proposes and says it resumed; the cutover refuses
+    while judgments are unstamped."""
+    core = core_with_fake_worker
+    ids = [await judged(core, engine, f"메모 {n}", place=f"p{n}") for n in range(2)]
+    await make_preset(engine, preset_id=1, profile=TARGET)
+    async with autocommit(engine) as conn:
+        await facts.switch_start(conn, target=TARGET, rate=30)  # the move alone
+    async with profile_workers(TARGET) as workers:
+        ready = await readings(*workers)
+        with pytest.raises(ReembedRefused, match="judgments without their profile"):
+            await reembed.cut_over(engine, ready, configured=PROFILE, force=True)
+        before = await switch_row(engine)
+        result = await reembed.start(engine, ready, configured=PROFILE, target=TARGET, rate=50)
+
+    assert result.resumed and result.row == before  # the switch itself is unchanged
+    assert await analysis_profiles(engine) == {i: PROFILE for i in ids}
+    assert set(await backfill_rows(engine, TARGET)) == set(ids)
+
+
+# --- finish (issue 28, row 2) -------------------------------------------------------------------
+
+
+async def test_finish_after_a_forced_cutover_refuses_while_notes_lack_the_profile_in_use(
+    engine, core_with_fake_worker
+):
+    """Issue 28's instance: 30 notes, a forced cutover with 7 backfilled; status measures the
+    profile in use (7 of 30, the previous 30), finish is refused saying 23 are left and
+    removes nothing; once they are all there it finishes."""
+    core = core_with_fake_worker
+    async with profile_workers(TARGET) as workers:
+        ids = await _switched(core, engine, workers, count=30)
+        for context_id in ids[:7]:
+            await add_vector(engine, context_id, TARGET)
+            await set_backfill(engine, TARGET, context_id, status="COMPLETED")
+        await reembed.cut_over(engine, await readings(*workers), configured=PROFILE, force=True)
+    status = await reembed.status(engine, configured=PROFILE)
+    with pytest.raises(ReembedRefused, match="23 live note") as refused:
+        await finish(engine)
+    stored = await _stored(engine)
+    await add_vector(engine, ids[7], TARGET)
+    await set_backfill(engine, TARGET, ids[7], status="COMPLETED")
+    for context_id in ids[8:]:
+        await set_backfill(engine, TARGET, context_id, status="FAILED", failure_reason="rejected")
+    with pytest.raises(ReembedRefused, match="22 of them failed") as failed:
+        await finish(engine)
+    row, removed = await finish(engine, force=True)
+
+    assert (status.state, status.backfill_profile, status.done, status.total) == (
+        "cut_over", TARGET, 7, 30,
+    )  # fmt: skip
+    assert (status.missing_in_use, status.previous_done) == (23, 30)
+    assert "backfill row(s) of it open" in str(refused.value)
+    assert stored[PROFILE][0] == 30  # nothing removed
+    assert failed.value.details == (f"failed backfills of {TARGET}: rejected=22",)
+    assert row.state == "idle" and removed == 8  # the old vectors of notes with a new one
+    vectors = await facts.vector_profiles(engine, ids)
+    assert [vectors[i] for i in ids] == [[TARGET]] * 8 + [[PROFILE]] * 22  # none left bare
+
+
+async def _backfilled(engine, ids: list[int]) -> None:
+    """Each context with a vector of TARGET and its backfill row COMPLETED, as a worker of
+    TARGET leaves them."""
+    for context_id in ids:
+        await add_vector(engine, context_id, TARGET)
+        await set_backfill(engine, TARGET, context_id, status="COMPLETED")
+
+
+async def test_finish_waits_for_the_profile_cache_window_since_the_last_move(
+    engine, core_with_fake_worker
+):
+    async with profile_workers(TARGET) as workers:
+        ids = await _switched(core_with_fake_worker, engine, workers)
+        await _backfilled(engine, ids)
+        await reembed.cut_over(engine, await readings(*workers), configured=PROFILE, force=False)
+    told: list[float] = []
+
+    row, _ = await reembed.finish(engine, keep_old=True, on_waiting=told.append)
+
+    assert len(told) == 1 and 0 < told[0] <= CACHE_SECONDS
+    assert row.state == "idle"
+
+
+async def test_two_finishes_racing_have_one_winner(engine, core_with_fake_worker):
+    async with profile_workers(TARGET) as workers:
+        ids = await _switched(core_with_fake_worker, engine, workers)
+        await _backfilled(engine, ids)
+        await reembed.cut_over(engine, await readings(*workers), configured=PROFILE, force=False)
+    outcomes = await facts.racing_behind_the_switch_row(
+        engine, [_outcome(finish(engine, keep_old=True)) for _ in range(2)]
+    )
+
+    refusals = [o for o in outcomes if isinstance(o, ReembedRefused)]
+    assert len(refusals) == 1 and "changed meanwhile" in str(refusals[0])
+    assert (await switch_row(engine)).state == "idle"
