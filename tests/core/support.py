@@ -432,6 +432,20 @@ async def vector_profiles(engine, context_ids: list[int]) -> dict[int, list[str]
         return found
 
 
+async def set_backfill_completed(engine, profile: str, context_id: int) -> None:
+    """The context's backfill row of ``profile`` COMPLETED (made if missing), as a worker of
+    that profile leaves it after saving the vector."""
+    async with engine.begin() as conn:
+        await conn.execute(
+            text(
+                "INSERT INTO ai.context_embedding_backfill (embedding_profile, context_id, "
+                "status) VALUES (:p, :id, 'COMPLETED') "
+                "ON CONFLICT (embedding_profile, context_id) DO UPDATE SET status = 'COMPLETED'"
+            ),
+            {"p": profile, "id": context_id},
+        )
+
+
 async def backfill_rows(engine, profile: str) -> dict[int, tuple[str, bool]]:
     """``{context_id: (status, sent)}`` of ``profile``'s backfill rows."""
     async with engine.connect() as conn:
