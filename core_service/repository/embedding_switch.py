@@ -6,6 +6,11 @@ A **live context** is one whose note, record and member are not deleted and whos
 is not ``CANCELLED``. **Coverage** of a profile: the live contexts with a vector of it that is
 not hidden. Each statement here is run alone (autocommit) unless its function says otherwise;
 none locks a state row, so none takes part in the lock order of docs/lock-order.md.
+
+Every **move** of the switch (start, cutover, rollback, finish, the backfill loop's move out of
+``rolling_back``; 0062) is one statement that names the ``generation`` its command read and
+re-checks, in its WHERE clause, the invariant the move protects; it returns nothing (and
+changes nothing) when the row changed meanwhile or the invariant does not hold.
 """
 
 from __future__ import annotations

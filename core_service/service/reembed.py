@@ -3,22 +3,31 @@ cutover | rollback | finish`` (docs/operations.md "Switching the embedding profi
 docs/contract.md §1 and §5, Deviations).
 
 - **start**: a worker of the target profile must be listed and ready, and presets must be
-  usable under it (``pinlog-ai presets load`` with that profile); judgments made before their
-  profile was recorded are stamped with the profile in use; the switch row goes to
-  ``backfilling`` and backfill rows are proposed for every live context. The core processes'
-  backfill loop (``reembed_backfill``) does the rest at ``rate`` contexts a second.
-- **status**: coverage of the profile being filled, failures by reason, the measured pace
-  and the time left.
+  usable under it (``pinlog-ai presets load`` with that profile); the switch row goes to
+  ``backfilling``, judgments made before their profile was recorded are stamped with the
+  profile in use and backfill rows are proposed for every live context (run again while that
+  switch is backfilling, it finishes what a stopped run left). The core processes' backfill
+  loop (``reembed_backfill``) does the rest at ``rate`` contexts a second.
+- **status**: coverage of the profile ``finish`` or ``cutover`` needs complete, failures by
+  reason, the measured pace and the time left.
 - **cutover**: refused until every live context has a vector of the target or a failed
-  backfill (``--force`` cuts over earlier); the target becomes the profile in use; the
-  previous one stays complete (the loop keeps filling it) so that a rollback loses nothing.
-  The caller then re-judges every keyword judgment under the new profile's presets
-  (``keyword_reprocess``, no gap: reads keep the previous keywords meanwhile).
-- **rollback**: back to the profile in use before the switch; its vectors were kept.
-- **finish**: the switch ends; the other profiles' context vectors, backfill rows and preset
-  vectors are removed in batches (kept with ``keep_old``).
+  backfill (``--force`` cuts over earlier) and while a judgment is unstamped; the target
+  becomes the profile in use; the previous one stays complete (the loop keeps filling it) so
+  that a rollback loses nothing. The caller then re-judges every keyword judgment under the
+  new profile's presets (``keyword_reprocess``, no gap: reads keep the previous keywords).
+- **rollback**: back to the profile in use before the switch; its vectors were kept. From
+  ``cut_over`` the switch is ``rolling_back`` until the loop has filled the restored
+  profile's gaps (notes processes embedded under the abandoned one while their cached
+  profile caught up), then the loop moves it to ``idle``.
+- **finish**: the switch ends once every completed live context has a vector of the profile
+  in use (failed backfills only with ``force``), none of its backfill rows is open and the
+  profile cache window has passed; the other profiles' context vectors (never a context's
+  last one), backfill rows and preset vectors are removed in batches (kept with
+  ``keep_old``).
 
-Each change is one guarded statement, so two operators racing get one winner and a refusal.
+Each move is one statement guarded by the generation the command read and by the invariant
+it protects (``core_service/repository/embedding_switch.py``), so two operators racing get
+one winner and a refusal, and a command whose switch changed meanwhile changes nothing.
 """
 
 from __future__ import annotations
