@@ -77,6 +77,18 @@ _IN_USE_GAP = (
             AND f.status = 'FAILED')))"""
 )
 
+# No live context's embedding stage that began before the profile cache window after the
+# switch (w) last changed is still open: one dispatched by a process acting on its cached
+# profile may yet be embedded under that profile alone. (Its state row is written when the
+# stage is created, claimed or put back, so an open stage older than that was sent before
+# every process saw the change.)
+_NO_STAGE_OPEN_FROM_BEFORE = (
+    """NOT EXISTS (SELECT 1"""
+    + _LIVE_CONTEXTS
+    + """ AND s.embedding_status IN ('PENDING', 'PROCESSING')
+      AND s.updated_at < w.updated_at + make_interval(secs => :window_seconds))"""
+)
+
 # Begin backfilling :target beside the profile in use (:in_use when no row exists yet);
 # only from idle at :generation (NULL: no row was read, so an existing row refuses), never to
 # the profile in use (no row is proposed then: the table's CHECK would refuse it before the
@@ -144,18 +156,22 @@ ROLL_BACK = text(
 )
 
 # The backfill loop's move out of rolling_back, at :generation: once every process acts on
-# the restored profile (the switch unchanged for :window_seconds) and no live context whose
-# embedding stage is COMPLETED lacks a vector of it (other than those whose backfill of it
-# FAILED). :in_use is the restored profile, :force false.
+# the restored profile (the switch unchanged for :window_seconds), no embedding stage sent
+# before that is still open, and no live context whose embedding stage is COMPLETED lacks a
+# vector of it (other than those whose backfill of it FAILED). :in_use is the restored
+# profile.
 MOVE_TO_IDLE = text(
     """
-    UPDATE core.embedding_switch
+    UPDATE core.embedding_switch AS w
     SET state = 'idle', """
     + _MOVED
     + """
     WHERE id = 1 AND state = 'rolling_back' AND generation = :generation
       AND profile_in_use = :in_use
-      AND updated_at <= now() - make_interval(secs => :window_seconds)
+      AND w.updated_at <= now() - make_interval(secs => :window_seconds)
+      AND """
+    + _NO_STAGE_OPEN_FROM_BEFORE
+    + """
       AND NOT EXISTS (SELECT 1"""
     + _LIVE_CONTEXTS
     + """ AND s.embedding_status = 'COMPLETED' AND NOT """
@@ -170,18 +186,21 @@ MOVE_TO_IDLE = text(
 
 # The switch is over: idle, no other profile (its vectors are removed or kept by the caller).
 # Only from idle or cut_over at :generation, once every process acts on the profile in use
-# (unchanged for :window_seconds), while no live context whose embedding stage is COMPLETED
-# lacks a live vector of it (a FAILED backfill of it excuses one only with :force) and no
-# backfill row of it is open.
+# (unchanged for :window_seconds) and no embedding stage sent before that is still open,
+# while no live context whose embedding stage is COMPLETED lacks a live vector of it (a FAILED
+# backfill of it excuses one only with :force) and no backfill row of it is open.
 FINISH = text(
     """
-    UPDATE core.embedding_switch
+    UPDATE core.embedding_switch AS w
     SET other_profile = NULL, state = 'idle', """
     + _MOVED
     + """
     WHERE id = 1 AND state IN ('idle', 'cut_over') AND generation = :generation
       AND profile_in_use = :in_use
-      AND updated_at <= now() - make_interval(secs => :window_seconds)
+      AND w.updated_at <= now() - make_interval(secs => :window_seconds)
+      AND """
+    + _NO_STAGE_OPEN_FROM_BEFORE
+    + """
       AND NOT """
     + _IN_USE_GAP
     + """
@@ -195,6 +214,18 @@ FINISH = text(
 # Whether a judgment without its profile is left (`reembed start` stamps them).
 UNSTAMPED_JUDGMENTS = text(
     "SELECT EXISTS (SELECT 1 FROM ai.context_keyword_analysis WHERE embedding_profile IS NULL)"
+)
+
+# Live contexts whose embedding stage, open, began before the profile cache window after the
+# switch last changed (_NO_STAGE_OPEN_FROM_BEFORE).
+STAGES_OPEN_FROM_BEFORE = text(
+    """
+    SELECT count(*)"""
+    + _LIVE_CONTEXTS
+    + """ AND s.embedding_status IN ('PENDING', 'PROCESSING')
+      AND s.updated_at < (SELECT w.updated_at FROM core.embedding_switch AS w WHERE w.id = 1)
+                         + make_interval(secs => :window_seconds)
+    """
 )
 
 # Open backfill rows of :profile (what `reembed finish` waits for).
@@ -492,6 +523,13 @@ async def finish(
 async def unstamped_judgments(conn: AsyncConnection) -> bool:
     """Whether a judgment without its profile is left."""
     return bool((await conn.execute(UNSTAMPED_JUDGMENTS)).scalar_one())
+
+
+async def stages_open_from_before(conn: AsyncConnection, *, window_seconds: float) -> int:
+    """Live contexts whose embedding stage began before the cache window after the last move
+    and is still open (``STAGES_OPEN_FROM_BEFORE``)."""
+    params = {"window_seconds": float(window_seconds)}
+    return int((await conn.execute(STAGES_OPEN_FROM_BEFORE, params)).scalar_one())
 
 
 async def open_backfill(conn: AsyncConnection, *, profile: str) -> int:

@@ -335,10 +335,11 @@ async def finish(
     ``ReembedRefused`` (with what is left) while backfilling or rolling back, while a live
     context whose embedding stage is COMPLETED lacks a live vector of the profile in use
     (``missing_in_use``; those whose backfill FAILED are listed and pass with ``force``), or
-    while a backfill row of the profile in use is open. It moves only once the switch has
-    not changed for ``window_seconds`` (the profile cache window: every process acts on the
-    profile in use; it waits for the rest, ``on_waiting`` told the seconds), in one statement
-    that re-checks all of this against the generation read (``FINISH``)."""
+    while a backfill row of the profile in use is open, or while an embedding stage sent
+    before every process acted on the profile in use is still open. It moves only once the
+    switch has not changed for ``window_seconds`` (the profile cache window: every process
+    acts on the profile in use; it waits for the rest, ``on_waiting`` told the seconds), in
+    one statement that re-checks all of this against the generation read (``FINISH``)."""
     row = await _read(engine)
     if row is None:
         raise ReembedRefused("no switch to finish")
@@ -365,7 +366,7 @@ async def finish(
             window_seconds=window_seconds,
         )
         if moved is None:
-            raise await _finish_refused(conn, row, force=force)
+            raise await _finish_refused(conn, row, force=force, window_seconds=window_seconds)
     removed = 0
     if keep_old:
         return moved, removed
@@ -381,7 +382,9 @@ async def finish(
             on_progress(removed)
 
 
-async def _finish_refused(conn, seen: SwitchRow, *, force: bool) -> ReembedRefused:
+async def _finish_refused(
+    conn, seen: SwitchRow, *, force: bool, window_seconds: float
+) -> ReembedRefused:
     """Why ``FINISH`` refused: the row changed, or what is left."""
     current = await embedding_switch.read(conn)
     if current != seen:
@@ -392,6 +395,7 @@ async def _finish_refused(conn, seen: SwitchRow, *, force: bool) -> ReembedRefus
     )
     failed = await embedding_switch.failed_by_reason(conn, profile=in_use)
     open_rows = await embedding_switch.open_backfill(conn, profile=in_use)
+    in_flight = await embedding_switch.stages_open_from_before(conn, window_seconds=window_seconds)
     failed_total = sum(failed.values())
     details = []
     if failed:
@@ -403,7 +407,8 @@ async def _finish_refused(conn, seen: SwitchRow, *, force: bool) -> ReembedRefus
     return ReembedRefused(
         f"not finished: {max(waiting, 0)} live note(s) lack a vector of the profile in use "
         f"{in_use} ({failed_total} of them failed: finish with --force to keep their old "
-        f"vector), {open_rows} backfill row(s) of it open; wait for the backfill "
+        f"vector), {open_rows} backfill row(s) of it open, {in_flight} note(s) sent to be "
+        "embedded before every process used it still open; wait for the backfill "
         "(`reembed status`) and finish again",
         details,
     )

@@ -410,6 +410,52 @@ async def test_removal_keeps_a_notes_last_vector_and_stops_once_another_switch_s
     assert await facts.vector_profiles(engine, [ids[0]]) == {ids[0]: [TARGET, THIRD]}
 
 
+async def _stage_at(engine, context_id: int, status: str, seconds_ago: float) -> None:
+    """The context's embedding stage ``status``, its state row written ``seconds_ago``."""
+    async with engine.begin() as conn:
+        await conn.execute(
+            text(
+                "UPDATE ai.context_ai_state SET embedding_status = :st, "
+                "updated_at = now() - make_interval(secs => :ago) WHERE context_id = :id"
+            ),
+            {"st": status, "id": context_id, "ago": seconds_ago},
+        )
+
+
+async def test_a_stage_sent_within_the_cache_window_keeps_the_switch_from_leaving(
+    engine, core_with_fake_worker
+):
+    """A note dispatched within the cache window after the rollback may be embedded under the
+    abandoned profile alone: while its stage is open the loop's move to idle (and a finish)
+    is refused; a stage begun after the window does not hold it."""
+    await _put_switch_in(engine, "rolling_back")
+    _, early = await created(core_with_fake_worker, "창 안에서 보냄", place="early")
+    _, fresh = await created(core_with_fake_worker, "창 뒤에 보냄", place="fresh")
+    async with engine.begin() as conn:
+        await conn.execute(
+            text("UPDATE core.embedding_switch SET updated_at = now() - interval '60 seconds'")
+        )
+    await _stage_at(engine, early, "PROCESSING", seconds_ago=58)
+    await _stage_at(engine, fresh, "PROCESSING", seconds_ago=0)
+    async with autocommit(engine) as conn:
+        held = await _move_to_idle_within(conn, 5)
+        in_flight = await embedding_switch.stages_open_from_before(conn, window_seconds=5)
+    await add_vector(engine, early, PROFILE)
+    await _stage_at(engine, early, "COMPLETED", seconds_ago=0)
+    async with autocommit(engine) as conn:
+        moved = await _move_to_idle_within(conn, 5)
+
+    assert held is None and in_flight == 1
+    assert moved is not None and moved.state == "idle"
+
+
+async def _move_to_idle_within(conn, window_seconds: float):
+    row = await embedding_switch.read(conn)
+    return await embedding_switch.move_to_idle(
+        conn, generation=row.generation, in_use=row.profile_in_use, window_seconds=window_seconds
+    )
+
+
 # --- seed, coverage, failures ----------------------------------------------------------------
 
 
