@@ -137,13 +137,19 @@ class Switch:
                 await asyncio.wait_for(stop.wait(), every)
 
     async def wait_ready(self, *, within: float) -> dict:
-        """Until every live note has a vector of the profile being filled; the status."""
+        """Until every live note has a vector of the profile being filled (after a cutover,
+        of both profiles: the one in use and the previous one); the status."""
         last: dict = {}
 
         async def ready() -> bool:
             nonlocal last
             last = await self.status()
-            return last["state"] in ("ready", "cut_over") and last["done"] == last["total"]
+            previous = last["previous_done"]
+            return (
+                last["state"] in ("ready", "cut_over")
+                and last["done"] == last["total"]
+                and (previous is None or previous == last["total"])
+            )
 
         await wait_until(ready, within=within, what="the backfill to cover every live note")
         return last

@@ -53,16 +53,19 @@ async def test_rollback_that_does_not_reach_idle_within_wait_exits_1_saying_what
     assert again[0] == 0 and "already rolling back" in again[1], again
 
 
-async def test_cutover_while_dispatching_is_paused_exits_1_saying_so(
+async def test_cutover_while_dispatching_is_paused_exits_1_saying_so_at_its_rejudge_rate(
     engine, migrated_database, core_with_fake_worker
 ):
     async with profile_workers(PROFILE, TARGET) as workers:
         await _switched(core_with_fake_worker, engine, workers[1:], count=2)
         await dispatch_pause.change(engine, paused=True)
         code, out, err = await _reembed(
-            migrated_database, workers, "cutover", "--force", "--wait", "600"
-        )
+            migrated_database, workers, "cutover", "--force", "--wait", "600",
+            "--rejudge-rate", "7",
+        )  # fmt: skip
 
     assert code == 1, (out, err)
     assert "dispatching is paused" in err and "left:" in err
+    # The re-judging's own pace, not the backfill's (50 a second here).
+    assert "7 a second at most" in out
     assert (await switch_row(engine)).state == "cut_over"
