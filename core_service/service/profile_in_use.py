@@ -6,9 +6,12 @@ cutover`` and ``rollback``; before any switch (no row) it is ``PINLOG_CORE_EMBED
 Every process reads it at most ``CACHE_SECONDS`` old. **Inside that window** after a cutover or
 rollback a process still uses the previous profile: its searches are answered by the previous
 profile's workers from that profile's vectors, which the switch keeps complete until
-``reembed finish`` (so they are still right), and its dispatches go to the previous profile's
-workers, whose judgments the cutover's re-judging pass (which starts only after
-``PROPAGATION_SECONDS``) sends back again. A database fault keeps the last value (logged).
+``reembed finish`` (so they are still right; finish starts only once the window has passed
+since the last change), and its dispatches go to the previous profile's workers, whose
+judgments the cutover's re-judging pass (which starts only after ``PROPAGATION_SECONDS``)
+sends back again and whose vectors the backfill loop gives the profile in use (after a
+rollback the switch stays ``rolling_back`` until it has). A database fault keeps the last
+value (logged).
 """
 
 from __future__ import annotations
