@@ -270,6 +270,24 @@ async def test_a_move_waiting_behind_an_uncommitted_move_is_refused_once_it_comm
     assert await switch_row(engine) == won
 
 
+async def test_two_processes_moving_a_rollback_to_idle_have_one_winner(engine):
+    """Two core processes' backfill loops find the rollback done at once: one moves the
+    switch, the other's statement (same generation) is refused behind it."""
+    await _put_switch_in(engine, "rolling_back")
+    seen = await switch_row(engine)
+
+    async def move():
+        async with autocommit(engine) as conn:
+            return await _late_move(conn, "move_to_idle", seen)
+
+    results = await facts.racing_behind_the_switch_row(engine, [move(), move()])
+
+    winners = [row for row in results if row is not None]
+    assert len(winners) == 1 and results.count(None) == 1
+    assert await switch_row(engine) == winners[0]
+    assert winners[0].generation == seen.generation + 1
+
+
 async def _late_alone(engine, operation, seen):
     async with autocommit(engine) as conn:
         if operation == "finish":
