@@ -28,6 +28,10 @@ class SearchHit:
     keyword_matched: bool = False
 
 
+# The quoted words of SEARCH_SIMILAR that are not statuses (tests/platform/test_stage_vocabulary.py
+# holds every other quoted word to the status vocabulary).
+NON_STATUS_LITERALS = frozenset({"NaN", "PUBLIC", "PRIVATE_ONLY"})
+
 # Exact cosine over one user's live, completed vectors of one profile; the best context per
 # record; the limit applied after de-duplication (§7). NaN (a zero vector) never qualifies (FC-04).
 # keyword_matched: a live context of the record (the user's, not deleted) whose keywords may

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from pinlog_platform.states import STAGE_ORDER, Status
 from pinlog_platform.states.failure_reasons import FailureReason
 from pinlog_platform.text_fingerprint import fingerprint
 
@@ -45,6 +46,15 @@ INSERT_PENDING_STATE = text(
     """
 )
 
+# The cancel (§9 Delete, ``CoreOperation.CANCEL``): every stage CANCELLED whatever its status,
+# built from the stage order; the one SET of every statement that cancels (this module's and the
+# single-context delete and modify of ``context_writes``).
+CANCEL_EVERY_STAGE = (
+    "SET "
+    + ", ".join(f"{stage.status_column} = '{Status.CANCELLED}'" for stage in STAGE_ORDER)
+    + ", updated_at = now()"
+)
+
 # Cancel whatever the statuses were (§9 Delete); rows locked in id order first.
 CANCEL_STATES = text(
     """
@@ -55,7 +65,9 @@ CANCEL_STATES = text(
         FOR UPDATE
     )
     UPDATE ai.context_ai_state AS s
-    SET embedding_status = 'CANCELLED', keyword_status = 'CANCELLED', updated_at = now()
+    """
+    + CANCEL_EVERY_STAGE
+    + """
     FROM locked
     WHERE s.context_id = locked.context_id
     """
