@@ -90,7 +90,7 @@ def db_upgrade(
     database = _settings(MigrationSettings)
 
     from app.repository.db import MIGRATION_COMMAND_TIMEOUT_SECONDS, create_engine
-    from pinlog_platform import schema as migrations
+    from pinlog_platform.contract import schema as migrations
 
     async def run() -> list[str]:
         engine = create_engine(

@@ -39,7 +39,7 @@ from app.settings import (
     SUPPORT_CONNECTIONS,
     Settings,
 )
-from pinlog_platform.search import SearchCuts
+from pinlog_platform.contract.search import SearchCuts
 
 logger = logging.getLogger(__name__)
 

@@ -34,7 +34,7 @@ from core_service.main import create_app as create_core_app
 from core_service.settings import CoreSettings
 from demo.feed import DemoClient, FeedOutcome, load_changes, load_samples, member_tokens
 from demo.report import ContextResult, load_results, wait_until_finished
-from pinlog_platform import schema as migrations
+from pinlog_platform.contract import schema as migrations
 
 WAIT_SECONDS = 300.0
 Say = Callable[[str], None]

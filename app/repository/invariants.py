@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from sqlalchemy import TextClause, text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from pinlog_platform.states import STAGE_ORDER, Status
+from pinlog_platform.contract.states import STAGE_ORDER, Status
 
 # Embeddings of CANCELLED contexts still visible to search: the core's delete sets is_deleted
 # in the same transaction as CANCELLED (§9), so this never happens legally.
@@ -132,7 +132,7 @@ VECTORS_BY_PROFILE = text(
 )
 
 # Legal: presets usable under each profile with vectors and that profile's list version
-# (pinlog_platform/preset_list.py's rule); the total is the number of profiles.
+# (pinlog_platform/contract/preset_list.py's rule); the total is the number of profiles.
 PRESETS_BY_PROFILE = text(
     """
     SELECT format('%s: %s usable, list version %s', e.embedding_profile, count(*),

@@ -3,7 +3,8 @@
 The core side creates rows (``PENDING``/``PENDING``/0), cancels them, spends ``retry_count`` on
 accepted re-requests (docs/rescan.md "Budget") and finalizes exhausted work. It never writes
 ``PROCESSING`` or ``COMPLETED``, nor a stage's attempt column. Each statement below is one
-``pinlog_platform.states.CoreOperation``; ``CORE_TRANSITIONS`` is what it may do to a stage's
+``pinlog_platform.contract.states.CoreOperation``; ``CORE_TRANSITIONS`` is what it may do to a
+stage's
 status, and ``tests/core/repository/test_core_transition_table.py`` drives it from every
 status. Multi-row statements lock in ``context_id`` order (waiting) or skip locked rows (the
 scheduler), so they can never deadlock with each other or with a worker's save
@@ -25,9 +26,9 @@ from dataclasses import dataclass
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from pinlog_platform.states import STAGE_ORDER, Status
-from pinlog_platform.states.failure_reasons import FailureReason
-from pinlog_platform.text_fingerprint import fingerprint
+from pinlog_platform.contract.states import STAGE_ORDER, Status
+from pinlog_platform.contract.states.failure_reasons import FailureReason
+from pinlog_platform.contract.text_fingerprint import fingerprint
 
 # The columns of a new context's state row (here and in ``context_writes``).
 INSERT_PENDING_STATE_COLUMNS = """(

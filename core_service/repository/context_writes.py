@@ -27,7 +27,7 @@ from core_service.repository.context_ai_state import (
     CANCEL_EVERY_STAGE,
     INSERT_PENDING_STATE_COLUMNS,
 )
-from pinlog_platform.text_fingerprint import fingerprint
+from pinlog_platform.contract.text_fingerprint import fingerprint
 
 # The new context and its PENDING/PENDING/0 state row, from a CTE `target` (record_id,
 # origin_created_at) that holds at most one row; shared by the three statements below.

@@ -25,7 +25,7 @@ from core_service.repository.record_view import (
     KeywordView,
     decode_json_list,
 )
-from pinlog_platform.states import STAGE_ORDER, Status
+from pinlog_platform.contract.states import STAGE_ORDER, Status
 
 AI_STATES = ("pending", "processing", "completed", "failed")
 

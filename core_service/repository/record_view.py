@@ -3,7 +3,7 @@
 One statement for any number of records, which also checks that the viewer is an active
 member. Keyword rules are whitelists in SQL: the context is
 active, its keywords may be shown (``keyword_status = 'COMPLETED'``, or its previous judgment
-while a preset reclassification re-judges it: ``pinlog_platform.keyword_reads``, the §9
+while a preset reclassification re-judges it: ``pinlog_platform.contract.keyword_reads``, the §9
 Deviation), the preset is active, and its visibility is ``PUBLIC``, or ``PRIVATE_ONLY`` when
 the viewer owns the record. One statement sees one snapshot: a context being re-judged shows
 its previous keywords or its new ones, never none. Bodies and each context's AI
@@ -22,8 +22,8 @@ from types import MappingProxyType
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from pinlog_platform.keyword_reads import keywords_shown
-from pinlog_platform.states import STAGE_ORDER, Stage, Status
+from pinlog_platform.contract.keyword_reads import keywords_shown
+from pinlog_platform.contract.states import STAGE_ORDER, Stage, Status
 
 # The quoted words of VISIBLE_KEYWORDS that are not statuses (visibilities, JSON keys), and of
 # this module's statements: tests/platform/test_stage_vocabulary.py holds every other quoted word

@@ -1,4 +1,5 @@
-"""``pinlog_platform.states`` against the schema and the statements that must reach every stage
+"""``pinlog_platform.contract.states`` against the schema and the statements that must reach every
+stage
 (§1, §2, §9).
 
 Adding a stage to ``Stage`` fails here in every place that forgot it: its place in
@@ -27,8 +28,7 @@ import app
 import core_service
 import core_service.repository
 from core_service.repository.context_ai_state import CANCEL_EVERY_STAGE, CANCEL_STATES
-from pinlog_platform.db.named_statements import NamedStatement
-from pinlog_platform.states import (
+from pinlog_platform.contract.states import (
     CLAIMABLE,
     CORE_TRANSITIONS,
     ONE_STAGE_STATEMENTS,
@@ -40,6 +40,7 @@ from pinlog_platform.states import (
     Stage,
     Status,
 )
+from pinlog_platform.db.named_statements import NamedStatement
 
 ROOT = Path(__file__).resolve().parents[2]
 SERVICES = (app, core_service)

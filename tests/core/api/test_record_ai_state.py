@@ -8,7 +8,7 @@ from sqlalchemy import text
 
 from core_service.repository.record_view import AiStatuses
 from core_service.service.record_reads import AiSummary, summarize
-from pinlog_platform.states import Stage, Status
+from pinlog_platform.contract.states import Stage, Status
 from tests.core.harness import bearer
 from tests.worker.support import set_statuses
 
