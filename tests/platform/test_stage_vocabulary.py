@@ -40,7 +40,7 @@ from pinlog_platform.contract.states import (
     Stage,
     Status,
 )
-from pinlog_platform.db.named_statements import NamedStatement
+from app.repository.named_statements import NamedStatement
 
 ROOT = Path(__file__).resolve().parents[2]
 SERVICES = (app, core_service)
