@@ -27,6 +27,7 @@ from sqlalchemy import TextClause, text
 import app
 import core_service
 import core_service.repository
+from app.repository.named_statements import NamedStatement
 from core_service.repository.context_ai_state import CANCEL_EVERY_STAGE, CANCEL_STATES
 from pinlog_platform.contract.states import (
     CLAIMABLE,
@@ -40,7 +41,6 @@ from pinlog_platform.contract.states import (
     Stage,
     Status,
 )
-from app.repository.named_statements import NamedStatement
 
 ROOT = Path(__file__).resolve().parents[2]
 SERVICES = (app, core_service)
@@ -113,7 +113,11 @@ def test_the_keyword_stage_requires_a_completed_embedding():
 
 
 def test_every_stage_has_columns_of_its_own():
-    columns = [c for stage in Stage for c in (stage.status_column, stage.attempt_column)]
+    columns = [
+        c
+        for stage in Stage
+        for c in (stage.status_column, stage.attempt_column, stage.failure_column)
+    ]
     assert len(set(columns)) == len(columns)
     assert all(Stage(stage.status_column) is stage for stage in Stage)
 

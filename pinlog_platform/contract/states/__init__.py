@@ -38,20 +38,23 @@ class Status(StrEnum):
 class Stage(StrEnum):
     """A pipeline stage; the value is the ``ai.context_ai_state`` column holding its status.
 
-    Each member is declared with both of its columns, ``(status column, attempt column)``, so
-    a stage cannot exist without its attempt counter. Repository functions accept only
-    ``Stage``: each stage has its own statements (§2).
+    Each member is declared with its three columns, ``(status column, attempt column, failure
+    column)``, so a stage cannot exist without its attempt counter and its failure reason
+    (``0010_stage_failure_reasons.sql``, ``failure_reasons.FailureReason``). Repository
+    functions accept only ``Stage``: each stage has its own statements (§2).
     """
 
-    EMBEDDING = "embedding_status", "embedding_attempt"
-    KEYWORD = "keyword_status", "keyword_attempt"
+    EMBEDDING = "embedding_status", "embedding_attempt", "embedding_failure"
+    KEYWORD = "keyword_status", "keyword_attempt", "keyword_failure"
 
     attempt_column: str
+    failure_column: str
 
-    def __new__(cls, status_column: str, attempt_column: str) -> Stage:
+    def __new__(cls, status_column: str, attempt_column: str, failure_column: str) -> Stage:
         member = str.__new__(cls, status_column)
         member._value_ = status_column
         member.attempt_column = attempt_column
+        member.failure_column = failure_column
         return member
 
     @property
@@ -63,12 +66,6 @@ class Stage(StrEnum):
     def status_column(self) -> str:
         """The column holding this stage's ``Status`` (the member's value)."""
         return self.value
-
-    @property
-    def failure_column(self) -> str:
-        """The column holding this stage's failure reason code (``0010_stage_failure_reasons.sql``,
-        ``failure_reasons.FailureReason``): ``embedding_failure`` or ``keyword_failure``."""
-        return f"{self.label}_failure"
 
     @property
     def requires(self) -> Mapping[Stage, Status]:
