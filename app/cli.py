@@ -1,5 +1,5 @@
 """The ``pinlog-ai`` command: ``db upgrade``, ``presets load``, ``serve``, ``smoke``, ``doctor``,
-``demo``.
+and the commands other packages register (``demo``: ``COMMAND_PLUGINS``).
 
 Startup problems end with one line on stderr and an exit code of
 ``pinlog_platform.cli.exit_codes`` (2 settings, 3 database unreachable, 4 database not ready, 5
@@ -9,8 +9,8 @@ configuration error is reported fast.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Awaitable, Callable
+from importlib.metadata import entry_points
 from pathlib import Path
 from typing import NoReturn, TypeVar
 
@@ -22,6 +22,9 @@ from pinlog_platform.cli.version import add_version_option
 
 T = TypeVar("T")
 PROGRAM = "pinlog-ai"
+# Entry point group of commands registered from other packages: ``name = "module:register"``,
+# ``register(cli)`` adds the command (pyproject.toml).
+COMMAND_PLUGINS = "pinlog_ai.commands"
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, rich_markup_mode=None)
 add_version_option(app, PROGRAM, help_text="PinLog AI worker.")
@@ -31,13 +34,6 @@ db_app = typer.Typer(
 presets_app = typer.Typer(no_args_is_help=True, rich_markup_mode=None, help="Keyword presets.")
 app.add_typer(db_app, name="db")
 app.add_typer(presets_app, name="presets")
-
-
-def _configure_demo_logging() -> None:
-    """The demo prints readable text at WARNING so its table stays legible."""
-    from pinlog_platform import logging as log_output
-
-    log_output.configure("text", "WARNING")
 
 
 def _exit(code: int, lines: list[str]) -> NoReturn:
@@ -94,7 +90,7 @@ def db_upgrade(
     database = _settings(MigrationSettings)
 
     from app.repository.db import MIGRATION_COMMAND_TIMEOUT_SECONDS, create_engine
-    from pinlog_platform import schema as migrations
+    from pinlog_platform.contract import schema as migrations
 
     async def run() -> list[str]:
         engine = create_engine(
@@ -345,55 +341,34 @@ def doctor() -> None:
     raise typer.Exit(1 if report.violations else 0)
 
 
-@app.command()
-def demo(
-    port: int = typer.Option(
-        8765, metavar="PORT", help="Worker's preferred port; a free one if taken"
-    ),
-    core_port: int = typer.Option(
-        8766, metavar="PORT", help="Core service's preferred port; a free one if taken"
-    ),
-    serve_after: bool = typer.Option(True, "--serve/--no-serve", help="Keep serving"),
-    data_dir: Path = typer.Option(
-        Path(".pgdata"), metavar="DIR", help="Embedded PostgreSQL data directory"
-    ),
-    operations: bool = typer.Option(
-        False,
-        "--operations",
-        help="After the table, reclassify the presets and switch the embedding profile to the "
-        "hashing encoder (docs/operations.md), in a database of its own",
-    ),
-) -> None:
-    """Offline end-to-end run of both services on sample notes (see README).
+def _add_plugin_commands(cli: typer.Typer) -> None:
+    """Commands other packages register into ``pinlog-ai`` (entry point group
+    ``COMMAND_PLUGINS``; ``demo`` from the development-only ``demo`` package). A command whose
+    package is not installed (the production image carries no ``demo``) still answers: one
+    line and exit 2."""
+    for entry in entry_points(group=COMMAND_PLUGINS):
+        try:
+            register = entry.load()
+        except ImportError:
+            _add_unavailable(cli, entry.name)
+        else:
+            register(cli)
 
-    Development only: needs a source checkout installed with the local extra (make run);
-    exits 2 without."""
-    from app.embedded_postgres import MISSING_EXTRA, EmbeddedPostgresUnavailable
 
-    try:
-        from demo.run import run_demo
-    except ImportError:
-        # The production image carries neither the demo package nor pgserver.
-        typer.echo(f"demo unavailable: {MISSING_EXTRA}, from a source checkout", err=True)
-        raise typer.Exit(2) from None
+def _add_unavailable(cli: typer.Typer, name: str) -> None:
+    @cli.command(
+        name=name,
+        help="Unavailable here: needs a source checkout installed with the local extra.",
+        context_settings={"ignore_unknown_options": True, "allow_extra_args": True},
+    )
+    def unavailable() -> None:
+        from app.embedded_postgres import MISSING_EXTRA
 
-    _configure_demo_logging()
-    try:
-        code = asyncio.run(
-            run_demo(
-                port=port,
-                core_port=core_port,
-                serve=serve_after,
-                data_dir=data_dir.resolve(),
-                operations=operations,
-            )
-        )
-    except KeyboardInterrupt:
-        code = 0
-    except EmbeddedPostgresUnavailable as exc:
-        typer.echo(f"demo unavailable: {exc}", err=True)
-        code = 2
-    raise typer.Exit(code)
+        typer.echo(f"{name} unavailable: {MISSING_EXTRA}, from a source checkout", err=True)
+        raise typer.Exit(2)
+
+
+_add_plugin_commands(app)
 
 
 def main() -> None:

@@ -8,7 +8,7 @@ happens at import time.
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Mapping
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 
@@ -17,30 +17,18 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from app import failure_policy
 from app.metrics import WorkerMetrics
 from app.providers.base import EmbeddingProvider, KeywordJudge
-from app.providers.embedding_batcher import BatchingEmbedder
-from app.providers.factory import (
-    build_budgets,
-    build_embedding_provider,
-    build_fallback_judges,
-    build_judge,
-)
-from app.providers.metered import MeteredEmbedder, MeteredJudge
-from app.providers.rate_budget import RateBudget
-from app.providers.usage import StageTagged, StageTaggedJudge, attach_budget, attach_usage
+from app.providers.usage import StageTagged
 from app.repository.db import command_timeout_for, create_engine
 from app.repository.stage_pool import StagePool
 from app.service.embedding_stage import EmbeddingStage
 from app.service.health import Readiness
-from app.service.judge_chain import AnyJudgeGate, JudgeChain
-from app.service.judge_votes import VotingJudge
 from app.service.keyword_stage import KeywordStage
 from app.service.presets import PresetCache
 from app.service.processing import ContextProcessor
 from app.service.profile_backfill import ProfileBackfill
+from app.service.provider_assembly import open_providers
 from app.service.provider_gate import ProviderGate, ProviderRefusalPolicy
-from app.service.provider_probes import embedding_probe, judge_probe
 from app.service.search import SearchService
-from app.service.spend_guard import DailyTokenCap
 from app.service.stage_limits import StageLimits
 from app.service.usage_ledger import UsageLedger
 from app.service.vector_columns import check_vector_columns
@@ -51,7 +39,7 @@ from app.settings import (
     SUPPORT_CONNECTIONS,
     Settings,
 )
-from pinlog_platform.search import SearchCuts
+from pinlog_platform.contract.search import SearchCuts
 
 logger = logging.getLogger(__name__)
 
@@ -114,27 +102,8 @@ async def build_worker(settings: Settings, metrics: WorkerMetrics) -> AsyncItera
             await ledger.read_totals()  # a cap reached before this start holds at once
         ledger.start()
         stack.push_async_callback(ledger.aclose)
-        embedder = MeteredEmbedder(
-            build_embedding_provider(settings),
-            metrics.providers["embedding"],
-            batch_inputs=metrics.embedding_batch_inputs,
-        )
-        stack.push_async_callback(embedder.aclose)
-        attach_usage(embedder, ledger)
-        budgets = build_budgets(settings)
-        attach_budget(embedder, budgets["embedding"])
-        # Concurrent embedding stages share provider requests; search is never delayed.
-        stage_embedder = BatchingEmbedder(
-            StageTagged(embedder, "embedding"),
-            max_batch=settings.embedding_batch_size,
-            max_wait_seconds=settings.embedding_batch_wait_ms / 1000,
-            max_batch_tokens=budgets["embedding"].token_limit,
-        )
-        stack.push_async_callback(stage_embedder.aclose)
-        judge = MeteredJudge(build_judge(settings, metrics), metrics.providers["judge"])
-        stack.push_async_callback(judge.aclose)
-        attach_usage(judge, ledger)
-        attach_budget(judge, budgets["judge"])
+        providers = open_providers(stack, settings, metrics, ledger)
+        gates = providers.gates
         # A column of another width would fail every save; refuse before serving (§5).
         await check_vector_columns(databases.engine, settings.vector_dimension)
         presets = PresetCache(
@@ -146,56 +115,6 @@ async def build_worker(settings: Settings, metrics: WorkerMetrics) -> AsyncItera
         # A new list is picked up in the background, never on a request (§4 Deviation).
         presets.start_refreshing()
         stack.push_async_callback(presets.aclose)
-        # One gate per provider, probing with the unbatched providers.
-        gates = {
-            "embedding": _gate(
-                "embedding",
-                embedding_probe(StageTagged(embedder, "probe")),
-                settings,
-                metrics,
-                DailyTokenCap(
-                    "embedding", settings.embedding_daily_token_cap, ledger, metrics.spend_capped
-                ),
-                budgets["embedding"].cooldown_seconds,
-            ),
-        }
-        judge_cap = DailyTokenCap(
-            "judge", settings.judge_daily_token_cap, ledger, metrics.spend_capped
-        )
-        first_gate = _gate(
-            "judge",
-            judge_probe(StageTaggedJudge(judge, "probe")),
-            settings,
-            metrics,
-            judge_cap,
-            budgets["judge"].cooldown_seconds,
-        )
-        stack.push_async_callback(first_gate.aclose)
-        # PINLOG_JUDGE_FALLBACKS: each fallback judge behind its own circuit; the "judge" gate
-        # is available while any of them is.
-        links = [(judge, first_gate)]
-        for number, fallback in enumerate(build_fallback_judges(settings, metrics), start=1):
-            metered = MeteredJudge(fallback, metrics.providers["judge"])
-            stack.push_async_callback(metered.aclose)
-            attach_usage(metered, ledger)
-            budget = RateBudget(f"judge_fallback_{number}", requests=0, tokens=0)
-            attach_budget(metered, budget)
-            gate = _gate(
-                f"judge_fallback_{number}",
-                judge_probe(StageTaggedJudge(metered, "probe")),
-                settings,
-                metrics,
-                judge_cap,
-                budget.cooldown_seconds,
-            )
-            stack.push_async_callback(gate.aclose)
-            links.append((metered, gate))
-        if len(links) > 1:
-            gates["judge"] = AnyJudgeGate([gate for _, gate in links])
-            judge = JudgeChain(links)
-        else:
-            gates["judge"] = first_gate
-        stack.push_async_callback(gates["embedding"].aclose)
         limits = StageLimits(
             expiry_seconds=settings.processing_expiry_seconds,
             max_input_chars=settings.embedding_max_input_chars,
@@ -205,13 +124,9 @@ async def build_worker(settings: Settings, metrics: WorkerMetrics) -> AsyncItera
             metrics,
             limits,
             databases.stage_pool,
-            embedder=stage_embedder,
+            embedder=providers.stage_embedder,
             gates=gates,
-            # Votes (PINLOG_JUDGE_VOTES) wrap the metered judge: each call is one provider call.
-            judge=StageTaggedJudge(
-                VotingJudge(judge, settings.judge_votes) if settings.judge_votes > 1 else judge,
-                "keyword",
-            ),
+            judge=providers.judge,
             presets=presets,
         )
         pool = WorkerPool(
@@ -232,7 +147,7 @@ async def build_worker(settings: Settings, metrics: WorkerMetrics) -> AsyncItera
         stack.push_async_callback(readiness.aclose)
         search = SearchService(
             databases.search_engine,
-            StageTagged(embedder, "search"),
+            StageTagged(providers.embedder, "search"),
             gates["embedding"],
             metrics=metrics,
             profile=settings.embedding_profile,
@@ -268,7 +183,7 @@ async def build_worker(settings: Settings, metrics: WorkerMetrics) -> AsyncItera
             usage=ledger,
             backfill=ProfileBackfill(
                 databases.stage_pool,
-                StageTagged(embedder, "backfill"),
+                StageTagged(providers.embedder, "backfill"),
                 gates["embedding"],
                 metrics=metrics,
                 profile=settings.embedding_profile,
@@ -368,22 +283,3 @@ def _warn_about_a_small_pool(settings: Settings) -> None:
             STAGE_CONNECTIONS_CAP,
             SEARCH_CONNECTIONS,
         )
-
-
-def _gate(
-    name: str,
-    probe: Callable[[], Awaitable[object]],
-    settings: Settings,
-    metrics: WorkerMetrics,
-    spend_cap: DailyTokenCap,
-    cooldown: Callable[[], float],
-) -> ProviderGate:
-    return ProviderGate(
-        name,
-        metrics=metrics,
-        threshold=settings.breaker_threshold,
-        cooldown_seconds=settings.breaker_cooldown_seconds,
-        probe=probe,
-        spend_cap=spend_cap,
-        cooldown=cooldown,
-    )

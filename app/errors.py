@@ -9,7 +9,7 @@ strings that name the layer; they never carry upstream bodies, user text, keys o
 
 from __future__ import annotations
 
-from pinlog_platform.states.failure_reasons import FailureReason
+from pinlog_platform.contract.states.failure_reasons import FailureReason
 
 
 class WorkerError(Exception):

@@ -26,7 +26,7 @@ from app.errors import (
     TransientError,
     WorkerError,
 )
-from pinlog_platform.states.failure_reasons import FailureReason
+from pinlog_platform.contract.states.failure_reasons import FailureReason
 
 # The upstream may answer differently next time (RFC 9110 408, 409 as the openai SDK retries
 # it, 429 rate limits; any 5xx).

@@ -24,8 +24,8 @@ from app.errors import (
     ProviderUnavailableError,
     TransientError,
 )
-from pinlog_platform.states import Stage
-from pinlog_platform.states.failure_reasons import FailureReason
+from pinlog_platform.contract.states import Stage
+from pinlog_platform.contract.states.failure_reasons import FailureReason
 
 STAGE_OUTCOMES = ("completed", "failed", "transient", "discarded", "not_claimed", "reused")
 CONTRACT_VIOLATION_KINDS = ("owner_mismatch", "owner_changed", "text_mismatch", "text_changed")

@@ -48,7 +48,7 @@ from app import embedded_postgres
 from core_service.repository import member
 from core_service.repository.db import create_engine, transaction
 from core_service.service.member_tokens import issue_token
-from pinlog_platform import schema as migrations
+from pinlog_platform.contract import schema as migrations
 from tests.e2e.processes import worker_environment
 from tests.fake_openai import FakeOpenAI, Scripted
 from tests.worker.harness import PROFILE

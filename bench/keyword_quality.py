@@ -33,7 +33,7 @@ from app.repository.db import create_engine
 from app.service.preset_loader import load_presets, read_preset_file
 from app.settings import OFFLINE_EMBEDDING_MODEL, OFFLINE_PROFILE, DatabaseSettings, Settings
 from bench import state_rows
-from pinlog_platform import schema as migrations
+from pinlog_platform.contract import schema as migrations
 
 PARTS = Path(__file__).with_name("keyword_eval")
 PROCESS_PATH = "/internal/v1/context/process"

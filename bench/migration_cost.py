@@ -25,7 +25,7 @@ from sqlalchemy import text
 
 from app import embedded_postgres
 from app.repository.db import create_engine
-from pinlog_platform.schema import runner
+from pinlog_platform.contract.schema import runner
 
 FIRST_NEW = "0060"
 FILL_BATCH = 10_000

@@ -4,7 +4,7 @@ Every development note (``bench/keyword_eval/dev.yaml``) is one record of one me
 query of ``bench/search_eval/queries.yaml`` should find the notes labelled with one of its
 codes (none for a query with no codes). Ranking is §7's: the whole query embedded once,
 cosine against every note (what ``SEARCH_SIMILAR`` computes in PostgreSQL; zero-padding
-changes no cosine), best first; then the cuts of ``pinlog_platform.search``.
+changes no cosine), best first; then the cuts of ``pinlog_platform.contract.search``.
 
 At 5: precision is the share of the first five shown results that are relevant (a query
 shown nothing counts 1 when it has no relevant note and 0 otherwise), recall the share of
@@ -33,7 +33,7 @@ import yaml
 
 from app.service.preset_loader import read_preset_file
 from bench.keyword_quality import load_part
-from pinlog_platform.search import PRODUCTION_CUTS, SearchCuts
+from pinlog_platform.contract.search import PRODUCTION_CUTS, SearchCuts
 
 QUERIES = Path(__file__).with_name("search_eval") / "queries.yaml"
 AT = 5

@@ -52,8 +52,8 @@ def _classify(exc: BaseException) -> startup.StartupProblem | None:
     by this role (no schema, a missing privilege, a refused login) is exit 4 (3 for the
     login); anything else is a bug."""
     from core_service.errors import DatabaseFault, UnavailableError
+    from pinlog_platform.contract.schema import MigrationPrivilegeError
     from pinlog_platform.db.sqlstates import is_transient, sqlstate
-    from pinlog_platform.schema import MigrationPrivilegeError
 
     if isinstance(exc, MigrationPrivilegeError):
         return startup.StartupProblem(exit_codes.DATABASE_NOT_READY, f"migration error: {exc}")
@@ -104,7 +104,7 @@ def db_upgrade() -> None:
     """Apply every pending migration (core and ai) to PINLOG_CORE_DATABASE_URL."""
     from core_service.repository.db import create_engine
     from core_service.settings import CoreDatabaseSettings
-    from pinlog_platform import schema as migrations
+    from pinlog_platform.contract import schema as migrations
 
     database = _load(CoreDatabaseSettings)
 
@@ -433,7 +433,7 @@ def retry_failed(
     from core_service.repository.db import create_engine
     from core_service.service.failed_replacement import FailedReplacer, Selection
     from core_service.settings import RescanSettings, StateClockSettings
-    from pinlog_platform.states.failure_reasons import FailureReason
+    from pinlog_platform.contract.states.failure_reasons import FailureReason
 
     if reason is not None and reason not in {code.value for code in FailureReason}:
         raise typer.BadParameter(

@@ -18,6 +18,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 
 from core_service.api.routes import router
+from core_service.api.security_headers import SecurityHeadersMiddleware
 from core_service.composition import Core, build_core
 from core_service.errors import (
     ConflictError,
@@ -38,7 +39,6 @@ from pinlog_platform.http.json_response import OrjsonResponse
 from pinlog_platform.http.probes import liveness
 from pinlog_platform.http.request_deadline import RequestDeadlineMiddleware
 from pinlog_platform.http.request_timing import RequestTimingMiddleware
-from pinlog_platform.http.security_headers import SecurityHeadersMiddleware
 from pinlog_platform.http.validation import validation_error
 
 logger = logging.getLogger(__name__)

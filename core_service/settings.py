@@ -9,7 +9,7 @@ from __future__ import annotations
 from pydantic import Field, SecretStr, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from pinlog_platform.search import SearchCuts, default_cuts
+from pinlog_platform.contract.search import SearchCuts, default_cuts
 from pinlog_platform.settings_rules import (
     GENERATED_SECRET_MIN_LENGTH,
     check_database_url,
@@ -257,7 +257,7 @@ class CoreSettings(HttpServingSettings, TokenSettings, StateClockSettings):
 
     def search_cuts_for(self, profile: str) -> SearchCuts:
         """The client search's cuts under ``profile``: each setting given, else the
-        profile's default (``pinlog_platform.search.default_cuts``)."""
+        profile's default (``pinlog_platform.contract.search.default_cuts``)."""
         default = default_cuts(profile)
         return SearchCuts(
             floor=_given(self.search_similarity_floor, default.floor),

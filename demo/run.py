@@ -8,10 +8,8 @@ edits (one whitespace-only, a no-op) and deletes (§9) -> wait for the worker ->
 every context, replaced and deleted ones included, and the keywords a record shows to its
 owner and to another member -> keep serving until interrupted.
 
-With ``--operations`` (``demo.operations``) the run happens in a database of its own, a second
-worker of the hashing profile serves beside the first from the start, and after the table the
-two operations of docs/operations.md follow: a preset reclassification and an
-embedding-profile switch to the hashing profile.
+The parts of the run; ``demo.cli`` runs them in order (and, with ``--operations``,
+``demo.operations`` after the table).
 """
 
 from __future__ import annotations
@@ -19,27 +17,24 @@ from __future__ import annotations
 import asyncio
 import secrets
 import socket
-import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
-from pathlib import Path
 
 import httpx
 import uvicorn
 from fastapi import FastAPI
 
-from app import embedded_postgres
 from app.main import create_app
 from app.providers.factory import build_embedding_provider
 from app.repository.db import create_engine
 from app.service.preset_loader import LoadReport, PresetFile, load_presets, read_preset_file
-from app.settings import DatabaseSettings, Settings
+from app.settings import Settings
 from core_service.main import create_app as create_core_app
 from core_service.settings import CoreSettings
 from demo.feed import DemoClient, FeedOutcome, load_changes, load_samples, member_tokens
-from demo.report import ContextResult, load_results, render_results, wait_until_finished
-from pinlog_platform import schema as migrations
+from demo.report import ContextResult, load_results, wait_until_finished
+from pinlog_platform.contract import schema as migrations
 
 WAIT_SECONDS = 300.0
 Say = Callable[[str], None]
@@ -243,90 +238,3 @@ async def feed_and_report(
         return outcome, await load_results(engine, outcome.lines), views
     finally:
         await engine.dispose()
-
-
-async def run_demo(
-    *, port: int, core_port: int, serve: bool, data_dir: Path, operations: bool = False
-) -> int:
-    """Run the demo; returns a process exit code (0 when every live context completed, and
-    with ``operations`` both operations ended as they should)."""
-    if operations:
-        from demo import operations as ops  # it builds on this module
-    started = time.monotonic()
-    given = DatabaseSettings()
-    database_url = given.database_url
-    if database_url is None:
-        say_now(f"database: starting embedded PostgreSQL in {data_dir} ...")
-        database_url = embedded_postgres.start(data_dir)
-        say_now(f"database: ready ({time.monotonic() - started:.1f} s)")
-        if operations:
-            database_url = await ops.fresh_database(database_url)
-            say_now(f"database: {ops.OPERATIONS_DATABASE}, made afresh for --operations")
-    else:
-        say_now("database: PINLOG_DATABASE_URL")
-    secret = given.internal_secret.get_secret_value() if given.internal_secret else None
-    settings = offline_settings(
-        database_url, secret, **(ops.WORKER_OVERRIDES if operations else {})
-    )
-    await prepare_database(settings, say=say_now)
-    second = None
-    if operations:
-        if problem := await ops.refusal(settings):
-            print(problem)
-            return 2
-        second = await ops.prepare_second_worker(settings, say=say_now)
-
-    jwt_secret = secrets.token_urlsafe(32)
-    async with both_services(
-        settings,
-        worker_port=port,
-        core_port=core_port,
-        jwt_secret=jwt_secret,
-        second_worker=second,
-        second_worker_port=port + 2 if port else 0,
-    ) as services:
-        workers = f"worker on {services.worker_url}"
-        if services.second_worker is not None:
-            workers = f"workers on {services.worker_url} and {services.second_worker.url}"
-        say_now(f"services: {workers}, core service on {services.core_url}")
-        outcome, results, views = await feed_and_report(services, say=say_now)
-        print()
-        print(render_results(results))
-        print()
-        for line in (*outcome.events, *views):
-            print(line)
-        live = [r for r in results if r.fate == "live"]
-        completed = sum(r.embedding_status == r.keyword_status == "COMPLETED" for r in live)
-        cancelled = sum(
-            r.embedding_status == r.keyword_status == "CANCELLED" for r in results if r not in live
-        )
-        print(
-            f"\n{len(results)} contexts: {len(live)} live ({completed} COMPLETED in both "
-            f"stages, {sum(bool(r.keywords) for r in live)} with at least one keyword), "
-            f"{len(results) - len(live)} replaced or deleted ({cancelled} CANCELLED); "
-            f"{time.monotonic() - started:.1f} s from start to this table."
-        )
-        operated = True
-        if second is not None:
-            print()
-            operated = await ops.run_operations(
-                services, settings, second, [line for line in outcome.lines if line.live],
-                jwt_secret=jwt_secret, say=say_now,
-            )  # fmt: skip
-        if serve:
-            tokens = await member_tokens(database_url, jwt_secret, {1, 2})
-            worker = services.worker
-            if worker.stopped and services.second_worker is not None:
-                worker = services.second_worker  # the profile in use after the switch
-            print(f"\ncore service on {services.core_url}, worker on {worker.url}")
-            print(f"database: {database_url}")
-            for member_id in (1, 2):
-                # Valid for this run only: its signing key is a throwaway secret.
-                print(f"TOKEN='{tokens[member_id]}'  # member {member_id}")
-            if secret is None:
-                # A throwaway development secret, so the worker's API can be tried by hand.
-                secret_value = settings.internal_secret.get_secret_value()
-                print(f"SECRET='{secret_value}'  # the worker's X-Internal-Secret")
-            print("serving until Ctrl-C", flush=True)
-            await services.closed()
-    return 0 if completed == len(live) and operated else 1

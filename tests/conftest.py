@@ -1,6 +1,6 @@
 """Session-wide database for the suite: ``PINLOG_TEST_DATABASE_URL`` or an embedded server.
 
-The schema is applied once from ``pinlog_platform.schema`` (every file, as ``pinlog-core db
+The schema is applied once from ``pinlog_platform.contract.schema`` (every file, as ``pinlog-core db
 upgrade``); every test starts from empty ai and core tables (TRUNCATE), so no test depends on
 another's order.
 """
@@ -24,7 +24,7 @@ from app import embedded_postgres
 from app.repository import keyword_preset
 from app.repository.db import create_engine
 from app.repository.stage_pool import StagePool
-from pinlog_platform import schema as migrations
+from pinlog_platform.contract import schema as migrations
 from tests.fake_openai import FakeOpenAI, Scripted
 from tests.worker.harness import embed_bundled_presets, running_worker, worker_settings
 

@@ -17,7 +17,7 @@ from functools import lru_cache
 import numpy as np
 
 from app.errors import PermanentError
-from pinlog_platform.states.failure_reasons import FailureReason
+from pinlog_platform.contract.states.failure_reasons import FailureReason
 
 # Unigrams alone say little about meaning (a shared syllable is weak evidence of a shared topic).
 _NGRAM_WEIGHTS = {1: 0.5, 2: 1.0, 3: 1.0}

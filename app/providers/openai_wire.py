@@ -29,7 +29,7 @@ from app.errors import (
     ProviderProtocolError,
 )
 from app.providers.base import JudgeCandidate, JudgeSelection, JudgeVerdict
-from pinlog_platform.states.failure_reasons import FailureReason
+from pinlog_platform.contract.states.failure_reasons import FailureReason
 
 _FLOAT32_MAX = float(np.finfo(np.float32).max)
 _NUMBER_TYPES = frozenset({float, int})

@@ -31,7 +31,7 @@ from app.errors import (
     ProviderUnavailableError,
     WorkerError,
 )
-from pinlog_platform.states.failure_reasons import FailureReason
+from pinlog_platform.contract.states.failure_reasons import FailureReason
 
 logger = logging.getLogger(__name__)
 

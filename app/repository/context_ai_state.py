@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from app.repository.named_statements import compile_named
 from app.repository.stage_pool import StagePool
-from pinlog_platform.db.named_statements import compile_named
-from pinlog_platform.states import Stage, Status
-from pinlog_platform.states.failure_reasons import FailureReason
+from pinlog_platform.contract.states import Stage, Status
+from pinlog_platform.contract.states.failure_reasons import FailureReason
 
 
 @dataclass(frozen=True, slots=True)

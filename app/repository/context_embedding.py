@@ -12,8 +12,8 @@ import numpy as np
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from pinlog_platform.keyword_reads import keywords_shown
-from pinlog_platform.search import clamp_similarity
+from pinlog_platform.contract.keyword_reads import keywords_shown
+from pinlog_platform.contract.search import clamp_similarity
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,10 +28,15 @@ class SearchHit:
     keyword_matched: bool = False
 
 
+# The quoted words of SEARCH_SIMILAR that are not statuses (tests/platform/test_stage_vocabulary.py
+# holds every other quoted word to the status vocabulary).
+NON_STATUS_LITERALS = frozenset({"NaN", "PUBLIC", "PRIVATE_ONLY"})
+
 # Exact cosine over one user's live, completed vectors of one profile; the best context per
 # record; the limit applied after de-duplication (§7). NaN (a zero vector) never qualifies (FC-04).
 # keyword_matched: a live context of the record (the user's, not deleted) whose keywords may
-# be shown (COMPLETED, or the previous judgment while re-judged: pinlog_platform.keyword_reads)
+# be shown (COMPLETED, or the previous judgment while re-judged:
+# pinlog_platform.contract.keyword_reads)
 # has an active PUBLIC or PRIVATE_ONLY preset (the owner's view, §9) whose vector of this
 # profile has a cosine to the query above :keyword_threshold.
 SEARCH_SIMILAR = text(

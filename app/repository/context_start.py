@@ -16,9 +16,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from app.repository.db import to_array
+from app.repository.named_statements import compile_named
 from app.repository.stage_pool import StagePool
-from pinlog_platform.db.named_statements import compile_named
-from pinlog_platform.states import CLAIMABLE, Status
+from pinlog_platform.contract.states import CLAIMABLE, Status
 
 # Pre-check + owner/text check + embedding start or reclaim (§2, §3.1), in one statement.
 # The owner reference is the core's user_id/record_id (0006) when written, else the first

@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from sqlalchemy import TextClause, text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from pinlog_platform.contract.states import STAGE_ORDER, Status
+
 # Embeddings of CANCELLED contexts still visible to search: the core's delete sets is_deleted
 # in the same transaction as CANCELLED (§9), so this never happens legally.
 CANCELLED_EMBEDDING_NOT_DELETED = text(
@@ -54,7 +56,9 @@ STALE_PROCESSING_EXHAUSTED = text(
     SELECT context_id::text AS example, count(*) OVER () AS total
     FROM ai.context_ai_state
     WHERE retry_count >= :max_retry
-      AND 'PROCESSING' IN (embedding_status, keyword_status)
+      AND """  # noqa: S608 (constant fragments, the stage order's columns)
+    + f"'{Status.PROCESSING}' IN ({', '.join(stage.status_column for stage in STAGE_ORDER)})"
+    + """
       AND updated_at < now() - make_interval(secs => :expiry_seconds)
     ORDER BY context_id LIMIT :examples
     """
@@ -128,7 +132,7 @@ VECTORS_BY_PROFILE = text(
 )
 
 # Legal: presets usable under each profile with vectors and that profile's list version
-# (pinlog_platform/preset_list.py's rule); the total is the number of profiles.
+# (pinlog_platform/contract/preset_list.py's rule); the total is the number of profiles.
 PRESETS_BY_PROFILE = text(
     """
     SELECT format('%s: %s usable, list version %s', e.embedding_profile, count(*),

@@ -10,7 +10,8 @@ profile sees it: the definition with that profile's vector.
 
 ``PresetDefinition`` is the one place the shared columns are named and ``PresetRow`` adds the
 vector: the statements' column lists are derived from their fields, and a test checks them
-against the migrated tables. Which presets a worker may use is ``pinlog_platform.preset_list``.
+against the migrated tables. Which presets a worker may use is
+``pinlog_platform.contract.preset_list``.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.repository.db import to_array
-from pinlog_platform.preset_list import USABLE_PRESETS
+from pinlog_platform.contract.preset_list import USABLE_PRESETS
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,7 +64,8 @@ VECTOR_FIELDS = ("embedding", "embedding_profile")
 # What an upsert of a definition never changes: the conflict key, and the immutable code (§4).
 _NOT_UPDATED = ("id", "code")
 
-# The presets usable under :profile with their vectors (pinlog_platform.preset_list), by id.
+# The presets usable under :profile with their vectors (pinlog_platform.contract.preset_list), by
+# id.
 LOAD_USABLE_PRESETS = text(
     "SELECT "
     + ", ".join(
@@ -167,7 +169,7 @@ def _vector_to_db(preset: PresetRow) -> dict[str, object]:
 
 async def load_usable(conn: AsyncConnection, profile: str) -> list[PresetRow]:
     """The presets usable under ``profile`` (active, not BLOCKED, with a current vector of the
-    profile: ``pinlog_platform.preset_list``), ordered by id."""
+    profile: ``pinlog_platform.contract.preset_list``), ordered by id."""
     result = await conn.execute(LOAD_USABLE_PRESETS, {"profile": profile})
     return [_preset_from_db(row) for row in result]
 

@@ -27,9 +27,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from app.repository.named_statements import compile_named
 from app.repository.stage_pool import StagePool
 from app.repository.stage_saves import STORE_VECTOR_FROM, STORE_VECTOR_ON_CONFLICT
-from pinlog_platform.db.named_statements import compile_named
 
 # Claim the rows of :context_ids under :embedding_profile that are PENDING, or PROCESSING and
 # stale (module docstring); the claimed ids and their new attempts, as two arrays.

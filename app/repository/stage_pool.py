@@ -4,7 +4,7 @@ Every statement of a context's hot path (start, claim, the two saves, fail) is o
 data-modifying statement that commits on its own, so the pool needs no transactions, no
 compilation per call and no result objects: each statement is a ``NamedStatement`` whose
 ``:name`` placeholders became asyncpg's ``$n`` once, at import
-(``pinlog_platform.db.named_statements``); asyncpg runs it, with its prepared-statement cache,
+(``app.repository.named_statements``); asyncpg runs it, with its prepared-statement cache,
 and hands back one row. Measured on the benchmark box this costs about a third of
 SQLAlchemy's checkout-execute-return path per statement (docs/state-machine.md, "One
 context, three statements"). Everything off the hot path (search, presets, migrations,
@@ -48,8 +48,8 @@ from app.repository.db import (
     SESSION_SETTINGS,
     register_vector_codec,
 )
+from app.repository.named_statements import NamedStatement
 from pinlog_platform.db import connection
-from pinlog_platform.db.named_statements import NamedStatement
 from pinlog_platform.db.sqlstates import (
     LOCK_NOT_AVAILABLE,
     TRANSIENT_SQLSTATE_PREFIXES,

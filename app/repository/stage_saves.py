@@ -18,8 +18,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from app.repository.named_statements import compile_named
 from app.repository.stage_pool import StagePool
-from pinlog_platform.db.named_statements import compile_named
 
 # Storing one context's vector under its profile, the rows to store selected from a FROM item
 # aliased ``src`` with a ``context_id`` column (the caller's, between the two fragments): the

@@ -10,8 +10,8 @@ import re
 import unicodedata
 
 from app.errors import InvalidInputError
-from pinlog_platform.states.failure_reasons import FailureReason
-from pinlog_platform.text_fingerprint import fingerprint
+from pinlog_platform.contract.states.failure_reasons import FailureReason
+from pinlog_platform.contract.text_fingerprint import fingerprint
 
 __all__ = ["fingerprint", "has_content", "normalize", "prepare_for_embedding"]
 

@@ -18,7 +18,7 @@ from app.service.provider_gate import ProviderGate
 from app.service.requests import ProcessRequest
 from app.service.stage_claim import run_claimed
 from app.service.stage_limits import StageLimits
-from pinlog_platform.states import Stage, Status
+from pinlog_platform.contract.states import Stage, Status
 
 logger = logging.getLogger(__name__)
 STAGE = Stage.EMBEDDING

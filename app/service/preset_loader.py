@@ -16,7 +16,7 @@ each profile has its own vectors of them. A load under profile P:
 
 Another profile's vectors are never written. After a changing load under P they are stale
 until that profile is loaded too: its workers keep their last list until then
-(``pinlog_platform.preset_list``).
+(``pinlog_platform.contract.preset_list``).
 """
 
 from __future__ import annotations

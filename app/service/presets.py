@@ -32,7 +32,7 @@ logger = logging.getLogger(__name__)
 @dataclass(frozen=True, slots=True)
 class PresetSnapshot:
     """Usable presets of one profile; ``version`` is the list version they were loaded as
-    (``pinlog_platform.preset_list``, 0 for none); ``unit_vectors`` is float64
+    (``pinlog_platform.contract.preset_list``, 0 for none); ``unit_vectors`` is float64
     ``(n_presets, dimension)``."""
 
     profile: str
@@ -70,7 +70,8 @@ def _candidate(preset: PresetRow, similarity: float) -> JudgeCandidate:
 def build_snapshot(profile: str, rows: Sequence[PresetRow]) -> PresetSnapshot:
     """Snapshot of ``rows`` (the presets usable under ``profile``); presets whose vector has
     zero or non-finite norm are rejected. The version is the highest among all of ``rows``,
-    rejected ones included: the list version as ``pinlog_platform.preset_list`` defines it."""
+    rejected ones included: the list version as ``pinlog_platform.contract.preset_list`` defines
+    it."""
     usable: list[PresetRow] = []
     vectors: list[np.ndarray] = []
     for row in rows:

@@ -18,7 +18,7 @@ from app.service.keyword_stage import KeywordStage
 from app.service.requests import ProcessRequest
 from app.service.stage_claim import note_claim
 from app.service.stage_limits import StageLimits
-from pinlog_platform.states import CLAIMABLE, Stage, Status
+from pinlog_platform.contract.states import CLAIMABLE, Stage, Status
 
 logger = logging.getLogger(__name__)
 

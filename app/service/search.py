@@ -29,8 +29,8 @@ from app.repository.context_embedding import SearchHit
 from app.repository.db import autocommit
 from app.service import context_text
 from app.service.provider_gate import ProviderGate
+from pinlog_platform.contract.search import SearchCuts
 from pinlog_platform.db.sqlstates import worth_one_retry
-from pinlog_platform.search import SearchCuts
 
 logger = logging.getLogger(__name__)
 

@@ -17,8 +17,8 @@ from app.repository import context_ai_state
 from app.repository.stage_pool import StagePool
 from app.service import stage_failure
 from app.service.stage_limits import StageLimits
+from pinlog_platform.contract.states import Stage
 from pinlog_platform.logging import log_context
-from pinlog_platform.states import Stage
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")

@@ -28,8 +28,8 @@ from app.errors import (
 from app.metrics import StageMetrics
 from app.repository import context_ai_state
 from app.repository.stage_pool import StagePool
-from pinlog_platform.states import Stage
-from pinlog_platform.states.failure_reasons import FailureReason
+from pinlog_platform.contract.states import Stage
+from pinlog_platform.contract.states.failure_reasons import FailureReason
 
 logger = logging.getLogger(__name__)
 

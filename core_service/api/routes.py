@@ -39,8 +39,8 @@ from core_service.api.schemas import (
     SearchResultItem,
     SearchResults,
 )
+from core_service.canonical_ids import parse_canonical_id
 from core_service.service.record_reads import summarize
-from pinlog_platform.canonical_ids import parse_canonical_id
 from pinlog_platform.http.json_response import OrjsonResponse
 
 

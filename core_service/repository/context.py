@@ -12,7 +12,7 @@ from datetime import datetime
 from sqlalchemy import Row, text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from pinlog_platform.states import STAGE_ORDER, Stage, Status
+from pinlog_platform.contract.states import STAGE_ORDER, Stage, Status
 
 # The columns a new context is written with (here and in ``context_writes``).
 INSERT_CONTEXT_COLUMNS = "(record_id, member_id, body, origin_created_at)"

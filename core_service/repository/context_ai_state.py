@@ -3,7 +3,8 @@
 The core side creates rows (``PENDING``/``PENDING``/0), cancels them, spends ``retry_count`` on
 accepted re-requests (docs/rescan.md "Budget") and finalizes exhausted work. It never writes
 ``PROCESSING`` or ``COMPLETED``, nor a stage's attempt column. Each statement below is one
-``pinlog_platform.states.CoreOperation``; ``CORE_TRANSITIONS`` is what it may do to a stage's
+``pinlog_platform.contract.states.CoreOperation``; ``CORE_TRANSITIONS`` is what it may do to a
+stage's
 status, and ``tests/core/repository/test_core_transition_table.py`` drives it from every
 status. Multi-row statements lock in ``context_id`` order (waiting) or skip locked rows (the
 scheduler), so they can never deadlock with each other or with a worker's save
@@ -25,8 +26,9 @@ from dataclasses import dataclass
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from pinlog_platform.states.failure_reasons import FailureReason
-from pinlog_platform.text_fingerprint import fingerprint
+from pinlog_platform.contract.states import STAGE_ORDER, Status
+from pinlog_platform.contract.states.failure_reasons import FailureReason
+from pinlog_platform.contract.text_fingerprint import fingerprint
 
 # The columns of a new context's state row (here and in ``context_writes``).
 INSERT_PENDING_STATE_COLUMNS = """(
@@ -45,6 +47,15 @@ INSERT_PENDING_STATE = text(
     """
 )
 
+# The cancel (§9 Delete, ``CoreOperation.CANCEL``): every stage CANCELLED whatever its status,
+# built from the stage order; the one SET of every statement that cancels (this module's and the
+# single-context delete and modify of ``context_writes``).
+CANCEL_EVERY_STAGE = (
+    "SET "
+    + ", ".join(f"{stage.status_column} = '{Status.CANCELLED}'" for stage in STAGE_ORDER)
+    + ", updated_at = now()"
+)
+
 # Cancel whatever the statuses were (§9 Delete); rows locked in id order first.
 CANCEL_STATES = text(
     """
@@ -55,7 +66,9 @@ CANCEL_STATES = text(
         FOR UPDATE
     )
     UPDATE ai.context_ai_state AS s
-    SET embedding_status = 'CANCELLED', keyword_status = 'CANCELLED', updated_at = now()
+    """
+    + CANCEL_EVERY_STAGE
+    + """
     FROM locked
     WHERE s.context_id = locked.context_id
     """

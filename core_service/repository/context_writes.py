@@ -23,8 +23,11 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from core_service.repository.context import INSERT_CONTEXT_COLUMNS
-from core_service.repository.context_ai_state import INSERT_PENDING_STATE_COLUMNS
-from pinlog_platform.text_fingerprint import fingerprint
+from core_service.repository.context_ai_state import (
+    CANCEL_EVERY_STAGE,
+    INSERT_PENDING_STATE_COLUMNS,
+)
+from pinlog_platform.contract.text_fingerprint import fingerprint
 
 # The new context and its PENDING/PENDING/0 state row, from a CTE `target` (record_id,
 # origin_created_at) that holds at most one row; shared by the three statements below.
@@ -77,10 +80,13 @@ _CALLERS_LIVE_RECORD = """owner.member_id = :member_id AND NOT owner.deleted
 
 # The context soft-deleted in a CTE `deleted` (id): its state CANCELLED, then its vector hidden,
 # each selecting from the row locked before it (docs/lock-order.md).
-_CANCEL_DELETED = """
+_CANCEL_DELETED = (
+    """
     cancelled AS (
         UPDATE ai.context_ai_state AS s
-        SET embedding_status = 'CANCELLED', keyword_status = 'CANCELLED', updated_at = now()
+        """  # noqa: S608 (constant fragments)
+    + CANCEL_EVERY_STAGE
+    + """
         FROM deleted WHERE s.context_id = deleted.id
         RETURNING s.context_id
     ),
@@ -88,6 +94,7 @@ _CANCEL_DELETED = """
         UPDATE ai.context_embedding AS e SET is_deleted = true, updated_at = now()
         FROM cancelled WHERE e.context_id = cancelled.context_id
     )"""
+)
 
 # §9 Create: the active member (FOR SHARE: a concurrent withdrawal waits or is seen), the place
 # (found, or inserted with this name), the member's active record of the place (touched, or

@@ -52,7 +52,7 @@ def command_timeout_for(request_timeout_seconds: float) -> float:
 
 
 # The CHECK that guards stored note bodies
-# (pinlog_platform/schema/sql/0007_core_context_body_check.sql).
+# (pinlog_platform/contract/schema/sql/0007_core_context_body_check.sql).
 BODY_CONSTRAINT = "context_body_normalised"
 
 

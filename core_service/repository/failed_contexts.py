@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from pinlog_platform.states import STAGE_ORDER
-from pinlog_platform.states.failure_reasons import FAILURE_COLUMNS, FailureReason
+from pinlog_platform.contract.states import STAGE_ORDER
+from pinlog_platform.contract.states.failure_reasons import FAILURE_COLUMNS, FailureReason
 
 _REASON = (
     "CASE "

@@ -11,7 +11,7 @@ from before the column, stamped by ``reembed start``, and counts as the profile 
 sends such a keyword stage back to ``PENDING`` with a fresh budget (``retry_count = 0`` and
 ``dispatch_accepted_at`` cleared, so the first dispatch a worker takes is free, as for a new
 context) and marks the row with ``keyword_reprocess_version = :version``: reads keep showing
-the previous keywords until the save replaces them (``pinlog_platform.keyword_reads``).
+the previous keywords until the save replaces them (``pinlog_platform.contract.keyword_reads``).
 
 The selection reads ``core.*`` without locking (it only proposes ids); the reset locks the
 state rows alone, in ``context_id`` order (docs/lock-order.md), and its WHERE clause is the
@@ -28,7 +28,7 @@ from collections.abc import Sequence
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from pinlog_platform.preset_list import LIST_VERSION
+from pinlog_platform.contract.preset_list import LIST_VERSION
 
 # Live contexts whose completed judgment is older than :version under :profile (module
 # docstring), aliased s (state), c (context); the FROM and WHERE of the count and the batch.
@@ -91,7 +91,7 @@ RESET_KEYWORD_STAGES = text(
 
 
 async def list_version(conn: AsyncConnection, profile: str) -> int:
-    """The current preset list version of ``profile`` (``pinlog_platform.preset_list``);
+    """The current preset list version of ``profile`` (``pinlog_platform.contract.preset_list``);
     0 when no preset is usable under it."""
     return int((await conn.execute(LIST_VERSION, {"profile": profile})).scalar_one())
 

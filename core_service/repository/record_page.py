@@ -7,7 +7,7 @@ per page whatever its size: the page's records with their place, live-context co
 owner's keyword view (``record_view.VISIBLE_KEYWORDS``) and AI-state counts.
 
 The AI state of one live context (the shape of the record read's per-context ``ai``):
-``failed`` if any stage is ``FAILED``, ``completed`` if both are ``COMPLETED``, ``processing``
+``failed`` if any stage is ``FAILED``, ``completed`` if every stage is ``COMPLETED``, ``processing``
 if any is ``PROCESSING``, else ``pending`` (also when the state row is not there yet).
 """
 
@@ -19,9 +19,32 @@ from datetime import datetime
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from core_service.repository.record_view import VISIBLE_KEYWORDS, KeywordView, decode_json_list
+from core_service.repository.record_view import (
+    VISIBLE_KEYWORDS,
+    VISIBLE_KEYWORDS_LITERALS,
+    KeywordView,
+    decode_json_list,
+)
+from pinlog_platform.contract.states import STAGE_ORDER, Status
 
 AI_STATES = ("pending", "processing", "completed", "failed")
+
+# The quoted words of LIST_MEMBER_RECORDS that are not statuses (tests/platform/
+# test_stage_vocabulary.py holds every other quoted word to the status vocabulary).
+NON_STATUS_LITERALS = VISIBLE_KEYWORDS_LITERALS | set(AI_STATES)
+
+# The state row ``s``'s stage statuses in stage order, then the AI state of its context (module
+# docstring; ``record_reads.summarize`` for one context), built from the stage order at import.
+_STAGE_STATUSES = ", ".join(f"s.{stage.status_column}" for stage in STAGE_ORDER)
+_EVERY_STAGE_COMPLETED = " AND ".join(
+    f"s.{stage.status_column} = '{Status.COMPLETED}'" for stage in STAGE_ORDER
+)
+RECORD_STATE = (
+    f"CASE WHEN '{Status.FAILED}' IN ({_STAGE_STATUSES}) THEN 'failed'"
+    f" WHEN {_EVERY_STAGE_COMPLETED} THEN 'completed'"
+    f" WHEN '{Status.PROCESSING}' IN ({_STAGE_STATUSES}) THEN 'processing'"
+    " ELSE 'pending' END"
+)
 
 # One page of the member's active records strictly after the key (:after_created_at,
 # :after_id) in newest-first order (no key: from the newest), with per-record aggregates.
@@ -39,7 +62,7 @@ LIST_MEMBER_RECORDS = text(
     )
     SELECT r.id AS record_id, r.created_at, p.external_place_id,
            coalesce(r.place_name, p.name) AS place_name,
-           ai.context_count, ai.pending, ai.processing, ai.completed, ai.failed,"""  # noqa: S608 (constant fragments)
+           ai.context_count, ai.pending, ai.processing, ai.completed, ai.failed,"""
     + VISIBLE_KEYWORDS
     + """
     FROM page AS r
@@ -51,14 +74,9 @@ LIST_MEMBER_RECORDS = text(
                count(*) FILTER (WHERE x.state = 'completed') AS completed,
                count(*) FILTER (WHERE x.state = 'failed') AS failed
         FROM (
-            SELECT CASE
-                       WHEN 'FAILED' IN (s.embedding_status, s.keyword_status) THEN 'failed'
-                       WHEN s.embedding_status = 'COMPLETED'
-                            AND s.keyword_status = 'COMPLETED' THEN 'completed'
-                       WHEN 'PROCESSING' IN (s.embedding_status, s.keyword_status)
-                            THEN 'processing'
-                       ELSE 'pending'
-                   END AS state
+            SELECT """
+    + RECORD_STATE
+    + """ AS state
             FROM core.context AS c
             LEFT JOIN ai.context_ai_state AS s ON s.context_id = c.id
             WHERE c.record_id = r.id AND c.deleted_at IS NULL

@@ -3,7 +3,7 @@
 One statement for any number of records, which also checks that the viewer is an active
 member. Keyword rules are whitelists in SQL: the context is
 active, its keywords may be shown (``keyword_status = 'COMPLETED'``, or its previous judgment
-while a preset reclassification re-judges it: ``pinlog_platform.keyword_reads``, the §9
+while a preset reclassification re-judges it: ``pinlog_platform.contract.keyword_reads``, the §9
 Deviation), the preset is active, and its visibility is ``PUBLIC``, or ``PRIVATE_ONLY`` when
 the viewer owns the record. One statement sees one snapshot: a context being re-judged shows
 its previous keywords or its new ones, never none. Bodies and each context's AI
@@ -14,15 +14,30 @@ state (statuses and failure reasons) are read only for the owner. Empty lists ar
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from types import MappingProxyType
 
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from pinlog_platform.keyword_reads import keywords_shown
-from pinlog_platform.states import Stage, Status
+from pinlog_platform.contract.keyword_reads import keywords_shown
+from pinlog_platform.contract.states import STAGE_ORDER, Stage, Status
+
+# The quoted words of VISIBLE_KEYWORDS that are not statuses (visibilities, JSON keys), and of
+# this module's statements: tests/platform/test_stage_vocabulary.py holds every other quoted word
+# to the status vocabulary, so a misspelt status still fails there.
+VISIBLE_KEYWORDS_LITERALS = frozenset(
+    {"PUBLIC", "PRIVATE_ONLY", "[]", "code", "displayName", "category"}
+)
+NON_STATUS_LITERALS = VISIBLE_KEYWORDS_LITERALS | {
+    "ai",
+    "body",
+    "contextId",
+    "createdAt",
+    *(column for stage in STAGE_ORDER for column in (stage.status_column, stage.failure_column)),
+}
 
 # The keywords of record ``r`` that ``:viewer_id`` may see (§9 "Keyword read rules" and its
 # Deviation), best first, as a JSON array; one fragment for the record read and the owner's list
@@ -40,7 +55,7 @@ VISIBLE_KEYWORDS = (
                JOIN ai.context_keyword AS ck ON ck.context_id = c.id
                JOIN ai.keyword_preset AS kp ON kp.id = ck.keyword_id
                WHERE c.record_id = r.id AND c.deleted_at IS NULL
-                 AND """  # noqa: S608 (constant fragments)
+                 AND """
     + keywords_shown("s")
     + """
                  AND kp.is_active
@@ -50,6 +65,18 @@ VISIBLE_KEYWORDS = (
            ) AS k
        ), '[]') AS keywords
 """
+)
+
+# The state row ``s``'s status and failure columns of every stage, as one JSON object keyed by
+# column name (``_statuses`` reads it back by stage), built from the stage order at import.
+_STAGE_COLUMNS_AS_JSON = (
+    "json_build_object("
+    + ", ".join(
+        f"'{column}', s.{column}"
+        for stage in STAGE_ORDER
+        for column in (stage.status_column, stage.failure_column)
+    )
+    + ")"
 )
 
 LOAD_RECORD_VIEWS = text(
@@ -63,16 +90,14 @@ LOAD_RECORD_VIEWS = text(
                           'body', CASE WHEN r.member_id = :viewer_id THEN c.body END,
                           'createdAt', c.created_at,
                           'ai', CASE WHEN r.member_id = :viewer_id THEN (
-                              SELECT json_build_object(
-                                         'embedding_status', s.embedding_status,
-                                         'keyword_status', s.keyword_status,
-                                         'embedding_failure', s.embedding_failure,
-                                         'keyword_failure', s.keyword_failure)
+                              SELECT """
+    + _STAGE_COLUMNS_AS_JSON
+    + """
                               FROM ai.context_ai_state AS s WHERE s.context_id = c.id) END)
                       ORDER BY c.created_at, c.id)
                FROM core.context AS c
                WHERE c.record_id = r.id AND c.deleted_at IS NULL
-           ), '[]') AS contexts,"""  # noqa: S608 (constant fragments)
+           ), '[]') AS contexts,"""
     + VISIBLE_KEYWORDS
     + """
     FROM (
@@ -90,18 +115,17 @@ LOAD_RECORD_VIEWS = text(
 
 @dataclass(frozen=True, slots=True)
 class AiStatuses:
-    """A context's ``ai.context_ai_state`` as stored: statuses and failure reason codes."""
+    """A context's ``ai.context_ai_state`` as stored: each stage's status and failure reason
+    code (``None`` unless failed), by stage."""
 
-    embedding_status: Status
-    keyword_status: Status
-    embedding_failure: str | None
-    keyword_failure: str | None
+    statuses: Mapping[Stage, Status]
+    failures: Mapping[Stage, str | None]
 
     def status(self, stage: Stage) -> Status:
-        return self.embedding_status if stage is Stage.EMBEDDING else self.keyword_status
+        return self.statuses[stage]
 
     def failure(self, stage: Stage) -> str | None:
-        return self.embedding_failure if stage is Stage.EMBEDDING else self.keyword_failure
+        return self.failures[stage]
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,10 +163,8 @@ def _statuses(item: dict | None) -> AiStatuses | None:
     if item is None:
         return None
     return AiStatuses(
-        Status(item["embedding_status"]),
-        Status(item["keyword_status"]),
-        item["embedding_failure"],
-        item["keyword_failure"],
+        statuses=MappingProxyType({s: Status(item[s.status_column]) for s in STAGE_ORDER}),
+        failures=MappingProxyType({s: item[s.failure_column] for s in STAGE_ORDER}),
     )
 
 

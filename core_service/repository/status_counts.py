@@ -6,7 +6,8 @@ read and searched). Its state row says how far the AI got: the stage counts, the
 stage that would run next is ``PENDING``, or ``PROCESSING`` past the processing expiry: work no
 worker holds), the lag (the oldest ``updated_at`` among rows with a stage ``PENDING`` or
 ``PROCESSING``: how long that stage has waited, not the note's age), the stages ``FAILED`` in
-the last 24 hours by reason (``pinlog_platform.states.failure_reasons``), and ``retry_count``.
+the last 24 hours by reason (``pinlog_platform.contract.states.failure_reasons``), and
+``retry_count``.
 
 Rows a preset reclassification sent back (``keyword_reprocess_version`` set, keyword stage
 ``PENDING`` or ``PROCESSING``: ``pinlog-core reprocess keywords``) are not new work: they are
@@ -35,8 +36,8 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from core_service.repository.context_ai_state import NEXT_STAGE_SQL
 from core_service.repository.dispatch_control import PAUSED_SQL
 from core_service.settings import RETRY_COUNT_CEILING
-from pinlog_platform.states import STAGE_ORDER, Stage, Status
-from pinlog_platform.states.failure_reasons import FAILURE_COLUMNS, FailureReason
+from pinlog_platform.contract.states import STAGE_ORDER, Stage, Status
+from pinlog_platform.contract.states.failure_reasons import FAILURE_COLUMNS, FailureReason
 
 # The reason of a FAILED stage without one (a row failed before the reasons existed).
 UNKNOWN_REASON = FailureReason.UNKNOWN.value

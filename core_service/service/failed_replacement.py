@@ -31,7 +31,7 @@ from core_service.repository.db import autocommit, transaction
 from core_service.repository.failed_contexts import FailedContext
 from core_service.service.dispatch import DispatchRequest, WorkerDispatcher
 from core_service.service.lifecycle import cancel_contexts, insert_context
-from pinlog_platform.states.failure_reasons import FailureReason
+from pinlog_platform.contract.states.failure_reasons import FailureReason
 
 logger = logging.getLogger(__name__)
 

@@ -6,7 +6,7 @@ the explicit batch path the seed allows (seed 000 §2 and §2.1, the §0 operati
 PENDING`` reset):
 
 1. **The list version** of the profile in use is read from the database
-   (``pinlog_platform.preset_list``); none usable is an error.
+   (``pinlog_platform.contract.preset_list``); none usable is an error.
 2. **The workers**: every instance listed in ``PINLOG_CORE_WORKER_BASE_URL`` that serves the
    profile (or cannot be read) must report that version in its ``/readyz`` body before anything
    is reset, so no context is re-judged with the old list; workers of another profile (a switch
@@ -22,7 +22,8 @@ PENDING`` reset):
 
 Killed at any point, nothing is lost: reset contexts are ``PENDING`` and the rescan dispatches
 them; a second run resets only what is still judged with an older list. Reads keep showing a
-context's previous keywords until its new judgment is saved (``pinlog_platform.keyword_reads``).
+context's previous keywords until its new judgment is saved
+(``pinlog_platform.contract.keyword_reads``).
 """
 
 from __future__ import annotations

@@ -39,11 +39,11 @@ import jwt
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from core_service.canonical_ids import parse_canonical_id
 from core_service.errors import UnauthenticatedError
 from core_service.repository import member
 from core_service.repository.db import autocommit
 from core_service.repository.member import MemberState
-from pinlog_platform.canonical_ids import parse_canonical_id
 
 ALGORITHM = "HS256"
 ISSUER = "pinlog-core"

@@ -21,7 +21,7 @@ from core_service.repository.db import autocommit
 from core_service.service.context_body import normalize_body
 from core_service.service.profile_in_use import ProfileInUse
 from core_service.service.worker_endpoints import WorkerAnswer, WorkerEndpoints, WorkerUnanswered
-from pinlog_platform.search import SearchCuts, clamp_similarity
+from pinlog_platform.contract.search import SearchCuts, clamp_similarity
 
 logger = logging.getLogger(__name__)
 
@@ -82,7 +82,7 @@ class PersonalSearch:
 
     async def search(self, *, member_id: int, query: str, limit: int) -> list[SearchHit]:
         """Up to ``limit`` of the member's own live records, best first, after the cuts
-        (``pinlog_platform.search``; the Deviation of docs/contract.md §7).
+        (``pinlog_platform.contract.search``; the Deviation of docs/contract.md §7).
 
         Raises ``InvalidBodyError`` (422: blank or over-long query), ``UnavailableError``
         (503: worker or database unavailable), ``UpstreamError`` (502: the worker refused).

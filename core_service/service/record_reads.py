@@ -14,8 +14,8 @@ from core_service.errors import NotFoundError, UnauthenticatedError
 from core_service.repository import record_view
 from core_service.repository.db import autocommit
 from core_service.repository.record_view import AiStatuses, RecordView
-from pinlog_platform.states import STAGE_ORDER, Status
-from pinlog_platform.states.failure_reasons import FailureReason
+from pinlog_platform.contract.states import STAGE_ORDER, Status
+from pinlog_platform.contract.states.failure_reasons import FailureReason
 
 
 @dataclass(frozen=True, slots=True)

@@ -35,8 +35,8 @@ from core_service.repository import context, context_ai_state
 from core_service.repository.context_ai_state import Expiries
 from core_service.repository.db import autocommit, transaction
 from core_service.service.dispatch import DispatchOutcome, DispatchRequest, WorkerDispatcher
-from pinlog_platform.states import Stage, Status
-from pinlog_platform.states.failure_reasons import FailureReason
+from pinlog_platform.contract.states import Stage, Status
+from pinlog_platform.contract.states.failure_reasons import FailureReason
 
 logger = logging.getLogger(__name__)
 

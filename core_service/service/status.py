@@ -19,7 +19,7 @@ from core_service.errors import CoreError
 from core_service.metrics import CoreMetrics
 from core_service.repository import status_counts
 from core_service.repository.db import autocommit
-from pinlog_platform.states import Status
+from pinlog_platform.contract.states import Status
 
 logger = logging.getLogger(__name__)
 

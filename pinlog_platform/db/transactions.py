@@ -18,9 +18,8 @@ from typing import TypeVar
 
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from pinlog_platform.db import connection
+from pinlog_platform.db import commit_watch, connection
 from pinlog_platform.db.sqlstates import DRIVER_ERRORS, discards_connection, refused_before_running
-from pinlog_platform.http import request_deadline
 
 logger = logging.getLogger(__name__)
 
@@ -45,11 +44,11 @@ async def transaction(
     """One short transaction: commits on normal exit, rolls back on any exception; driver
     errors go through ``translate``.
 
-    From ``COMMIT`` on, the request's deadline no longer fires (``pinlog_platform.http.
-    request_deadline``); ``COMMIT`` is bounded by the command deadline. A commit that fails on
-    a connection that can no longer serve (lost, past its deadline) may or may not have
-    happened: it is logged and counted, and answers as any transient error (503); a client's
-    retry may then create a second context (docs/core-service.md).
+    From ``COMMIT`` on, the request's deadline no longer fires (``commit_watch``); ``COMMIT``
+    is bounded by the command deadline. A commit that fails on a connection that can no longer
+    serve (lost, past its deadline) may or may not have happened: it is logged and counted, and
+    answers as any transient error (503); a client's retry may then create a second context
+    (docs/core-service.md).
     """
     async with translated(translate), engine.connect() as conn:
         trans = await conn.begin()
@@ -61,13 +60,13 @@ async def transaction(
                 with contextlib.suppress(*DRIVER_ERRORS):
                     await trans.rollback()
             raise
-        with request_deadline.committing():
+        with commit_watch.committing():
             try:
                 await trans.commit()
             except DRIVER_ERRORS as exc:
                 if discards_connection(exc):
                     logger.warning("commit outcome unknown: %s", type(exc).__name__)
-                    request_deadline.commit_outcome_unknown()
+                    commit_watch.commit_outcome_unknown()
                 setattr(exc, _DURING_COMMIT, True)
                 raise
 

@@ -7,10 +7,11 @@ at its deadline is cancelled and answers 503 with ``Retry-After`` (logged, and c
 
 - its response has started (the status is on the wire; the rest follows or the connection
   ends), or
-- it has begun to commit (``committing()``, entered by the database helpers right before
-  ``COMMIT``): a create that committed must answer, or the client's retry would create a
-  second context. The commit itself is bounded by the command deadline; a commit whose outcome
-  is unknown answers 503 through the service's own error table.
+- it has begun to commit (``pinlog_platform.db.commit_watch.committing()``, entered by the
+  database helpers right before ``COMMIT``): a create that committed must answer, or the
+  client's retry would create a second context. The commit itself is bounded by the command
+  deadline; a commit whose outcome is unknown answers 503 through the service's own error
+  table.
 
 Pure ASGI, in the request's own task: a timer cancels the app at the deadline (no task or
 wait per request on the accept path), the cancellation unwinds the app's cleanup (each step of
@@ -20,46 +21,17 @@ it bounded by its own deadline), then the 503 is sent.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
-from collections.abc import Callable, Iterator
-from contextvars import ContextVar
+from collections.abc import Callable
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from pinlog_platform.db.commit_watch import CommitWatch, watching
 
 logger = logging.getLogger(__name__)
 
 EXPIRED_BODY = json.dumps({"detail": "request deadline exceeded"}).encode()
-
-
-class _RequestState:
-    __slots__ = ("committing", "on_commit_unknown")
-
-    def __init__(self, on_commit_unknown: Callable[[], None] | None) -> None:
-        self.committing = False
-        self.on_commit_unknown = on_commit_unknown
-
-
-_current: ContextVar[_RequestState | None] = ContextVar("pinlog_request_deadline", default=None)
-
-
-@contextlib.contextmanager
-def committing() -> Iterator[None]:
-    """Mark the current request as committing: from here on its deadline no longer fires
-    (module docstring). A no-op outside a request (CLI, rescan loop, worker stages)."""
-    state = _current.get()
-    if state is not None:
-        state.committing = True
-    yield
-
-
-def commit_outcome_unknown() -> None:
-    """Count a commit whose outcome is unknown (the connection failed or hit its deadline
-    during ``COMMIT``) on the current request's app; a no-op outside a request."""
-    state = _current.get()
-    if state is not None and state.on_commit_unknown is not None:
-        state.on_commit_unknown()
 
 
 class RequestDeadlineMiddleware:
@@ -87,7 +59,7 @@ class RequestDeadlineMiddleware:
         if scope["type"] != "http":
             await self._app(scope, receive, send)
             return
-        state = _RequestState(self._on_commit_unknown)
+        state = CommitWatch(self._on_commit_unknown)
         task = asyncio.current_task()
         started = False
         expired = False
@@ -106,9 +78,9 @@ class RequestDeadlineMiddleware:
             task.cancel()
 
         timer = asyncio.get_running_loop().call_later(self._seconds, expire)
-        token = _current.set(state)
         try:
-            await self._app(scope, receive, send_noting_start)
+            with watching(state):
+                await self._app(scope, receive, send_noting_start)
         except asyncio.CancelledError:
             # Ours: answer below. Anyone else's (shutdown, a client gone): theirs.
             if not expired or task is None or task.uncancel() > 0:
@@ -119,7 +91,6 @@ class RequestDeadlineMiddleware:
             return
         finally:
             timer.cancel()
-            _current.reset(token)
         if started:
             return
         logger.warning(

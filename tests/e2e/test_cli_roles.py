@@ -14,8 +14,8 @@ import pytest
 from sqlalchemy import text
 from sqlalchemy.engine import make_url
 
-from pinlog_platform import schema as migrations
 from pinlog_platform.cli import exit_codes
+from pinlog_platform.contract import schema as migrations
 from tests.core.harness import JWT_SECRET
 from tests.e2e.processes import worker_environment
 from tests.worker.harness import PROFILE, SECRET

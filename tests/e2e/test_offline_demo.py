@@ -16,7 +16,7 @@ from demo.feed import load_changes, load_samples
 from demo.report import NOTE_WIDTH, render_results
 from demo.run import both_services, feed_and_report, offline_settings, prepare_database
 from demo.table import display_width, shorten
-from pinlog_platform import schema as migrations
+from pinlog_platform.contract import schema as migrations
 
 JWT_SECRET = "demo-test-jwt-secret-0123456789abcdef"
 OPERATIONS_SECONDS = 110.0  # about 40 s on 2 cores

@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 from app.cli import app as ai_cli
 from app.errors import ConfigurationError
 from app.repository.db import VECTOR_TYPE_MISSING, create_engine
-from pinlog_platform import schema as migrations
+from pinlog_platform.contract import schema as migrations
 
 ROUND_TRIP = text("SELECT CAST(:v AS vector) AS v")
 

@@ -1,4 +1,4 @@
-"""A database migrated before the migrations moved into ``pinlog_platform.schema`` upgrades
+"""A database migrated before the migrations moved into ``pinlog_platform.contract.schema`` upgrades
 with nothing to apply: the files keep their names and bytes, the ledger table and the
 advisory-lock key stay as they were (the runner refuses an applied file whose content changed).
 """
@@ -9,9 +9,9 @@ from sqlalchemy import text
 
 from app.repository import keyword_preset
 from app.repository.db import create_engine
-from pinlog_platform import preset_list
-from pinlog_platform import schema as migrations
-from pinlog_platform.schema import runner
+from pinlog_platform.contract import preset_list
+from pinlog_platform.contract import schema as migrations
+from pinlog_platform.contract.schema import runner
 
 # The ledger of a database fully migrated by the last runner of ``pinlog_schema`` (the
 # package before the move): file name -> SHA-256 of its content, as that runner recorded it.

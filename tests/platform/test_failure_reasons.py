@@ -11,9 +11,9 @@ from pathlib import Path
 from sqlalchemy import text
 
 from app.repository.db import create_engine
-from pinlog_platform import schema as migrations
-from pinlog_platform.states import Stage
-from pinlog_platform.states.failure_reasons import FAILURE_COLUMNS, FailureReason
+from pinlog_platform.contract import schema as migrations
+from pinlog_platform.contract.states import Stage
+from pinlog_platform.contract.states.failure_reasons import FAILURE_COLUMNS, FailureReason
 
 MIGRATION = "0010_stage_failure_reasons.sql"
 

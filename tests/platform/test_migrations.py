@@ -1,4 +1,4 @@
-"""``pinlog_platform.schema``: the shared migration runner of both services (§1, §8)."""
+"""``pinlog_platform.contract.schema``: the shared migration runner of both services (§1, §8)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from sqlalchemy import text
 
 from app.repository.db import create_engine
 from app.settings import Settings
-from pinlog_platform import schema as migrations
-from pinlog_platform.schema import MigrationError
+from pinlog_platform.contract import schema as migrations
+from pinlog_platform.contract.schema import MigrationError
 
 
 async def test_upgrade_twice_applies_everything_then_nothing(empty_database):

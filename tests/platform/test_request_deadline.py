@@ -11,7 +11,8 @@ from starlette.applications import Starlette
 from starlette.responses import JSONResponse, StreamingResponse
 from starlette.routing import Route
 
-from pinlog_platform.http.request_deadline import RequestDeadlineMiddleware, committing
+from pinlog_platform.db.commit_watch import committing
+from pinlog_platform.http.request_deadline import RequestDeadlineMiddleware
 from tests.worker.harness import serving
 
 DEADLINE_SECONDS = 0.3

@@ -1,28 +1,38 @@
-"""``pinlog_platform.states`` against the schema and the statements that must reach every stage
+"""``pinlog_platform.contract.states`` against the schema and the statements that must reach every
+stage
 (§1, §2, §9).
 
 Adding a stage to ``Stage`` fails here in every place that forgot it: its place in
-``STAGE_ORDER`` and ``STAGE_REQUIREMENTS``, its CHECK list and attempt column in the schema, the
-unfinished-rows index, each statement of ``ALL_STAGE_STATEMENTS`` that does not name its status
-column and each ``PER_STAGE_STATEMENTS`` map without its statement. Adding a status column to
-the schema without a ``Stage`` fails too.
+``STAGE_ORDER`` and ``STAGE_REQUIREMENTS``, its CHECK list, attempt and failure columns in the
+schema, the unfinished-rows index, every SQL constant of either service that names a stage's
+status column but not its own (opt-out: only ``ONE_STAGE_STATEMENTS`` and the
+``PER_STAGE_STATEMENTS`` maps are written for one stage) and each ``PER_STAGE_STATEMENTS`` map
+without its statement. Adding a status column to the schema without a ``Stage`` fails too. What
+every stage shares is built from ``STAGE_ORDER`` rather than spelled out by hand: the cancel is
+one SET, lists of every stage's statuses are generated, and no code picks one of two stages.
 """
 
 from __future__ import annotations
 
+import ast
 import importlib
 import pkgutil
 import re
+from collections.abc import Iterator, Mapping
+from pathlib import Path
 
 import pytest
 from sqlalchemy import TextClause, text
 
+import app
+import core_service
 import core_service.repository
-from pinlog_platform.db.named_statements import NamedStatement
-from pinlog_platform.states import (
-    ALL_STAGE_STATEMENTS,
+from app.repository.named_statements import NamedStatement
+from core_service.repository.context_ai_state import CANCEL_EVERY_STAGE, CANCEL_STATES
+from pinlog_platform.contract.states import (
     CLAIMABLE,
     CORE_TRANSITIONS,
+    ONE_STAGE_STATEMENTS,
     PER_STAGE_STATEMENTS,
     STAGE_ORDER,
     STAGE_REQUIREMENTS,
@@ -31,6 +41,9 @@ from pinlog_platform.states import (
     Stage,
     Status,
 )
+
+ROOT = Path(__file__).resolve().parents[2]
+SERVICES = (app, core_service)
 
 STATUS_VALUES = {status.value for status in Status}
 
@@ -100,7 +113,11 @@ def test_the_keyword_stage_requires_a_completed_embedding():
 
 
 def test_every_stage_has_columns_of_its_own():
-    columns = [c for stage in Stage for c in (stage.status_column, stage.attempt_column)]
+    columns = [
+        c
+        for stage in Stage
+        for c in (stage.status_column, stage.attempt_column, stage.failure_column)
+    ]
     assert len(set(columns)) == len(columns)
     assert all(Stage(stage.status_column) is stage for stage in Stage)
 
@@ -132,10 +149,85 @@ def test_each_side_writes_only_the_statuses_section_0_gives_it():
 # The statements.
 
 
-@pytest.mark.parametrize("reference", ALL_STAGE_STATEMENTS)
-def test_statement_names_every_stage_status_column(reference):
-    sql = _sql(_resolve(reference))
-    assert [stage for stage in Stage if not _names(sql, stage.status_column)] == []
+def _assigned_names(path: str) -> set[str]:
+    tree = ast.parse(Path(path).read_text(encoding="utf-8"))
+    return {
+        target.id
+        for node in tree.body
+        if isinstance(node, ast.Assign | ast.AnnAssign)
+        for target in (node.targets if isinstance(node, ast.Assign) else [node.target])
+        if isinstance(target, ast.Name)
+    }
+
+
+def _service_statements() -> Iterator[tuple[str, object]]:
+    """Every SQL constant of both services, as ``("module:attribute", statement)``; a
+    ``{Stage: statement}`` map yields each statement as ``"module:attribute[STAGE]"``, and a
+    statement of a map is found only through its map."""
+    for package in SERVICES:
+        for info in pkgutil.walk_packages(package.__path__, f"{package.__name__}."):
+            module = importlib.import_module(info.name)
+            owned = {  # imported constants are found in the module that owns them
+                name: value
+                for name, value in vars(module).items()
+                if name in _assigned_names(module.__file__)
+            }
+            maps = {
+                name: value
+                for name, value in owned.items()
+                if isinstance(value, Mapping) and value and all(isinstance(k, Stage) for k in value)
+            }
+            in_maps = {id(statement) for value in maps.values() for statement in value.values()}
+            for name, value in owned.items():
+                if isinstance(value, TextClause | NamedStatement) and id(value) not in in_maps:
+                    yield f"{info.name}:{name}", value
+            for name, value in maps.items():
+                for stage, statement in value.items():
+                    yield f"{info.name}:{name}[{stage.name}]", statement
+
+
+STATEMENTS = dict(_service_statements())
+STAGE_STATEMENTS = {
+    reference: statement
+    for reference, statement in STATEMENTS.items()
+    if any(_names(_sql(statement), stage.status_column) for stage in Stage)
+}
+
+
+def _declared_stage(reference: str) -> Stage | None:
+    """The one stage ``reference`` is written for: ``ONE_STAGE_STATEMENTS`` or its map's key."""
+    if reference.endswith("]"):
+        return Stage[reference.rsplit("[", 1)[1][:-1]]
+    return ONE_STAGE_STATEMENTS.get(reference)
+
+
+def test_the_scan_finds_the_statements_of_both_services():
+    """The opt-out below is only as wide as the scan: it must see both services' statements."""
+    assert "core_service.repository.context_ai_state:CANCEL_STATES" in STAGE_STATEMENTS
+    assert "app.repository.context_start:START_CONTEXT" in STAGE_STATEMENTS
+    assert "app.repository.context_ai_state:CLAIM_STAGE[KEYWORD]" in STAGE_STATEMENTS
+    assert len(STAGE_STATEMENTS) >= 30
+
+
+@pytest.mark.parametrize("reference", sorted(ONE_STAGE_STATEMENTS))
+def test_each_one_stage_declaration_names_a_statement_of_its_stage(reference):
+    assert reference in STATEMENTS, "declared but no such statement"
+    assert _names(_sql(STATEMENTS[reference]), ONE_STAGE_STATEMENTS[reference].status_column)
+
+
+@pytest.mark.parametrize("reference", sorted(STAGE_STATEMENTS))
+def test_statement_names_every_stage_status_column_unless_declared_per_stage(reference):
+    """Opt-out: a SQL constant naming one stage's status column names every stage's, or is
+    declared for one stage (``ONE_STAGE_STATEMENTS``, a ``{Stage: statement}`` map)."""
+    sql = _sql(STAGE_STATEMENTS[reference])
+    declared = _declared_stage(reference)
+    if declared is not None:
+        assert _names(sql, declared.status_column)
+    else:
+        assert [stage for stage in Stage if not _names(sql, stage.status_column)] == []
+
+
+ALL_STAGE_STATEMENTS = sorted(r for r in STAGE_STATEMENTS if _declared_stage(r) is None)
 
 
 @pytest.mark.parametrize("reference", ALL_STAGE_STATEMENTS)
@@ -145,7 +237,81 @@ def test_statement_quotes_only_statuses_of_the_vocabulary(reference):
     module = importlib.import_module(reference.split(":")[0])
     declared = getattr(module, "NON_STATUS_LITERALS", frozenset())
     assert not declared & STATUS_VALUES
-    assert _quoted(_sql(_resolve(reference))) - declared <= STATUS_VALUES
+    assert _quoted(_sql(STAGE_STATEMENTS[reference])) - declared <= STATUS_VALUES
+
+
+_STATUS_COLUMN = "(?:\\w+\\.)?(?:" + "|".join(stage.status_column for stage in Stage) + ")"
+# A SET list (up to the clause after it) assigning CANCELLED to a stage's status column.
+_SETS_CANCELLED = re.compile(
+    rf"\bSET\b(?:(?!\b(?:FROM|WHERE|RETURNING)\b).)*?\b{_STATUS_COLUMN}\s*=\s*'{Status.CANCELLED}'",
+    re.IGNORECASE | re.DOTALL,
+)
+# Stages' status columns listed by hand as the values an IN tests (``'FAILED' IN (s.a, s.b)``).
+_LISTS_STAGES = re.compile(rf"\bIN\s*\(\s*{_STATUS_COLUMN}\s*,\s*{_STATUS_COLUMN}\b", re.IGNORECASE)
+
+
+def _service_source_literals() -> Iterator[tuple[str, str]]:
+    """``(module path, text)`` of every string literal in both services' source."""
+    for package in SERVICES:
+        for path in sorted(Path(package.__path__[0]).rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+                if isinstance(node, ast.Constant) and isinstance(node.value, str):
+                    yield str(path.relative_to(ROOT)), node.value
+
+
+def test_every_cancel_is_the_one_cancel_of_every_stage():
+    """§9 Delete, ``CoreOperation.CANCEL``: a statement that cancels a stage sets every stage
+    ``CANCELLED`` through ``CANCEL_EVERY_STAGE`` (built from the stage order), and no source
+    spells a cancel out by hand, so a new stage is cancelled wherever a context is."""
+    assert _SETS_CANCELLED.search(CANCEL_EVERY_STAGE)
+    assert all(_names(CANCEL_EVERY_STAGE, stage.status_column) for stage in Stage)
+    cancelling = [r for r, st in STATEMENTS.items() if _SETS_CANCELLED.search(_sql(st))]
+    assert "core_service.repository.context_ai_state:CANCEL_STATES" in cancelling
+    assert [r for r in cancelling if CANCEL_EVERY_STAGE not in _sql(STATEMENTS[r])] == []
+    assert CANCEL_EVERY_STAGE in CANCEL_STATES.text
+    by_hand = [
+        path for path, literal in _service_source_literals() if _SETS_CANCELLED.search(literal)
+    ]
+    assert by_hand == []
+
+
+def test_no_source_lists_the_stages_statuses_by_hand():
+    """A list of every stage's statuses that a value is tested against (the record-state CASE's
+    ``'FAILED' IN (...)``, doctor's stale ``PROCESSING``) is built from ``STAGE_ORDER`` at
+    import: one written by hand would leave out a new stage."""
+    by_hand = [
+        (path, match.group(0))
+        for path, literal in _service_source_literals()
+        for match in _LISTS_STAGES.finditer(literal)
+    ]
+    assert by_hand == []
+
+
+def _compares_with_one_stage(test: ast.expr) -> bool:
+    return any(
+        isinstance(node, ast.Compare)
+        and any(
+            isinstance(c, ast.Attribute) and isinstance(c.value, ast.Name) and c.value.id == "Stage"
+            for c in (node.left, *node.comparators)
+        )
+        for node in ast.walk(test)
+    )
+
+
+def test_no_code_picks_one_of_two_stages():
+    """``x if stage is Stage.EMBEDDING else y`` answers ``y`` for every other stage, a third
+    one included: per-stage values are mappings by stage (``record_view.AiStatuses``)."""
+    found = []
+    for package in SERVICES:
+        for path in sorted(Path(package.__path__[0]).rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+                if (
+                    isinstance(node, ast.IfExp | ast.If)
+                    and node.orelse
+                    and _compares_with_one_stage(node.test)
+                ):
+                    found.append((str(path.relative_to(ROOT)), node.lineno))
+    assert found == []
 
 
 @pytest.mark.parametrize("reference", PER_STAGE_STATEMENTS)
@@ -187,12 +353,13 @@ async def test_every_stage_column_checks_exactly_the_statuses(engine):
 
 
 async def test_the_schema_has_no_stage_columns_the_vocabulary_lacks(engine):
-    """Every ``*_status`` and ``*_attempt`` column is a ``Stage``'s; each defaults to the start
-    of its stage (``PENDING``, attempt 0) and is ``NOT NULL``."""
+    """Every ``*_status``, ``*_attempt`` and ``*_failure`` column is a ``Stage``'s; status and
+    attempt default to the start of the stage (``PENDING``, attempt 0) and are ``NOT NULL``."""
     async with engine.connect() as conn:
         columns = {row.column_name: row for row in (await conn.execute(STATE_COLUMNS)).all()}
     assert {c for c in columns if c.endswith("_status")} == {s.status_column for s in Stage}
     assert {c for c in columns if c.endswith("_attempt")} == {s.attempt_column for s in Stage}
+    assert {c for c in columns if c.endswith("_failure")} == {s.failure_column for s in Stage}
     for stage in Stage:
         status, attempt = columns[stage.status_column], columns[stage.attempt_column]
         assert _quoted(status.column_default) == {Status.PENDING.value}, stage

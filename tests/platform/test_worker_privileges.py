@@ -1,5 +1,6 @@
 """The worker's role has exactly the declared privileges
-(``pinlog_platform/schema/worker_privileges.py``), and is refused on the columns it must not
+(``pinlog_platform/contract/schema/worker_privileges.py``), and is refused on the columns it must
+not
 write, over SQL as that role."""
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ from sqlalchemy import text
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError
 
-from pinlog_platform.schema.worker_privileges import (
+from pinlog_platform.contract.schema.worker_privileges import (
     COLUMN_INSERTS,
     COLUMN_UPDATES,
     TABLE_PRIVILEGES,

@@ -20,7 +20,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from app.providers.hashing import hash_embed
 from app.repository.db import to_array
-from pinlog_platform.text_fingerprint import fingerprint
+from pinlog_platform.contract.text_fingerprint import fingerprint
 from tests.fake_openai import Scripted
 from tests.worker.harness import PROCESS_PATH, SECRET, RunningWorker
 

@@ -8,7 +8,7 @@ from sqlalchemy import text
 
 from core_service.repository.record_view import AiStatuses
 from core_service.service.record_reads import AiSummary, summarize
-from pinlog_platform.states import Status
+from pinlog_platform.contract.states import Stage, Status
 from tests.core.harness import bearer
 from tests.worker.support import set_statuses
 
@@ -16,21 +16,28 @@ NOTE = "창가 자리 조용하고 콘센트 많음"
 P, R, C, F, X = (Status(s) for s in ("PENDING", "PROCESSING", "COMPLETED", "FAILED", "CANCELLED"))
 
 
+def _ai(embedding, keyword, embedding_failure=None, keyword_failure=None) -> AiStatuses:
+    return AiStatuses(
+        statuses={Stage.EMBEDDING: embedding, Stage.KEYWORD: keyword},
+        failures={Stage.EMBEDDING: embedding_failure, Stage.KEYWORD: keyword_failure},
+    )
+
+
 @pytest.mark.parametrize(
     ("statuses", "expected"),
     [
-        (AiStatuses(P, P, None, None), AiSummary("pending")),
-        (AiStatuses(R, P, None, None), AiSummary("processing")),
-        (AiStatuses(C, R, None, None), AiSummary("processing")),
-        (AiStatuses(C, P, None, None), AiSummary("pending")),
-        (AiStatuses(C, C, None, None), AiSummary("completed")),
-        (AiStatuses(C, F, None, "judge_refused"), AiSummary("failed", "keyword", "judge_refused")),
+        (_ai(P, P), AiSummary("pending")),
+        (_ai(R, P), AiSummary("processing")),
+        (_ai(C, R), AiSummary("processing")),
+        (_ai(C, P), AiSummary("pending")),
+        (_ai(C, C), AiSummary("completed")),
+        (_ai(C, F, None, "judge_refused"), AiSummary("failed", "keyword", "judge_refused")),
         (
-            AiStatuses(F, F, "input_blank", "embedding_failed"),
+            _ai(F, F, "input_blank", "embedding_failed"),
             AiSummary("failed", "embedding", "input_blank"),
         ),
-        (AiStatuses(F, P, None, None), AiSummary("failed", "embedding", "unknown")),
-        (AiStatuses(X, X, None, None), AiSummary("pending")),
+        (_ai(F, P), AiSummary("failed", "embedding", "unknown")),
+        (_ai(X, X), AiSummary("pending")),
     ],
 )
 def test_summary_rules(statuses, expected):

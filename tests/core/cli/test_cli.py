@@ -13,7 +13,7 @@ from sqlalchemy import text
 
 from app.repository.db import create_engine
 from core_service.service.member_tokens import AUDIENCE
-from pinlog_platform import schema as migrations
+from pinlog_platform.contract import schema as migrations
 from tests.core.harness import JWT_SECRET
 from tests.core.support import assert_status_of_mix, build_status_mix, spend_line
 from tests.worker.harness import PROFILE, SECRET

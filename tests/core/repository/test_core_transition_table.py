@@ -25,7 +25,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from core_service.repository import context_ai_state, keyword_reprocess
 from core_service.repository.context_ai_state import Expiries
-from pinlog_platform.states import (
+from pinlog_platform.contract.states import (
     CLAIMABLE,
     CORE_TRANSITIONS,
     STAGE_ORDER,

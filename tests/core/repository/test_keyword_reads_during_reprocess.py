@@ -12,7 +12,7 @@ from app.repository import context_ai_state as worker_states
 from app.repository import stage_saves
 from core_service.repository import keyword_reprocess, record_page, record_view
 from core_service.repository.db import autocommit, transaction
-from pinlog_platform.states import Stage
+from pinlog_platform.contract.states import Stage
 from tests.core import support as facts
 from tests.core.harness import bearer
 from tests.worker.harness import PROFILE

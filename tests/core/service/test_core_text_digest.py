@@ -9,7 +9,7 @@ import unicodedata
 
 from sqlalchemy import text
 
-from pinlog_platform.text_fingerprint import fingerprint
+from pinlog_platform.contract.text_fingerprint import fingerprint
 from tests.worker.support import count_rows, fetch_state, make_state, stored_embedding
 
 BODY = "조용한 북카페. 책 읽기 좋아요."

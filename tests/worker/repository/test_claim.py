@@ -11,9 +11,9 @@ from sqlalchemy.engine import make_url
 
 from app.repository import context_ai_state
 from app.repository.db import register_vector_codec
+from app.repository.named_statements import compile_named
 from app.repository.stage_pool import StagePool
-from pinlog_platform.db.named_statements import compile_named
-from pinlog_platform.states import Stage, Status
+from pinlog_platform.contract.states import Stage, Status
 from tests.worker.support import fetch_state, make_state
 
 EXPIRY = 600

@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 
 from app.repository import profile_vectors
+from app.repository.named_statements import compile_named
 from app.repository.profile_vectors import BackfillClaim
 from app.repository.stage_pool import StagePool
-from pinlog_platform.db.named_statements import compile_named
 from tests.worker.backfill_support import BackfillRow as Row
 from tests.worker.backfill_support import (
     backfill_row,

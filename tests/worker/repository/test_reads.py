@@ -8,8 +8,8 @@ import hashlib
 import numpy as np
 
 from app.repository import context_start, keyword_preset
-from pinlog_platform.preset_list import LIST_VERSION
-from pinlog_platform.states import Status
+from pinlog_platform.contract.preset_list import LIST_VERSION
+from pinlog_platform.contract.states import Status
 from tests.worker.support import (
     PROFILE,
     fetch_state,
@@ -64,7 +64,8 @@ async def test_start_without_state_row_is_none(engine, stage_pool):
 
 
 async def test_usable_presets_exclude_blocked_inactive_and_other_profiles(engine):
-    """Usable under a profile (pinlog_platform.preset_list): active, not BLOCKED, with a vector
+    """Usable under a profile (pinlog_platform.contract.preset_list): active, not BLOCKED, with a
+    vector
     of the profile embedded from the preset's current revision; the list version is the
     highest revision among them, the same for the worker's rows and the core's statement."""
     await make_preset(engine, preset_id=1, version=3)

@@ -8,7 +8,7 @@ from sqlalchemy import text
 
 from app.errors import DatabaseStatementError
 from app.repository import context_ai_state, stage_saves
-from pinlog_platform.states import Stage
+from pinlog_platform.contract.states import Stage
 from tests.worker.open_transactions import (
     cancel_context,
     cancelled_in_open_transaction,

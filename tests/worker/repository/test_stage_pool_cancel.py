@@ -20,7 +20,7 @@ from sqlalchemy import text
 
 from app.repository import context_ai_state, stage_saves
 from app.repository.stage_pool import StagePool
-from pinlog_platform.states import Stage
+from pinlog_platform.contract.states import Stage
 from tests.ops.pgbouncer import find_binary, running_pgbouncer
 from tests.worker.support import count_rows, fetch_state, make_state, vector
 

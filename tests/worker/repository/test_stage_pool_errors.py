@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from app.errors import DatabaseStatementError, DatabaseUnavailable, TransientError
+from app.repository.named_statements import NamedStatement, compile_named
 from app.repository.stage_pool import StagePool
-from pinlog_platform.db.named_statements import NamedStatement, compile_named
 
 MARKER = "argument-marker-7f3a"
 SELECT_ONE = compile_named("SELECT 1")

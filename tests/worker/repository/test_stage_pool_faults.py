@@ -14,9 +14,9 @@ from sqlalchemy.engine import make_url
 
 from app.errors import DatabaseUnavailable
 from app.repository import context_ai_state
+from app.repository.named_statements import compile_named
 from app.repository.stage_pool import StagePool
-from pinlog_platform.db.named_statements import compile_named
-from pinlog_platform.states import Stage
+from pinlog_platform.contract.states import Stage
 from tests.fault_proxy import fault_proxy, set_read_only
 from tests.worker.support import fetch_state, make_state
 

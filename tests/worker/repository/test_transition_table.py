@@ -16,7 +16,13 @@ import pytest
 from sqlalchemy import text
 
 from app.repository import context_ai_state, context_start, stage_saves
-from pinlog_platform.states import CLAIMABLE, STAGE_ORDER, WORKER_TRANSITIONS, Stage, Status
+from pinlog_platform.contract.states import (
+    CLAIMABLE,
+    STAGE_ORDER,
+    WORKER_TRANSITIONS,
+    Stage,
+    Status,
+)
 from tests.worker.support import PROFILE, fetch_state, make_preset, make_state, vector
 
 EXPIRY = 600

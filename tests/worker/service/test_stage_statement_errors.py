@@ -16,8 +16,8 @@ from sqlalchemy import text
 
 from app.errors import DatabaseStatementError
 from app.repository import context_ai_state, stage_saves
-from pinlog_platform.db.named_statements import compile_named
-from pinlog_platform.states import Stage
+from app.repository.named_statements import compile_named
+from pinlog_platform.contract.states import Stage
 from tests.fake_openai import Scripted, judge_body
 from tests.worker.support import PROFILE, fetch_state, make_state
 

@@ -110,7 +110,8 @@ def test_snapshot_of_only_rejected_presets_is_empty_and_yields_no_candidates():
 
 def test_snapshot_version_is_the_list_version_of_the_rows_loaded():
     """The highest version among the rows the usable-presets statement returned, a rejected
-    vector's included: the list version as the core computes it (pinlog_platform.preset_list),
+    vector's included: the list version as the core computes it
+    (pinlog_platform.contract.preset_list),
     so a worker never reports a version the core would wait for in vain."""
     snapshot = build_snapshot(
         PROFILE,

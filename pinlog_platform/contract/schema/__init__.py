@@ -4,7 +4,7 @@ Shared by the core service (``pinlog-core db upgrade``: every file) and the AI w
 (``pinlog-ai db upgrade``: the ``ai`` files only), so there is one ledger and one lock.
 """
 
-from pinlog_platform.schema.runner import (
+from pinlog_platform.contract.schema.runner import (
     MigrationError,
     MigrationFile,
     MigrationPrivilegeError,

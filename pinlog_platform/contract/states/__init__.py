@@ -4,11 +4,13 @@
 ``ai.context_ai_state`` (its status column, ``0002_ai_tables.sql``, and its attempt column,
 ``0008_stage_attempts.sql``) and what it requires of the other stages; ``STAGE_ORDER`` is the
 pipeline's order. ``WORKER_TRANSITIONS`` and ``CORE_TRANSITIONS`` are the two sides'
-transition tables, as data. ``ALL_STAGE_STATEMENTS`` and ``PER_STAGE_STATEMENTS`` name the
-statements a new stage must reach.
+transition tables, as data. Every SQL constant of both services that names a stage's status
+column must name every stage's, unless it is declared for one stage: ``ONE_STAGE_STATEMENTS``
+and the ``{Stage: statement}`` maps of ``PER_STAGE_STATEMENTS``.
 
 Drift tests hold the services to this module: ``tests/platform/test_stage_vocabulary.py`` (the
-schema's CHECK lists equal ``Status``; every listed statement names every stage),
+schema's CHECK lists equal ``Status``; every statement naming one stage names every stage unless
+declared per stage),
 ``tests/worker/repository/test_transition_table.py`` (the worker's statements from every status) and
 ``tests/core/repository/test_core_transition_table.py`` (the core's).
 
@@ -36,20 +38,23 @@ class Status(StrEnum):
 class Stage(StrEnum):
     """A pipeline stage; the value is the ``ai.context_ai_state`` column holding its status.
 
-    Each member is declared with both of its columns, ``(status column, attempt column)``, so
-    a stage cannot exist without its attempt counter. Repository functions accept only
-    ``Stage``: each stage has its own statements (§2).
+    Each member is declared with its three columns, ``(status column, attempt column, failure
+    column)``, so a stage cannot exist without its attempt counter and its failure reason
+    (``0010_stage_failure_reasons.sql``, ``failure_reasons.FailureReason``). Repository
+    functions accept only ``Stage``: each stage has its own statements (§2).
     """
 
-    EMBEDDING = "embedding_status", "embedding_attempt"
-    KEYWORD = "keyword_status", "keyword_attempt"
+    EMBEDDING = "embedding_status", "embedding_attempt", "embedding_failure"
+    KEYWORD = "keyword_status", "keyword_attempt", "keyword_failure"
 
     attempt_column: str
+    failure_column: str
 
-    def __new__(cls, status_column: str, attempt_column: str) -> Stage:
+    def __new__(cls, status_column: str, attempt_column: str, failure_column: str) -> Stage:
         member = str.__new__(cls, status_column)
         member._value_ = status_column
         member.attempt_column = attempt_column
+        member.failure_column = failure_column
         return member
 
     @property
@@ -146,24 +151,27 @@ CORE_TRANSITIONS: Mapping[CoreOperation, frozenset[tuple[Status | None, Status]]
     )
 )
 
-# Statements that must name every stage's status column, as "module:attribute" (a SQL string
-# or ``text()`` clause): a stage they forget would be created without a status, never
-# cancelled, never rescanned or finalized, not read by the pre-check or the rescan's re-read,
-# or not checked by ``pinlog-ai doctor``. Attempt columns are not required here: only a stage's
-# own claim writes its attempt (docs/state-machine.md "Attempts"); the core never names one.
-ALL_STAGE_STATEMENTS: tuple[str, ...] = (
-    "core_service.repository.context_ai_state:INSERT_PENDING_STATE",
-    "core_service.repository.context_ai_state:CANCEL_STATES",
-    "core_service.repository.context_ai_state:CLAIM_STALE",
-    "core_service.repository.context_ai_state:FINALIZE_EXHAUSTED",
-    "core_service.repository.context_ai_state:CLOSE_BLOCKED_KEYWORD_STAGES",
-    "core_service.repository.context:LOAD_FOR_DISPATCH",
-    "core_service.repository.status_counts:STATUS_COUNTS",
-    "core_service.repository.failed_contexts:SELECT_FAILED",
-    "core_service.repository.failed_contexts:LOCK_FAILED",
-    "app.repository.context_start:START_CONTEXT",
-    "app.repository.invariants:KEYWORD_COMPLETED_BEFORE_EMBEDDING",
-    "app.repository.invariants:STALE_PROCESSING_EXHAUSTED",
+# Statements written for one stage, as "module:attribute" -> the stage: each names its stage's
+# status column and need not name the others'. Every other SQL constant of both services that
+# names a stage's status column must name every stage's (tests/platform/test_stage_vocabulary.py
+# finds them all): a stage it forgot would be created without a status, never cancelled, never
+# rescanned or finalized, not read by the pre-check, the record reads or the status counts, or
+# not checked by ``pinlog-ai doctor``. The statements of the ``PER_STAGE_STATEMENTS`` maps are
+# declared by their map. Attempt columns are not required: only a stage's own claim writes its
+# attempt (docs/state-machine.md "Attempts"); the core never names one.
+ONE_STAGE_STATEMENTS: Mapping[str, Stage] = MappingProxyType(
+    {
+        # doctor's per-stage invariants (docs/operations.md "doctor")
+        "app.repository.invariants:CANCELLED_EMBEDDING_NOT_DELETED": Stage.EMBEDDING,
+        "app.repository.invariants:COMPLETED_EMBEDDING_WITHOUT_ROW": Stage.EMBEDDING,
+        "app.repository.invariants:COMPLETED_WITHOUT_VECTOR_OF_PROFILE": Stage.EMBEDDING,
+        "app.repository.invariants:KEYWORDS_OF_UNFINISHED_STAGE": Stage.KEYWORD,
+        # the embedding-profile switch: vectors under another profile (docs/operations.md)
+        "app.repository.profile_vectors:SAVE_BACKFILL_VECTOR": Stage.EMBEDDING,
+        "core_service.repository.embedding_switch:SEED_BACKFILL": Stage.EMBEDDING,
+        "core_service.repository.embedding_switch:COVERAGE": Stage.EMBEDDING,
+        "core_service.repository.embedding_switch:FAILED_BY_REASON": Stage.EMBEDDING,
+    }
 )
 
 # Statements written once per stage, as "module:attribute" naming a ``{Stage: statement}`` map:

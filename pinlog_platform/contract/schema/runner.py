@@ -98,7 +98,7 @@ class MigrationFile:
 
 def bundled_directory() -> Path:
     """The ``sql/`` directory shipped inside this package (package data, not a repo path)."""
-    return Path(str(resources.files("pinlog_platform.schema") / "sql"))
+    return Path(str(resources.files("pinlog_platform.contract.schema") / "sql"))
 
 
 def discover(directory: Path | None = None, scope: Scope = Scope.ALL) -> list[MigrationFile]:

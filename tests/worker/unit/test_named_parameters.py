@@ -1,11 +1,11 @@
-"""``:name`` placeholders compiled into asyncpg's ``$n`` (``pinlog_platform.db.named_statements``):
+"""``:name`` placeholders compiled into asyncpg's ``$n`` (``app.repository.named_statements``):
 what is a placeholder and what is not, and how keyword arguments bind."""
 
 from __future__ import annotations
 
 import pytest
 
-from pinlog_platform.db.named_statements import NamedStatement, compile_named
+from app.repository.named_statements import NamedStatement, compile_named
 
 
 def test_placeholders_are_numbered_in_order_of_first_use():

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from enum import StrEnum
 
+from pinlog_platform.contract.states import Stage
+
 
 class FailureReason(StrEnum):
     """Reason code of a ``FAILED`` stage; the worker writes the first eight, the core the
@@ -32,8 +34,6 @@ class FailureReason(StrEnum):
     UNKNOWN = "unknown"
 
 
-# The column holding each stage's reason, by the stage's status column (``Stage`` value).
-FAILURE_COLUMNS = {
-    "embedding_status": "embedding_failure",
-    "keyword_status": "keyword_failure",
-}
+# The column holding each stage's reason, by the stage's status column (``Stage`` value);
+# declared with the stage (``Stage.failure_column``).
+FAILURE_COLUMNS = {stage.status_column: stage.failure_column for stage in Stage}
