@@ -23,6 +23,9 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 # Live contexts (module docstring), aliased s (state) and c (context): a FROM and WHERE.
+# The switch's own states, quoted by its statements (not stage statuses).
+NON_STATUS_LITERALS = frozenset({"idle", "backfilling", "cut_over", "rolling_back"})
+
 _LIVE_CONTEXTS = """
     FROM ai.context_ai_state AS s
     JOIN core.context AS c ON c.id = s.context_id

@@ -171,6 +171,11 @@ ONE_STAGE_STATEMENTS: Mapping[str, Stage] = MappingProxyType(
         "core_service.repository.embedding_switch:SEED_BACKFILL": Stage.EMBEDDING,
         "core_service.repository.embedding_switch:COVERAGE": Stage.EMBEDDING,
         "core_service.repository.embedding_switch:FAILED_BY_REASON": Stage.EMBEDDING,
+        # the switch's guarded moves check the embedding coverage of a profile
+        "core_service.repository.embedding_switch:CUT_OVER": Stage.EMBEDDING,
+        "core_service.repository.embedding_switch:FINISH": Stage.EMBEDDING,
+        "core_service.repository.embedding_switch:MOVE_TO_IDLE": Stage.EMBEDDING,
+        "core_service.repository.embedding_switch:STAGES_OPEN_FROM_BEFORE": Stage.EMBEDDING,
     }
 )
 
