@@ -198,7 +198,12 @@ class CoreSettings(HttpServingSettings, TokenSettings, StateClockSettings):
         default=200, ge=0, description="Writes or searches a member may make at once; 0 = off"
     )
     member_daily_notes: int = Field(
-        default=0, ge=0, description="Notes a member may create in 24 hours; 0 = off"
+        default=0,
+        ge=0,
+        description=(
+            "Notes a member may make per UTC day (creates, added contexts, edits that write a "
+            "new context); 0 = off"
+        ),
     )
     ops_port: int | None = Field(
         default=None,
