@@ -139,6 +139,7 @@ def presets_load(
         DEFAULT_PRESET_FILE,
         PRESETS_STAGE,
         PresetFileError,
+        PresetListChangedError,
         load_presets,
         read_preset_file,
     )
@@ -174,7 +175,11 @@ def presets_load(
             await embedder.aclose()
             await engine.dispose()
 
-    report = _run(run)
+    try:
+        report = _run(run)
+    except PresetListChangedError as exc:
+        typer.echo(f"{PROGRAM}: {exc}", err=True)
+        raise typer.Exit(1) from None
     state = "updated" if report.changed else "unchanged"
     typer.echo(
         f"presets {state}: {report.presets} presets, list version {report.version}, "
