@@ -132,8 +132,8 @@ def presets_load(
     settings = _settings(ToolSettings)
 
     from app.metrics import WorkerMetrics
-    from app.providers.factory import build_embedding_provider
-    from app.providers.usage import StageTagged, attach_usage
+    from app.providers.factory import build_budgets, build_embedding_provider
+    from app.providers.usage import StageTagged, attach_budget, attach_usage
     from app.repository.db import create_engine
     from app.service.preset_loader import (
         DEFAULT_PRESET_FILE,
@@ -165,6 +165,9 @@ def presets_load(
             engine, WorkerMetrics(), settings.prices, flush_seconds=settings.usage_flush_seconds
         )
         attach_usage(embedder, ledger)
+        # One process's share of the embedding budget, as a worker's: each wire request,
+        # retries included, takes it, and the list is cut by its token budget.
+        attach_budget(embedder, build_budgets(settings)["embedding"])
         try:
             return await load_presets(
                 engine, StageTagged(embedder, PRESETS_STAGE), preset_file,
@@ -272,8 +275,8 @@ def smoke(
     settings = _settings(SmokeSettings)
 
     from app.metrics import WorkerMetrics
-    from app.providers.factory import build_embedding_provider, build_judge
-    from app.providers.usage import CollectingSink
+    from app.providers.factory import build_budgets, build_embedding_provider, build_judge
+    from app.providers.usage import CollectingSink, attach_budget
     from app.service.smoke import run_smoke
 
     async def run():
@@ -283,6 +286,10 @@ def smoke(
         for provider in (embedder, getattr(embedder, "inner", None), judge):
             if hasattr(provider, "usage"):
                 provider.usage = sink
+        # One process's share of each budget, as a worker's: retries take it too.
+        budgets = build_budgets(settings)
+        attach_budget(embedder, budgets["embedding"])
+        attach_budget(judge, budgets["judge"])
         try:
             return await run_smoke(
                 embedder,
