@@ -17,7 +17,7 @@ from typing import NoReturn, TypeVar
 import typer
 
 from app.settings import ENV_PREFIX
-from pinlog_platform.cli import exit_codes, serve_options, startup
+from pinlog_platform.cli import exit_codes, numbers, serve_options, startup
 from pinlog_platform.cli.version import add_version_option
 
 T = TypeVar("T")
@@ -193,7 +193,7 @@ def presets_load(
 @app.command()
 def serve(
     host: str = typer.Option("127.0.0.1", metavar="HOST", help="Interface to bind"),
-    port: int = typer.Option(8000, metavar="PORT", help="TCP port"),
+    port: int = typer.Option(8000, metavar="PORT", help="TCP port", parser=numbers.whole(0, 65535)),
     limit_concurrency: int | None = serve_options.limit_concurrency(ENV_PREFIX),
     max_header_bytes: int | None = serve_options.max_header_bytes(ENV_PREFIX),
     head_timeout: float | None = serve_options.head_timeout(ENV_PREFIX),
@@ -202,7 +202,7 @@ def serve(
     forwarded_allow_ips: str | None = serve_options.forwarded_allow_ips(),
     timeout_graceful_shutdown: int | None = typer.Option(
         None,
-        min=0,
+        parser=numbers.whole(0, 86400),
         metavar="SECONDS",
         help="Seconds open HTTP connections get to finish on SIGTERM before the worker pool's "
         "own PINLOG_SHUTDOWN_GRACE_SECONDS starts (default: wait for them)",
@@ -262,7 +262,7 @@ DEFAULT_SMOKE_LATENCY_SECONDS = 10.0
 def smoke(
     max_latency_seconds: float = typer.Option(
         DEFAULT_SMOKE_LATENCY_SECONDS,
-        min=0.0,
+        parser=numbers.decimal_seconds(0, 3600),
         metavar="SECONDS",
         help="Longest acceptable time of each provider call",
     ),
@@ -360,10 +360,16 @@ def doctor() -> None:
 @app.command()
 def demo(
     port: int = typer.Option(
-        8765, metavar="PORT", help="Worker's preferred port; a free one if taken"
+        8765,
+        metavar="PORT",
+        help="Worker's preferred port; a free one if taken",
+        parser=numbers.whole(0, 65535),
     ),
     core_port: int = typer.Option(
-        8766, metavar="PORT", help="Core service's preferred port; a free one if taken"
+        8766,
+        metavar="PORT",
+        help="Core service's preferred port; a free one if taken",
+        parser=numbers.whole(0, 65535),
     ),
     serve_after: bool = typer.Option(True, "--serve/--no-serve", help="Keep serving"),
     data_dir: Path = typer.Option(

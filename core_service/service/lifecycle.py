@@ -42,7 +42,7 @@ from core_service.repository import (
     place,
     record,
 )
-from core_service.repository.db import single_statement, transaction
+from core_service.repository.db import client_single_statement, client_transaction
 from core_service.service.context_body import (
     normalize_body,
     normalize_text,
@@ -115,7 +115,7 @@ class ContextLifecycle:
         place_name = normalize_text(
             place_name, field="placeName", max_characters=PLACE_NAME_CHARACTERS
         )
-        created = await single_statement(
+        created = await client_single_statement(
             self._engine,
             partial(
                 self._within_daily_cap,
@@ -161,7 +161,7 @@ class ContextLifecycle:
         ``RateLimitedError`` (429: the daily note cap), ``UnavailableError`` (503).
         """
         stored_body = normalize_body(body)
-        added = await single_statement(
+        added = await client_single_statement(
             self._engine,
             partial(
                 self._within_daily_cap,
@@ -205,7 +205,7 @@ class ContextLifecycle:
         writes a new context takes like a create), ``UnavailableError`` (503).
         """
         stored_body = normalize_body(body)
-        outcome = await single_statement(
+        outcome = await client_single_statement(
             self._engine,
             partial(
                 self._within_daily_cap,
@@ -243,7 +243,7 @@ class ContextLifecycle:
         ``ConflictError`` (409: already deleted, or the record's last active context),
         ``UnavailableError`` (503).
         """
-        outcome = await single_statement(
+        outcome = await client_single_statement(
             self._engine,
             partial(context_writes.delete, member_id=member_id, context_id=context_id),
         )
@@ -260,7 +260,7 @@ class ContextLifecycle:
         Raises ``NotFoundError`` (404: missing, already deleted or another member's record),
         ``UnavailableError`` (503).
         """
-        async with transaction(self._engine) as conn:
+        async with client_transaction(self._engine) as conn:
             if not await record.delete(conn, record_id=record_id, member_id=member_id):
                 raise NotFoundError("record")
             context_ids = await context.lock_active_in_records(conn, [record_id])
@@ -274,7 +274,7 @@ class ContextLifecycle:
 
         Raises ``UnauthenticatedError`` (401: not active), ``UnavailableError`` (503).
         """
-        async with transaction(self._engine) as conn:
+        async with client_transaction(self._engine) as conn:
             if not await member.withdraw(conn, member_id):
                 raise UnauthenticatedError("member is not active")
             record_ids = await record.delete_all_of_member(conn, member_id)
@@ -289,7 +289,7 @@ class ContextLifecycle:
         """§9 Create as one statement per row, each with a new snapshot: for the rare create
         that met a place or record committed concurrently (``context_writes`` module
         docstring). ``(record_id, context_id, record_created, record_place_name)``."""
-        async with transaction(self._engine) as conn:
+        async with client_transaction(self._engine) as conn:
             if not await member.lock_active(conn, member_id):
                 raise UnauthenticatedError("member is not active")
             stored_place = await place.get_or_create(
