@@ -303,6 +303,8 @@ class ContextLifecycle:
             ):
                 self._count_daily_note("limited")
                 raise RateLimitedError(seconds_to_next_utc_day())
+            if self._daily_notes > 0:
+                self._count_daily_note("admitted")
             context_id = await insert_context(conn, member_id, record_id, stored_body)
         self._metrics.create_step_by_step.inc()
         return record_id, context_id, record_created, record_place_name

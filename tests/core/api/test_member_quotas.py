@@ -130,6 +130,7 @@ async def test_forty_parallel_creates_under_a_cap_of_five_make_five_notes(
                 for i in range(40)
             )
         )
+        metrics = (await core.ops.get("/metrics")).text
     statuses = sorted(answer.status_code for answer in answers)
     async with engine.connect() as conn:
         notes = (
@@ -146,3 +147,5 @@ async def test_forty_parallel_creates_under_a_cap_of_five_make_five_notes(
     assert notes == 5
     assert empty_records == 0
     assert statuses.count(429) == 35 and all(status in (200, 201) for status in statuses[:5])
+    assert sample_value(metrics, QUOTA, kind="daily_notes", outcome="admitted") == 5
+    assert sample_value(metrics, QUOTA, kind="daily_notes", outcome="limited") == 35
