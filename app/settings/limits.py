@@ -41,7 +41,12 @@ class LimitSettings(BaseModel):
     )
 
     embedding_requests_per_minute: int = Field(
-        default=0, ge=0, description="Embedding requests per minute, all replicas (0: no limit)"
+        default=0,
+        ge=0,
+        description=(
+            "Embedding requests on the wire per minute, retries included, all replicas "
+            "(0: no limit)"
+        ),
     )
     embedding_tokens_per_minute: int = Field(
         default=0,
@@ -50,7 +55,11 @@ class LimitSettings(BaseModel):
         "embedding batches",
     )
     judge_requests_per_minute: int = Field(
-        default=0, ge=0, description="Judge requests per minute, all replicas (0: no limit)"
+        default=0,
+        ge=0,
+        description=(
+            "Judge requests on the wire per minute, retries included, all replicas (0: no limit)"
+        ),
     )
     judge_tokens_per_minute: int = Field(
         default=0,
