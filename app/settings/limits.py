@@ -100,7 +100,10 @@ class LimitSettings(BaseModel):
         default=6000, ge=1, description="Longer normalised text is a permanent input error"
     )
     processing_expiry_seconds: int = Field(
-        default=600, ge=1, description="A PROCESSING stage older than this may be reclaimed (§2)"
+        default=600,
+        ge=1,
+        le=10 * 365 * 24 * 3600,  # an interval PostgreSQL holds (core: MAX_SQL_SECONDS)
+        description="A PROCESSING stage older than this may be reclaimed (§2)",
     )
     keyword_top_k: int = Field(default=10, ge=1, le=100, description="Candidates per judgment")
     presets_refresh_seconds: float = Field(
