@@ -17,7 +17,7 @@ from typing import NoReturn, TypeVar
 import typer
 
 from app.settings import ENV_PREFIX
-from pinlog_platform.cli import exit_codes, serve_options, startup
+from pinlog_platform.cli import exit_codes, numbers, serve_options, startup
 from pinlog_platform.cli.version import add_version_option
 
 T = TypeVar("T")
@@ -128,13 +128,14 @@ def presets_load(
     settings = _settings(ToolSettings)
 
     from app.metrics import WorkerMetrics
-    from app.providers.factory import build_embedding_provider
-    from app.providers.usage import StageTagged, attach_usage
+    from app.providers.factory import build_budgets, build_embedding_provider
+    from app.providers.usage import StageTagged, attach_budget, attach_usage
     from app.repository.db import create_engine
     from app.service.preset_loader import (
         DEFAULT_PRESET_FILE,
         PRESETS_STAGE,
         PresetFileError,
+        PresetListChangedError,
         load_presets,
         read_preset_file,
     )
@@ -160,6 +161,9 @@ def presets_load(
             engine, WorkerMetrics(), settings.prices, flush_seconds=settings.usage_flush_seconds
         )
         attach_usage(embedder, ledger)
+        # One process's share of the embedding budget, as a worker's: each wire request,
+        # retries included, takes it, and the list is cut by its token budget.
+        attach_budget(embedder, build_budgets(settings)["embedding"])
         try:
             return await load_presets(
                 engine, StageTagged(embedder, PRESETS_STAGE), preset_file,
@@ -170,7 +174,11 @@ def presets_load(
             await embedder.aclose()
             await engine.dispose()
 
-    report = _run(run)
+    try:
+        report = _run(run)
+    except PresetListChangedError as exc:
+        typer.echo(f"{PROGRAM}: {exc}", err=True)
+        raise typer.Exit(1) from None
     state = "updated" if report.changed else "unchanged"
     typer.echo(
         f"presets {state}: {report.presets} presets, list version {report.version}, "
@@ -181,7 +189,7 @@ def presets_load(
 @app.command()
 def serve(
     host: str = typer.Option("127.0.0.1", metavar="HOST", help="Interface to bind"),
-    port: int = typer.Option(8000, metavar="PORT", help="TCP port"),
+    port: int = typer.Option(8000, metavar="PORT", help="TCP port", parser=numbers.whole(0, 65535)),
     limit_concurrency: int | None = serve_options.limit_concurrency(ENV_PREFIX),
     max_header_bytes: int | None = serve_options.max_header_bytes(ENV_PREFIX),
     head_timeout: float | None = serve_options.head_timeout(ENV_PREFIX),
@@ -190,7 +198,7 @@ def serve(
     forwarded_allow_ips: str | None = serve_options.forwarded_allow_ips(),
     timeout_graceful_shutdown: int | None = typer.Option(
         None,
-        min=0,
+        parser=numbers.whole(0, 86400),
         metavar="SECONDS",
         help="Seconds open HTTP connections get to finish on SIGTERM before the worker pool's "
         "own PINLOG_SHUTDOWN_GRACE_SECONDS starts (default: wait for them)",
@@ -250,7 +258,7 @@ DEFAULT_SMOKE_LATENCY_SECONDS = 10.0
 def smoke(
     max_latency_seconds: float = typer.Option(
         DEFAULT_SMOKE_LATENCY_SECONDS,
-        min=0.0,
+        parser=numbers.decimal_seconds(0, 3600),
         metavar="SECONDS",
         help="Longest acceptable time of each provider call",
     ),
@@ -263,8 +271,8 @@ def smoke(
     settings = _settings(SmokeSettings)
 
     from app.metrics import WorkerMetrics
-    from app.providers.factory import build_embedding_provider, build_judge
-    from app.providers.usage import CollectingSink
+    from app.providers.factory import build_budgets, build_embedding_provider, build_judge
+    from app.providers.usage import CollectingSink, attach_budget
     from app.service.smoke import run_smoke
 
     async def run():
@@ -274,6 +282,10 @@ def smoke(
         for provider in (embedder, getattr(embedder, "inner", None), judge):
             if hasattr(provider, "usage"):
                 provider.usage = sink
+        # One process's share of each budget, as a worker's: retries take it too.
+        budgets = build_budgets(settings)
+        attach_budget(embedder, budgets["embedding"])
+        attach_budget(judge, budgets["judge"])
         try:
             return await run_smoke(
                 embedder,

@@ -10,17 +10,20 @@ from __future__ import annotations
 
 import dataclasses
 import gc
+import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from sqlalchemy import exc as sa_exc
 
 from app.api.routes import RETRY_AFTER_SECONDS, router
 from app.api.security import InternalSecretMiddleware
 from app.composition import Worker, build_worker
 from app.errors import (
+    DatabaseStatementError,
     InvalidInputError,
     PermanentError,
     ProfileMismatchError,
@@ -29,11 +32,14 @@ from app.errors import (
 )
 from app.metrics import WorkerMetrics
 from app.settings import Settings
+from pinlog_platform.db.sqlstates import sqlstate
 from pinlog_platform.http.body_limit import BodySizeLimitMiddleware
 from pinlog_platform.http.probes import probes
 from pinlog_platform.http.request_deadline import RequestDeadlineMiddleware
 from pinlog_platform.http.request_timing import RequestTimingMiddleware
 from pinlog_platform.http.validation import validation_error
+
+logger = logging.getLogger(__name__)
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
@@ -73,6 +79,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.add_exception_handler(RequestValidationError, validation_error)
     for error_class, status in _ERROR_STATUSES.items():
         app.add_exception_handler(error_class, _worker_error(status))
+    for error_class in (sa_exc.SQLAlchemyError, DatabaseStatementError):
+        app.add_exception_handler(error_class, _database_fault)
     # A middleware added later runs further out: the secret is checked before the body size,
     # so an unauthenticated caller learns nothing, not even the limit (§8).
     app.add_middleware(BodySizeLimitMiddleware, max_bytes=settings.max_request_bytes)
@@ -112,6 +120,19 @@ def _worker_error(status: int):
         return JSONResponse({"detail": str(exc)}, status_code=status, headers=headers)
 
     return handler
+
+
+async def _database_fault(_request: Request, exc: Exception) -> JSONResponse:
+    """A database error no translation claimed on a request path: a bug of ours, HTTP 500 with
+    one ERROR line naming its class and SQLSTATE only (the driver's message can quote the
+    statement's parameters: a note, a vector), never a traceback."""
+    if isinstance(exc, DatabaseStatementError):  # its message names only its SQLSTATE
+        logger.error("internal error: %s", exc)
+    else:
+        logger.error(
+            "internal error: %s (SQLSTATE %s)", type(exc).__name__, sqlstate(exc) or "unknown"
+        )
+    return JSONResponse({"detail": "internal error"}, status_code=500)
 
 
 def _publish(app: FastAPI, worker: Worker) -> None:

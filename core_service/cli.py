@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import typer
 
 from core_service.settings import ENV_PREFIX
-from pinlog_platform.cli import exit_codes, serve_options, startup
+from pinlog_platform.cli import exit_codes, numbers, serve_options, startup
 from pinlog_platform.cli.version import add_version_option
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, rich_markup_mode=None)
@@ -131,12 +131,11 @@ def db_upgrade() -> None:
 @app.command()
 def serve(
     host: str = typer.Option("127.0.0.1", metavar="HOST", help="Interface to bind"),
-    port: int = typer.Option(8080, metavar="PORT", help="TCP port"),
+    port: int = typer.Option(8080, metavar="PORT", help="TCP port", parser=numbers.whole(0, 65535)),
     no_rescan: bool = typer.Option(False, "--no-rescan", help="Do not run the rescan loop"),
     ops_port: int | None = typer.Option(
         None,
-        min=0,
-        max=65535,
+        parser=numbers.whole(0, 65535),
         metavar="PORT",
         help="Port of the operations listener (/metrics, detailed /readyz); overrides "
         "PINLOG_CORE_OPS_PORT; none when neither is set",
@@ -293,7 +292,9 @@ def rescan(once: bool = typer.Option(False, "--once", help="One finalize + resca
 
 @app.command()
 def token(
-    member: int = typer.Option(..., "--member", min=1, metavar="N", help="Member id"),
+    member: int = typer.Option(
+        ..., "--member", parser=numbers.whole(1), metavar="N", help="Member id"
+    ),
 ) -> None:
     """Print a bearer token for member N (created if it does not exist), on one line."""
     from core_service.repository import member as member_repository
@@ -393,36 +394,23 @@ def resume() -> None:
     _set_pause(False)
 
 
-_DURATION = {"s": 1, "m": 60, "h": 3600, "d": 86400}
-
-
-def _duration_seconds(value: str | None) -> float | None:
-    """``30m``, ``24h``, ``7d`` (or ``90s``) in seconds; ``None`` stays ``None``."""
-    if value is None:
-        return None
-    number, unit = value[:-1], value[-1:]
-    if not number.isdigit() or unit not in _DURATION or int(number) == 0:
-        raise typer.BadParameter("a positive whole number and s, m, h or d, e.g. 24h")
-    return float(int(number) * _DURATION[unit])
-
-
 @app.command("retry-failed")
 def retry_failed(
     reason: str | None = typer.Option(
         None, "--reason", metavar="CODE", help="Only this failure reason"
     ),
-    since: str | None = typer.Option(
+    since: float | None = typer.Option(
         None,
         "--since",
         metavar="DURATION",
-        help="Only failures this recent: 30m, 24h, 7d",
-        callback=_duration_seconds,
+        help="Only failures this recent: 30m, 24h, 7d (at most 36500d)",
+        parser=numbers.duration_seconds(),
     ),
     member: int | None = typer.Option(
-        None, "--member", min=1, metavar="ID", help="Only this member's"
+        None, "--member", parser=numbers.whole(1), metavar="ID", help="Only this member's"
     ),
     limit: int | None = typer.Option(
-        None, "--limit", min=1, metavar="N", help="At most N contexts"
+        None, "--limit", parser=numbers.whole(1), metavar="N", help="At most N contexts"
     ),
     dry_run: bool = typer.Option(False, "--dry-run", help="Only count; write nothing"),
 ) -> None:
@@ -489,12 +477,16 @@ WORKERS_NOT_READY = 1
 @reprocess_app.command("keywords")
 def reprocess_keywords(
     rate: int = typer.Option(
-        50, "--rate", min=1, max=10_000, metavar="N", help="Contexts reset per second at most"
+        50,
+        "--rate",
+        parser=numbers.whole(1, 10_000),
+        metavar="N",
+        help="Contexts reset per second at most",
     ),
     wait: float = typer.Option(
         120.0,
         "--wait",
-        min=0,
+        parser=numbers.decimal_seconds(0, numbers.MAX_WAIT_SECONDS),
         metavar="SECONDS",
         help="How long to wait for every worker to load the current preset list",
     ),
@@ -673,7 +665,11 @@ def reembed_start(
         ..., "--profile", metavar="PROFILE", help="The embedding profile to switch to"
     ),
     rate: int = typer.Option(
-        50, "--rate", min=1, max=10_000, metavar="N", help="Contexts embedded per second at most"
+        50,
+        "--rate",
+        parser=numbers.whole(1, 10_000),
+        metavar="N",
+        help="Contexts embedded per second at most",
     ),
 ) -> None:
     """Start embedding every live context under PROFILE beside the profile in use. Workers of
@@ -769,7 +765,7 @@ def reembed_cutover(
     wait: float = typer.Option(
         120.0,
         "--wait",
-        min=0,
+        parser=numbers.decimal_seconds(0, numbers.MAX_WAIT_SECONDS),
         metavar="SECONDS",
         help="How long to wait for the re-judging (and the workers of the new profile)",
     ),
@@ -800,7 +796,7 @@ def reembed_rollback(
     wait: float = typer.Option(
         120.0,
         "--wait",
-        min=0,
+        parser=numbers.decimal_seconds(0, numbers.MAX_WAIT_SECONDS),
         metavar="SECONDS",
         help="How long to wait for the rollback to end (idle) and its re-judging",
     ),

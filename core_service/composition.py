@@ -169,7 +169,9 @@ async def build_core(
             probe_engine=probe_engine,
             dispatcher=dispatcher,
             pause=pause,
-            lifecycle=ContextLifecycle(engine, dispatcher, metrics),
+            lifecycle=ContextLifecycle(
+                engine, dispatcher, metrics, daily_notes=settings.member_daily_notes
+            ),
             reader=RecordReader(engine),
             pages=RecordPages(engine),
             search=PersonalSearch(
@@ -190,7 +192,6 @@ async def build_core(
                     writes_per_minute=settings.member_writes_per_minute,
                     searches_per_minute=settings.member_searches_per_minute,
                     burst=settings.member_burst,
-                    daily_notes=settings.member_daily_notes,
                 ),
                 metrics,
             ),

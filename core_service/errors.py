@@ -19,6 +19,11 @@ class InvalidCursorError(CoreError, ValueError):
     """A list cursor this service did not issue (malformed, or not a position): HTTP 422."""
 
 
+class InvalidInputError(CoreError, ValueError):
+    """Client input the database cannot hold or compute with (a data exception of a statement
+    bound to it, SQLSTATE class 22) that validation let through: HTTP 422."""
+
+
 class NotFoundError(CoreError):
     """No such record or context for this member, or one of another member: HTTP 404.
 

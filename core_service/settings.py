@@ -26,6 +26,9 @@ ENV_PREFIX = "PINLOG_CORE_"
 INTERNAL_SECRET_MIN_LENGTH = GENERATED_SECRET_MIN_LENGTH
 JWT_SECRET_MIN_LENGTH = GENERATED_SECRET_MIN_LENGTH
 DEFAULT_TOKEN_TTL_SECONDS = 7 * 24 * 3600
+# The longest duration a setting hands PostgreSQL as an interval (ten years): beyond, a
+# statement could fail with a data exception on every run instead of at startup.
+MAX_SQL_SECONDS = 10 * 365 * 24 * 3600
 # The smallest body cap that still admits every request valid after normalisation, even with
 # each character sent as an escaped surrogate pair (12 bytes): 500 + 100 + 200 characters.
 MAX_REQUEST_BYTES_FLOOR = 16 * 1024
@@ -80,11 +83,15 @@ class TokenSettings(CoreDatabaseSettings):
         "(each validated like the current key)",
     )
     token_ttl_seconds: int = Field(
-        default=DEFAULT_TOKEN_TTL_SECONDS, ge=60, description="Lifetime of tokens made by `token`"
+        default=DEFAULT_TOKEN_TTL_SECONDS,
+        ge=60,
+        le=MAX_SQL_SECONDS,
+        description="Lifetime of tokens made by `token`",
     )
     token_max_lifetime_seconds: int = Field(
         default=DEFAULT_TOKEN_TTL_SECONDS,
         ge=60,
+        le=MAX_SQL_SECONDS,
         description="A token claiming to live longer than this from now is refused; at least "
         "PINLOG_CORE_TOKEN_TTL_SECONDS",
     )
@@ -129,9 +136,14 @@ class TokenSettings(CoreDatabaseSettings):
 class StateClockSettings(CoreDatabaseSettings):
     """The expiries the core judges state rows by; alone for ``status``."""
 
-    pending_expiry_seconds: float = Field(default=300, gt=0, description="PENDING is stale after")
+    pending_expiry_seconds: float = Field(
+        default=300, gt=0, le=MAX_SQL_SECONDS, description="PENDING is stale after"
+    )
     processing_expiry_seconds: float = Field(
-        default=600, gt=0, description="PROCESSING is stale after; equal to the worker's (§2)"
+        default=600,
+        gt=0,
+        le=MAX_SQL_SECONDS,
+        description="PROCESSING is stale after; equal to the worker's (§2)",
     )
 
 
@@ -198,7 +210,13 @@ class CoreSettings(HttpServingSettings, TokenSettings, StateClockSettings):
         default=200, ge=0, description="Writes or searches a member may make at once; 0 = off"
     )
     member_daily_notes: int = Field(
-        default=0, ge=0, description="Notes a member may create in 24 hours; 0 = off"
+        default=0,
+        ge=0,
+        le=1_000_000,
+        description=(
+            "Notes a member may make per UTC day (creates, added contexts, edits that write a "
+            "new context); 0 = off"
+        ),
     )
     ops_port: int | None = Field(
         default=None,

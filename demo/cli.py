@@ -22,6 +22,8 @@ from pathlib import Path
 
 import typer
 
+from pinlog_platform.cli import numbers
+
 
 def register(cli: typer.Typer) -> None:
     """Add ``demo`` to ``cli`` (the ``pinlog_ai.commands`` entry point)."""
@@ -30,10 +32,16 @@ def register(cli: typer.Typer) -> None:
 
 def demo(
     port: int = typer.Option(
-        8765, metavar="PORT", help="Worker's preferred port; a free one if taken"
+        8765,
+        metavar="PORT",
+        help="Worker's preferred port; a free one if taken",
+        parser=numbers.whole(0, 65535),
     ),
     core_port: int = typer.Option(
-        8766, metavar="PORT", help="Core service's preferred port; a free one if taken"
+        8766,
+        metavar="PORT",
+        help="Core service's preferred port; a free one if taken",
+        parser=numbers.whole(0, 65535),
     ),
     serve_after: bool = typer.Option(True, "--serve/--no-serve", help="Keep serving"),
     data_dir: Path = typer.Option(

@@ -66,6 +66,7 @@ CLEANED_TABLES = (
     "core.dispatch_control",
     "core.record",
     "core.place",
+    "core.member_daily_notes",
     "core.member",
 )
 

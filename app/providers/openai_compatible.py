@@ -34,7 +34,7 @@ from app.providers.openai_http import (
     embedding_answer_cap,
     judge_answer_cap,
 )
-from app.providers.rate_budget import Grant, RateBudget
+from app.providers.rate_budget import RateBudget
 from app.providers.usage import (
     UsageSink,
     chat_usage,
@@ -81,16 +81,14 @@ class _ClientOwner:
         self.budget: RateBudget | None = None  # waited for before each request
 
     def use_budget(self, budget: RateBudget) -> None:
-        """Wait for ``budget`` before each request; it reads every answer's headers."""
+        """Wait for ``budget`` before each wire request, retries included (``openai_http``);
+        it reads every answer's headers."""
         self.budget = budget
-        self._client.on_answer = budget.observe
+        self._client.budget = budget
 
-    async def _acquire(self, *sent: str) -> Grant | None:
-        if self.budget is None:
-            return None
+    def _estimate(self, *sent: str) -> int:
         # The estimate costs a pass over the text: only when tokens are budgeted.
-        limited = self.budget.token_limit is not None
-        return await self.budget.acquire(estimate_tokens(*sent) if limited else 0)
+        return estimate_tokens(*sent) if self._client.counts_tokens else 0
 
     async def aclose(self) -> None:
         await self._client.aclose()
@@ -135,23 +133,34 @@ class OpenAIEmbedder(_ClientOwner):
         )
 
     async def embed(self, texts: Sequence[str]) -> list[np.ndarray]:
-        """Embed ``texts`` exactly as given (no normalisation here) in one request."""
+        """Embed ``texts`` exactly as given (no normalisation here): one request, or with a
+        token budget one request per run of texts that fits it (``token_runs``), whoever
+        the caller (a stage batch, a backfill batch, the preset list)."""
         if not texts:
             return []
-        grant = await self._acquire(*texts)
-        body = await self._client.post(
+        limit = self.budget.token_limit if self.budget is not None else None
+        if limit is None:
+            return await self._embed_request(texts, 0)
+        vectors: list[np.ndarray] = []
+        for run, tokens in token_runs(texts, limit):
+            vectors.extend(await self._embed_request(run, tokens))
+        return vectors
+
+    async def _embed_request(self, texts: Sequence[str], tokens: int) -> list[np.ndarray]:
+        answer = await self._client.post(
             "embedding",
             "embeddings",
             {"model": self.model, "input": list(texts), "encoding_format": self.encoding},
+            tokens=tokens,
             # The answer cap follows this request's batch (openai_http).
             max_answer_bytes=embedding_answer_cap(len(texts), self.dimension),
         )
-        usage = embedding_usage(self.model, body, texts)
-        if grant is not None:
-            grant.settle(usage.total)
+        usage = embedding_usage(self.model, answer.body, texts)
+        if answer.grant is not None:
+            answer.grant.settle(usage.total)
         if self.usage is not None:
             self.usage.record(current_stage.get(), usage)
-        return openai_wire.parse_embeddings(body, len(texts), self.dimension)
+        return openai_wire.parse_embeddings(answer.body, len(texts), self.dimension)
 
 
 class OpenAIJudge(_ClientOwner):
@@ -210,8 +219,7 @@ class OpenAIJudge(_ClientOwner):
         ]
         for reask in range(failure_policy.JUDGE_REASKS + 1):
             sent = [message["content"] for message in messages]
-            grant = await self._acquire(*sent)
-            body = await self._client.post(
+            answer = await self._client.post(
                 "judge",
                 "chat/completions",
                 {
@@ -227,10 +235,12 @@ class OpenAIJudge(_ClientOwner):
                         },
                     },
                 },
+                tokens=self._estimate(*sent),
             )
+            body = answer.body
             usage = chat_usage(self.model, body, sent)
-            if grant is not None:
-                grant.settle(usage.total)
+            if answer.grant is not None:
+                answer.grant.settle(usage.total)
             if self.usage is not None:
                 self.usage.record(current_stage.get(), usage)
             try:
@@ -243,6 +253,22 @@ class OpenAIJudge(_ClientOwner):
             # The invalid answer is not sent back: it may be huge, and the reminder suffices.
             messages = [*messages[:2], {"role": "user", "content": JUDGE_REASK_PROMPT}]
         raise AssertionError("unreachable: the last attempt returns or raises")
+
+
+def token_runs(texts: Sequence[str], limit: int) -> list[tuple[Sequence[str], int]]:
+    """``texts`` cut, in order, into runs whose estimated tokens (``estimate_tokens``) fit
+    ``limit``, each with its estimate; a text larger than ``limit`` is a run of its own (the
+    budget sends it alone in an empty window)."""
+    runs: list[tuple[Sequence[str], int]] = []
+    start, total = 0, 0
+    for index, text in enumerate(texts):
+        tokens = estimate_tokens(text)
+        if index > start and total + tokens > limit:
+            runs.append((texts[start:index], total))
+            start, total = index, 0
+        total += tokens
+    runs.append((texts[start:], total))
+    return runs
 
 
 def _secret(value: SecretStr | None, name: str) -> str:

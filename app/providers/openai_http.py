@@ -12,6 +12,13 @@ request would get it again); a ``Retry-After`` of at most
 ``RETRY_AFTER_CAP_SECONDS`` is honoured, a longer one ends the call at once; otherwise the
 wait is an exponential backoff with jitter. ``timeout_seconds`` bounds each attempt.
 
+Every request that goes on the wire, each retry and each redirect followed included, first
+takes the client's rate budget (``use_budget``: one request and the call's estimated tokens,
+``app.providers.rate_budget``), so retries are never free. An attempt that failed settles its
+tokens to its answer's ``usage`` when the error body carries one and keeps the estimate
+otherwise (a timeout, a refused connection: the provider may have counted the tokens); the
+successful attempt's grant is returned with the body for the caller to settle.
+
 Errors: ``TransientError`` ("<layer> upstream timeout" / "unreachable", or a transient status),
 the ``failure_policy.status_error`` class of an HTTP error answer (read from its ``error.code``,
 ``error.type`` and ``error.param``), ``ProviderProtocolError`` for a 2xx body that is not JSON.
@@ -35,7 +42,7 @@ import json
 import math
 import random
 import re
-from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
@@ -45,6 +52,7 @@ from yarl import URL
 from app import failure_policy
 from app.errors import ProviderProtocolError, ProviderUnavailableError, TransientError
 from app.providers import openai_wire
+from app.providers.rate_budget import Grant, RateBudget
 
 MAX_REDIRECTS = 3
 REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
@@ -74,6 +82,15 @@ def judge_answer_cap(top_k: int) -> int:
     return 2**20 + top_k * 16384
 
 
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """A 2xx answer's parsed JSON ``body`` and the budget ``grant`` of the request that got it
+    (``None`` without a budget): settle it with the answer's tokens."""
+
+    body: Any
+    grant: Grant | None
+
+
 class JsonEndpointClient:
     """POSTs JSON to ``{base_url}/<path>`` with a bearer key; one connection pool per client."""
 
@@ -96,9 +113,13 @@ class JsonEndpointClient:
         self._timeout = aiohttp.ClientTimeout(total=timeout_seconds)
         self._retries = retries
         self._session: aiohttp.ClientSession | None = None
-        # Told every answer's status, headers and error (None for a 2xx): the rate budget
-        # reads the rate-limit headers and 429s there.
-        self.on_answer: Callable[[int, Any, Exception | None], None] | None = None
+        # Taken before every wire request; told every answer's status, headers and error.
+        self.budget: RateBudget | None = None
+
+    @property
+    def counts_tokens(self) -> bool:
+        """Whether the budget limits tokens (callers estimate them only then)."""
+        return self.budget is not None and self.budget.token_limit is not None
 
     async def post(
         self,
@@ -106,9 +127,11 @@ class JsonEndpointClient:
         path: str,
         payload: dict[str, Any],
         *,
+        tokens: int = 0,
         max_answer_bytes: int | None = None,
-    ) -> Any:
-        """The parsed JSON body of a 2xx answer to ``payload``; raises as the module says.
+    ) -> Answer:
+        """The parsed JSON body of a 2xx answer to ``payload`` with its request's grant;
+        raises as the module says. ``tokens``: the estimate each attempt takes from the budget.
         ``max_answer_bytes`` overrides the client's cap for this call (an embeddings batch)."""
         cap = self._max_answer_bytes if max_answer_bytes is None else max_answer_bytes
         # orjson: UTF-8 without escapes, like json.dumps(ensure_ascii=False), at a tenth of the
@@ -119,6 +142,7 @@ class JsonEndpointClient:
         attempt = 0
         while True:
             last = attempt >= self._retries
+            grant = await self.budget.acquire(tokens) if self.budget is not None else None
             try:
                 async with self._client().post(
                     url, data=body, timeout=self._timeout, allow_redirects=False
@@ -149,9 +173,9 @@ class JsonEndpointClient:
                 attempt += 1
                 continue
             if status < 400:
-                if self.on_answer is not None:
-                    self.on_answer(status, headers, None)
-                return _json(layer, raw)
+                if self.budget is not None:
+                    self.budget.observe(status, headers, None)
+                return Answer(_json(layer, raw), grant)
             retry_after = _retry_after(headers)
             code, error_type, param = error_fields(raw)
             error = failure_policy.status_error(
@@ -162,8 +186,12 @@ class JsonEndpointClient:
                 param=param,
                 retry_after=retry_after,
             )
-            if self.on_answer is not None:
-                self.on_answer(status, headers, error)
+            if self.budget is not None:
+                self.budget.observe(status, headers, error)
+            if grant is not None:
+                used = error_usage(raw)
+                if used is not None:
+                    grant.settle(used)
             if last or not _should_retry(error, headers, retry_after):
                 raise error
             await asyncio.sleep(_wait(attempt, retry_after))
@@ -266,6 +294,17 @@ def _retry_after(headers: Any) -> float | None:
     except (TypeError, ValueError):
         return None
     return value if math.isfinite(value) and 0 <= value < 1e9 else None
+
+
+def error_usage(raw: bytes) -> int | None:
+    """``usage.total_tokens`` of an error body, when it carries a count (some gateways bill
+    and report failed calls); ``None`` otherwise."""
+    try:
+        usage = orjson.loads(raw).get("usage")
+    except (orjson.JSONDecodeError, AttributeError):
+        return None
+    total = usage.get("total_tokens") if isinstance(usage, dict) else None
+    return total if type(total) is int and total >= 0 else None
 
 
 # What an error field may look like to be compared and logged: an identifier, never prose.

@@ -18,9 +18,19 @@ from pgvector.asyncpg import register_vector
 from sqlalchemy import event, text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app.errors import ConfigurationError, DatabaseLockTimeout, DatabaseUnavailable
+from app.errors import (
+    ConfigurationError,
+    DatabaseLockTimeout,
+    DatabaseUnavailable,
+    InvalidInputError,
+)
 from pinlog_platform.db import engines, transactions
-from pinlog_platform.db.sqlstates import LOCK_NOT_AVAILABLE, is_transient, sqlstate
+from pinlog_platform.db.sqlstates import (
+    LOCK_NOT_AVAILABLE,
+    is_data_exception,
+    is_transient,
+    sqlstate,
+)
 
 # A row lock held elsewhere (a core-side transaction, an operator's session) must not stall a
 # worker task and its pooled connection forever: waiting past this is a transient error
@@ -146,9 +156,20 @@ def translate_database_error(exc: BaseException) -> None:
         raise DatabaseUnavailable("database unavailable") from exc
 
 
+def translate_client_input_error(exc: BaseException) -> None:
+    """``translate_database_error`` for a statement bound to a caller's request values (a
+    search's member id and limit): a data exception (SQLSTATE class 22) is the request's
+    fault, ``InvalidInputError`` (422). Request bodies are validated before any statement;
+    this is the backstop."""
+    if is_data_exception(exc):
+        raise InvalidInputError(f"request value out of range (SQLSTATE {sqlstate(exc)})") from None
+    translate_database_error(exc)
+
+
 # The platform's helpers with the worker's translation (both errors are ``TransientError``).
 transaction = partial(transactions.transaction, translate=translate_database_error)
 autocommit = partial(transactions.autocommit, translate=translate_database_error)
+client_autocommit = partial(transactions.autocommit, translate=translate_client_input_error)
 read_only_snapshot = partial(transactions.read_only_snapshot, translate=translate_database_error)
 
 

@@ -167,6 +167,17 @@ def _vector_to_db(preset: PresetRow) -> dict[str, object]:
     }
 
 
+# Serialises the writes of preset loads (``presets load``): held by the writing transaction,
+# which re-reads the list under it, so two loads never both write the same list version.
+LOCK_PRESET_LIST = text("SELECT pg_advisory_xact_lock(hashtext('pinlog-ai/keyword_preset_list'))")
+
+
+async def lock_list(conn: AsyncConnection) -> None:
+    """Wait for, then hold until the transaction ends, the preset list's write lock (bounded by
+    the connection's command deadline)."""
+    await conn.execute(LOCK_PRESET_LIST)
+
+
 async def load_usable(conn: AsyncConnection, profile: str) -> list[PresetRow]:
     """The presets usable under ``profile`` (active, not BLOCKED, with a current vector of the
     profile: ``pinlog_platform.contract.preset_list``), ordered by id."""

@@ -14,6 +14,12 @@ each profile has its own vectors of them. A load under profile P:
   embeds and writes P's vectors, stamped with the presets' current revisions; the shared rows
   and the list version stay as they are.
 
+Loads are serialised where they write: the writing transaction takes the list's lock
+(``keyword_preset.lock_list``) and re-reads the shared rows; when another load changed them
+after this one read them (while this one was in its provider call), nothing is written and
+the load starts over from the new list, so a list version always names one list. After
+``LOAD_ATTEMPTS`` such restarts ``PresetListChangedError``.
+
 Another profile's vectors are never written. After a changing load under P they are stale
 until that profile is loaded too: its workers keep their last list until then
 (``pinlog_platform.contract.preset_list``).
@@ -44,8 +50,16 @@ DEFAULT_PRESET_FILE = Path(__file__).resolve().parents[1] / "presets" / "keyword
 PRESETS_STAGE = "presets"
 
 
+# Restarts of a load whose list another load changed meanwhile (module docstring).
+LOAD_ATTEMPTS = 3
+
+
 class PresetFileError(ValueError):
     """The preset file is not valid YAML of the documented shape."""
+
+
+class PresetListChangedError(RuntimeError):
+    """Other loads changed the preset list during each of ``LOAD_ATTEMPTS`` attempts."""
 
 
 class PresetEntry(BaseModel):
@@ -117,13 +131,30 @@ async def load_presets(
 
     Raises ``PresetFileError`` when an id's code differs from the stored one (codes are
     immutable), ``ConfigurationError`` when the embedder's vectors (``embedder.dimension``,
-    padded) do not fit the vector columns, and provider errors from the embedding call (made
-    outside any transaction).
+    padded) do not fit the vector columns, provider errors from the embedding call (made
+    outside any transaction), ``PresetListChangedError`` when concurrent loads kept changing
+    the list (module docstring).
     """
     await check_vector_columns(engine, embedder.dimension)
+    for _attempt in range(LOAD_ATTEMPTS):
+        report = await _load_once(engine, embedder, preset_file, profile)
+        if report is not None:
+            return report
+        logger.info("preset list changed by another load during this one; starting over")
+    raise PresetListChangedError(
+        f"the preset list was changed by other loads during {LOAD_ATTEMPTS} attempts; run again"
+    )
+
+
+async def _load_once(
+    engine: AsyncEngine, embedder: EmbeddingProvider, preset_file: PresetFile, profile: str
+) -> LoadReport | None:
+    """One attempt of ``load_presets``; None when another load changed the shared rows after
+    this one read them (nothing written)."""
     async with transaction(engine) as conn:
-        stored = {row.id: row for row in await keyword_preset.load_definitions(conn)}
+        read = await keyword_preset.load_definitions(conn)
         vectors = await keyword_preset.vector_versions(conn, profile)
+    stored = {row.id: row for row in read}
     for entry in preset_file.presets:
         if entry.id in stored and stored[entry.id].code != entry.code:
             raise PresetFileError(
@@ -151,6 +182,9 @@ async def load_presets(
     ]
     retired = 0
     async with transaction(engine) as conn:
+        await keyword_preset.lock_list(conn)
+        if await keyword_preset.load_definitions(conn) != read:
+            return None
         if not list_unchanged:
             await keyword_preset.upsert_definitions(conn, rows)
             retired = await keyword_preset.retire_missing(

@@ -26,7 +26,7 @@ from app.metrics import WorkerMetrics, search_outcome
 from app.providers.base import EmbeddingProvider
 from app.repository import context_embedding
 from app.repository.context_embedding import SearchHit
-from app.repository.db import autocommit
+from app.repository.db import client_autocommit
 from app.service import context_text
 from app.service.provider_gate import ProviderGate
 from pinlog_platform.contract.search import SearchCuts
@@ -78,7 +78,7 @@ class SearchService:
         return hits
 
     async def _nearest(self, user_id: int, vector, limit: int) -> list[SearchHit]:
-        async with autocommit(self._engine) as conn:
+        async with client_autocommit(self._engine) as conn:
             return await context_embedding.search_similar(
                 conn,
                 user_id=user_id,

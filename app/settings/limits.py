@@ -41,7 +41,12 @@ class LimitSettings(BaseModel):
     )
 
     embedding_requests_per_minute: int = Field(
-        default=0, ge=0, description="Embedding requests per minute, all replicas (0: no limit)"
+        default=0,
+        ge=0,
+        description=(
+            "Embedding requests on the wire per minute, retries included, all replicas "
+            "(0: no limit)"
+        ),
     )
     embedding_tokens_per_minute: int = Field(
         default=0,
@@ -50,7 +55,11 @@ class LimitSettings(BaseModel):
         "embedding batches",
     )
     judge_requests_per_minute: int = Field(
-        default=0, ge=0, description="Judge requests per minute, all replicas (0: no limit)"
+        default=0,
+        ge=0,
+        description=(
+            "Judge requests on the wire per minute, retries included, all replicas (0: no limit)"
+        ),
     )
     judge_tokens_per_minute: int = Field(
         default=0,
@@ -91,7 +100,10 @@ class LimitSettings(BaseModel):
         default=6000, ge=1, description="Longer normalised text is a permanent input error"
     )
     processing_expiry_seconds: int = Field(
-        default=600, ge=1, description="A PROCESSING stage older than this may be reclaimed (§2)"
+        default=600,
+        ge=1,
+        le=10 * 365 * 24 * 3600,  # an interval PostgreSQL holds (core: MAX_SQL_SECONDS)
+        description="A PROCESSING stage older than this may be reclaimed (§2)",
     )
     keyword_top_k: int = Field(default=10, ge=1, le=100, description="Candidates per judgment")
     presets_refresh_seconds: float = Field(

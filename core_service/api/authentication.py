@@ -34,7 +34,6 @@ class AuthenticatedRoute(APIRoute):
         handler = super().get_route_handler()
         kind = quota_kind(self.path_format, self.methods)
         member_checked = getattr(self.endpoint, _MEMBER_CHECKED, False)
-        new_note = self.methods == {"POST"} and self.path_format.endswith(NEW_NOTE_SUFFIXES)
 
         async def authenticated_handler(request: Request) -> Response:
             member_id = await authenticate(request, member_checked_by_operation=member_checked)
@@ -42,15 +41,9 @@ class AuthenticatedRoute(APIRoute):
             quotas: MemberQuotas = request.app.state.quotas
             if kind is not None:
                 await quotas.admit(member_id, kind)
-            if new_note:
-                await quotas.admit_new_note(member_id)
             return await handler(request)
 
         return authenticated_handler
-
-
-# Routes that create a note (POST /records, POST /records/{recordId}/contexts).
-NEW_NOTE_SUFFIXES = ("/records", "/contexts")
 
 
 def quota_kind(path: str, methods: set[str]) -> QuotaKind | None:

@@ -39,8 +39,8 @@ from core_service.api.schemas import (
     SearchResultItem,
     SearchResults,
 )
-from core_service.canonical_ids import parse_canonical_id
 from core_service.service.record_reads import summarize
+from pinlog_platform.contract.canonical_ids import parse_canonical_id
 from pinlog_platform.http.json_response import OrjsonResponse
 
 
@@ -54,7 +54,8 @@ def _canonical_id(value: object) -> object:
 
 # Ids in paths: ``1_0``, ``01``, ``+1``, `` 1``, ``1.0`` and other scripts' digits name nothing.
 Id = Annotated[int, Path(ge=1, le=BIGINT_MAX), BeforeValidator(_canonical_id)]
-PageSize = Annotated[int, Query(ge=1, le=100)]
+# A count in a query spelled canonically too (422 otherwise).
+PageSize = Annotated[int, Query(ge=1, le=100), BeforeValidator(_canonical_id)]
 Cursor = Annotated[str | None, Query(min_length=1, max_length=200)]
 
 # Every route authenticates the caller before its body is read (401 before 422 or any work).

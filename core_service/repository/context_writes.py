@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from core_service.repository import member_daily_notes
 from core_service.repository.context import INSERT_CONTEXT_COLUMNS
 from core_service.repository.context_ai_state import (
     CANCEL_EVERY_STAGE,
@@ -29,17 +30,23 @@ from core_service.repository.context_ai_state import (
 )
 from pinlog_platform.contract.text_fingerprint import fingerprint
 
-# The new context and its PENDING/PENDING/0 state row, from a CTE `target` (record_id,
-# origin_created_at) that holds at most one row; shared by the three statements below.
+# The member's daily note (member_daily_notes), then the new context and its PENDING/PENDING/0
+# state row, from a CTE `target` (record_id, origin_created_at) that holds at most one row;
+# shared by the three statements below. The note is counted after the record's lock, and the
+# context is written only when it was admitted (docs/lock-order.md).
 _NEW_CONTEXT_AND_STATE = (
-    """
+    member_daily_notes.DAILY_NOTE_CTE  # noqa: S608 (constant fragments)
+    + """,
     new_context AS (
-        INSERT INTO core.context """  # noqa: S608 (constant fragments)
+        INSERT INTO core.context """
     + INSERT_CONTEXT_COLUMNS
     + """
         SELECT target.record_id, CAST(:member_id AS bigint), CAST(:body AS text),
                target.origin_created_at
         FROM target
+        WHERE """
+    + member_daily_notes.NOTE_ADMITTED
+    + """
         RETURNING id, record_id
     ),
     new_state AS (
@@ -144,6 +151,9 @@ CREATE_CONTEXT = text(
     + _NEW_CONTEXT_AND_STATE
     + """
     SELECT EXISTS (SELECT 1 FROM member) AS member_active,
+           (EXISTS (SELECT 1 FROM target) AND NOT """
+    + member_daily_notes.NOTE_ADMITTED
+    + """) AS daily_cap_reached,
            record.id AS record_id, record.created AS record_created,
            record.place_name AS record_place_name, new_context.id AS context_id
     FROM (VALUES (1)) AS one
@@ -171,6 +181,9 @@ ADD_CONTEXT = text(
     + _NEW_CONTEXT_AND_STATE
     + """
     SELECT EXISTS (SELECT 1 FROM member) AS member_active,
+           (EXISTS (SELECT 1 FROM target) AND NOT """
+    + member_daily_notes.NOTE_ADMITTED
+    + """) AS daily_cap_reached,
            record.external_place_id, record.place_name, new_context.id AS context_id
     FROM (VALUES (1)) AS one
     LEFT JOIN record ON true
@@ -222,6 +235,9 @@ MODIFY_CONTEXT = text(
     + _CANCEL_DELETED
     + """
     SELECT EXISTS (SELECT 1 FROM member) AS member_active,
+           (EXISTS (SELECT 1 FROM target) AND NOT """
+    + member_daily_notes.NOTE_ADMITTED
+    + """) AS daily_cap_reached,
            owner.member_id = :member_id AS owned, owner.deleted AS owner_deleted,
            owner.replaced_by AS owner_replaced_by,
            record.id IS NOT NULL AS record_active,
@@ -290,10 +306,12 @@ DELETE_CONTEXT = text(
 class CreateOutcome:
     """What ``create`` did. ``member_active`` False: nothing written (401). ``raced``: the
     member is active but a place or record committed concurrently was not visible; nothing
-    written, run the step-by-step path. Otherwise the record (``record_created``: inserted
-    now), the name its owner gave, and the new context."""
+    written, run the step-by-step path. ``daily_cap_reached``: the member's daily note cap
+    refused the context (a record may have been written: roll back). Otherwise the record
+    (``record_created``: inserted now), the name its owner gave, and the new context."""
 
     member_active: bool
+    daily_cap_reached: bool = False
     record_id: int | None = None
     record_created: bool = False
     record_place_name: str = ""
@@ -301,15 +319,17 @@ class CreateOutcome:
 
     @property
     def raced(self) -> bool:
-        return self.member_active and self.context_id is None
+        return self.member_active and self.context_id is None and not self.daily_cap_reached
 
 
 @dataclass(frozen=True, slots=True)
 class AddedContext:
-    """``member_active`` False: nothing written (401); ``context_id`` None: no active record
-    of this member has that id (404)."""
+    """``member_active`` False: nothing written (401); ``daily_cap_reached``: the daily note
+    cap refused the context; ``context_id`` None: no active record of this member has that id
+    (404)."""
 
     member_active: bool
+    daily_cap_reached: bool = False
     context_id: int | None = None
     external_place_id: str = ""
     place_name: str = ""
@@ -338,9 +358,11 @@ class ExistingContextLocks:
 
 @dataclass(frozen=True, slots=True)
 class ModifyOutcome(ExistingContextLocks):
-    """``unchanged``: same body, nothing written. ``new_id``: the new context, in
-    ``record_id`` at the place the record's owner named."""
+    """``unchanged``: same body, nothing written. ``daily_cap_reached``: the daily note cap
+    refused the new context (nothing written). ``new_id``: the new context, in ``record_id`` at
+    the place the record's owner named."""
 
+    daily_cap_reached: bool = False
     record_id: int | None = None
     external_place_id: str = ""
     place_name: str = ""
@@ -363,8 +385,10 @@ async def create(
     external_place_id: str,
     place_name: str,
     body: str,
+    daily_notes: int,
 ) -> CreateOutcome:
-    """Run ``CREATE_CONTEXT``. Inputs are normalised already; ``body`` is the stored text."""
+    """Run ``CREATE_CONTEXT``. Inputs are normalised already; ``body`` is the stored text;
+    ``daily_notes`` is the member's daily note cap (0 = off)."""
     row = (
         await conn.execute(
             CREATE_CONTEXT,
@@ -374,11 +398,14 @@ async def create(
                 "place_name": place_name,
                 "body": body,
                 "text_sha256": fingerprint(body),
+                "daily_notes": daily_notes,
             },
         )
     ).one()
     if row.context_id is None:
-        return CreateOutcome(member_active=bool(row.member_active))
+        return CreateOutcome(
+            member_active=bool(row.member_active), daily_cap_reached=bool(row.daily_cap_reached)
+        )
     return CreateOutcome(
         member_active=True,
         record_id=int(row.record_id),
@@ -388,8 +415,10 @@ async def create(
     )
 
 
-async def add(conn: AsyncConnection, *, member_id: int, record_id: int, body: str) -> AddedContext:
-    """Run ``ADD_CONTEXT``."""
+async def add(
+    conn: AsyncConnection, *, member_id: int, record_id: int, body: str, daily_notes: int
+) -> AddedContext:
+    """Run ``ADD_CONTEXT`` (``daily_notes``: the daily note cap, 0 = off)."""
     row = (
         await conn.execute(
             ADD_CONTEXT,
@@ -398,18 +427,27 @@ async def add(conn: AsyncConnection, *, member_id: int, record_id: int, body: st
                 "record_id": record_id,
                 "body": body,
                 "text_sha256": fingerprint(body),
+                "daily_notes": daily_notes,
             },
         )
     ).one()
     if row.context_id is None:
-        return AddedContext(member_active=bool(row.member_active))
-    return AddedContext(True, int(row.context_id), row.external_place_id, row.place_name)
+        return AddedContext(
+            member_active=bool(row.member_active), daily_cap_reached=bool(row.daily_cap_reached)
+        )
+    return AddedContext(
+        member_active=True,
+        context_id=int(row.context_id),
+        external_place_id=row.external_place_id,
+        place_name=row.place_name,
+    )
 
 
 async def modify(
-    conn: AsyncConnection, *, member_id: int, context_id: int, body: str
+    conn: AsyncConnection, *, member_id: int, context_id: int, body: str, daily_notes: int
 ) -> ModifyOutcome:
-    """Run ``MODIFY_CONTEXT`` with the normalised new ``body``."""
+    """Run ``MODIFY_CONTEXT`` with the normalised new ``body`` (``daily_notes``: the daily
+    note cap, 0 = off; an edit that writes a new context counts as a note)."""
     row = (
         await conn.execute(
             MODIFY_CONTEXT,
@@ -418,11 +456,13 @@ async def modify(
                 "context_id": context_id,
                 "body": body,
                 "text_sha256": fingerprint(body),
+                "daily_notes": daily_notes,
             },
         )
     ).one()
     return ModifyOutcome(
         member_active=bool(row.member_active),
+        daily_cap_reached=bool(row.daily_cap_reached),
         owned=None if row.owned is None else bool(row.owned),
         owner_deleted=bool(row.owner_deleted),
         owner_replaced_by=row.owner_replaced_by,

@@ -4,8 +4,14 @@ Every session runs with a ``lock_timeout``: a row held by a worker's save or ano
 request makes a user request wait at most that long, then answer 503, instead of hanging.
 Transient driver errors (``pinlog_platform.db.sqlstates``) become ``UnavailableError`` (503);
 the body CHECK becomes ``InvalidBodyError`` (422); any other driver error becomes
-``DatabaseFault`` (500) naming only its SQLSTATE, never the driver's message, which can quote
-the failing row (a member's note) into logs.
+``DatabaseFault`` (500, logged at ERROR by ``main.py``) naming only its SQLSTATE, never the
+driver's message, which can quote the failing row (a member's note) into logs.
+
+The ``client_*`` helpers are for statements bound to a client's input (the client API's
+reads and writes): there a data exception (SQLSTATE class 22: a value out of range, a time
+PostgreSQL cannot hold) is the input's fault and becomes ``InvalidInputError`` (422). Input is
+validated before it reaches a statement (``pinlog_platform.contract.canonical_ids``, the cursor
+and body checks); this is the backstop. Anywhere else a data exception is a bug of ours: 500.
 """
 
 from __future__ import annotations
@@ -15,9 +21,19 @@ from types import MappingProxyType
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from core_service.errors import DatabaseFault, InvalidBodyError, UnavailableError
+from core_service.errors import (
+    DatabaseFault,
+    InvalidBodyError,
+    InvalidInputError,
+    UnavailableError,
+)
 from pinlog_platform.db import engines, transactions
-from pinlog_platform.db.sqlstates import constraint_name, is_transient, sqlstate
+from pinlog_platform.db.sqlstates import (
+    constraint_name,
+    is_data_exception,
+    is_transient,
+    sqlstate,
+)
 
 SESSION_SETTINGS = MappingProxyType(
     {
@@ -94,7 +110,21 @@ def translate_database_error(exc: BaseException) -> None:
     ) from None
 
 
+def translate_client_input_error(exc: BaseException) -> None:
+    """``translate_database_error`` for statements bound to a client's input: a data exception
+    is ``InvalidInputError`` (422; module docstring). Always raises."""
+    if is_data_exception(exc):
+        raise InvalidInputError(f"input out of range (SQLSTATE {sqlstate(exc)})") from None
+    translate_database_error(exc)
+
+
 # The platform's helpers with the core's translation.
 transaction = partial(transactions.transaction, translate=translate_database_error)
 autocommit = partial(transactions.autocommit, translate=translate_database_error)
 single_statement = partial(transactions.single_statement, translate=translate_database_error)
+# The same for statements bound to a client's input (module docstring).
+client_transaction = partial(transactions.transaction, translate=translate_client_input_error)
+client_autocommit = partial(transactions.autocommit, translate=translate_client_input_error)
+client_single_statement = partial(
+    transactions.single_statement, translate=translate_client_input_error
+)

@@ -15,13 +15,22 @@ transaction (§9 "After-commit dispatch").
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+import math
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime, time, timedelta
 from functools import partial
+from typing import TypeVar
 
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from core_service.errors import ConflictError, NotFoundError, UnauthenticatedError, UnavailableError
+from core_service.errors import (
+    ConflictError,
+    NotFoundError,
+    RateLimitedError,
+    UnauthenticatedError,
+    UnavailableError,
+)
 from core_service.metrics import CoreMetrics
 from core_service.repository import (
     context,
@@ -29,10 +38,11 @@ from core_service.repository import (
     context_embedding,
     context_writes,
     member,
+    member_daily_notes,
     place,
     record,
 )
-from core_service.repository.db import single_statement, transaction
+from core_service.repository.db import client_single_statement, client_transaction
 from core_service.service.context_body import (
     normalize_body,
     normalize_text,
@@ -70,11 +80,19 @@ class ContextLifecycle:
     """Create, add, modify, delete contexts; delete records; withdraw members (§9)."""
 
     def __init__(
-        self, engine: AsyncEngine, dispatcher: WorkerDispatcher, metrics: CoreMetrics
+        self,
+        engine: AsyncEngine,
+        dispatcher: WorkerDispatcher,
+        metrics: CoreMetrics,
+        *,
+        daily_notes: int = 0,
     ) -> None:
+        """``daily_notes``: notes (creates, added contexts, edits that write a new context) a
+        member may make per UTC day; 0 = off (``PINLOG_CORE_MEMBER_DAILY_NOTES``)."""
         self._engine = engine
         self._dispatcher = dispatcher
         self._metrics = metrics
+        self._daily_notes = daily_notes
 
     async def create_record(
         self, *, member_id: int, external_place_id: str, place_name: str, body: str
@@ -84,7 +102,8 @@ class ContextLifecycle:
         ``context_writes.CREATE_CONTEXT``).
 
         Raises ``InvalidBodyError`` (422), ``UnauthenticatedError`` (401: withdrawn member),
-        ``UnavailableError`` (503).
+        ``RateLimitedError`` (429: the daily note cap; nothing written), ``UnavailableError``
+        (503).
         """
         stored_body = normalize_body(body)
         # On the values as sent: trimming must not hide a line break at an edge.
@@ -96,14 +115,18 @@ class ContextLifecycle:
         place_name = normalize_text(
             place_name, field="placeName", max_characters=PLACE_NAME_CHARACTERS
         )
-        created = await single_statement(
+        created = await client_single_statement(
             self._engine,
             partial(
-                context_writes.create,
-                member_id=member_id,
-                external_place_id=external_place_id,
-                place_name=place_name,
-                body=stored_body,
+                self._within_daily_cap,
+                partial(
+                    context_writes.create,
+                    member_id=member_id,
+                    external_place_id=external_place_id,
+                    place_name=place_name,
+                    body=stored_body,
+                    daily_notes=self._daily_notes,
+                ),
             ),
         )
         if not created.member_active:
@@ -135,12 +158,21 @@ class ContextLifecycle:
 
         Raises ``InvalidBodyError`` (422), ``UnauthenticatedError`` (401: withdrawn member),
         ``NotFoundError`` (404: missing, deleted or another member's record),
-        ``UnavailableError`` (503).
+        ``RateLimitedError`` (429: the daily note cap), ``UnavailableError`` (503).
         """
         stored_body = normalize_body(body)
-        added = await single_statement(
+        added = await client_single_statement(
             self._engine,
-            partial(context_writes.add, member_id=member_id, record_id=record_id, body=stored_body),
+            partial(
+                self._within_daily_cap,
+                partial(
+                    context_writes.add,
+                    member_id=member_id,
+                    record_id=record_id,
+                    body=stored_body,
+                    daily_notes=self._daily_notes,
+                ),
+            ),
         )
         if not added.member_active:
             raise UnauthenticatedError("member is not active")
@@ -169,13 +201,21 @@ class ContextLifecycle:
         dispatch. Nothing is inherited by the new context; ``origin_created_at`` is carried.
         Raises ``InvalidBodyError`` (422), ``UnauthenticatedError`` (401: withdrawn member),
         ``NotFoundError`` (404: never existed or another member's), ``ConflictError`` (409:
-        already deleted), ``UnavailableError`` (503).
+        already deleted), ``RateLimitedError`` (429: the daily note cap, which an edit that
+        writes a new context takes like a create), ``UnavailableError`` (503).
         """
         stored_body = normalize_body(body)
-        outcome = await single_statement(
+        outcome = await client_single_statement(
             self._engine,
             partial(
-                context_writes.modify, member_id=member_id, context_id=context_id, body=stored_body
+                self._within_daily_cap,
+                partial(
+                    context_writes.modify,
+                    member_id=member_id,
+                    context_id=context_id,
+                    body=stored_body,
+                    daily_notes=self._daily_notes,
+                ),
             ),
         )
         _refuse_unless_live(outcome)
@@ -203,7 +243,7 @@ class ContextLifecycle:
         ``ConflictError`` (409: already deleted, or the record's last active context),
         ``UnavailableError`` (503).
         """
-        outcome = await single_statement(
+        outcome = await client_single_statement(
             self._engine,
             partial(context_writes.delete, member_id=member_id, context_id=context_id),
         )
@@ -220,7 +260,7 @@ class ContextLifecycle:
         Raises ``NotFoundError`` (404: missing, already deleted or another member's record),
         ``UnavailableError`` (503).
         """
-        async with transaction(self._engine) as conn:
+        async with client_transaction(self._engine) as conn:
             if not await record.delete(conn, record_id=record_id, member_id=member_id):
                 raise NotFoundError("record")
             context_ids = await context.lock_active_in_records(conn, [record_id])
@@ -234,7 +274,7 @@ class ContextLifecycle:
 
         Raises ``UnauthenticatedError`` (401: not active), ``UnavailableError`` (503).
         """
-        async with transaction(self._engine) as conn:
+        async with client_transaction(self._engine) as conn:
             if not await member.withdraw(conn, member_id):
                 raise UnauthenticatedError("member is not active")
             record_ids = await record.delete_all_of_member(conn, member_id)
@@ -249,7 +289,7 @@ class ContextLifecycle:
         """§9 Create as one statement per row, each with a new snapshot: for the rare create
         that met a place or record committed concurrently (``context_writes`` module
         docstring). ``(record_id, context_id, record_created, record_place_name)``."""
-        async with transaction(self._engine) as conn:
+        async with client_transaction(self._engine) as conn:
             if not await member.lock_active(conn, member_id):
                 raise UnauthenticatedError("member is not active")
             stored_place = await place.get_or_create(
@@ -258,6 +298,13 @@ class ContextLifecycle:
             record_id, record_created, record_place_name = await self._active_record(
                 conn, member_id, stored_place.place_id, place_name
             )
+            if not await member_daily_notes.take(
+                conn, member_id=member_id, daily_notes=self._daily_notes
+            ):
+                self._count_daily_note("limited")
+                raise RateLimitedError(seconds_to_next_utc_day())
+            if self._daily_notes > 0:
+                self._count_daily_note("admitted")
             context_id = await insert_context(conn, member_id, record_id, stored_body)
         self._metrics.create_step_by_step.inc()
         return record_id, context_id, record_created, record_place_name
@@ -280,8 +327,46 @@ class ContextLifecycle:
                 return existing.record_id, False, existing.place_name
         raise UnavailableError("record is changing concurrently; try again")
 
+    async def _within_daily_cap(
+        self, write: Callable[[AsyncConnection], Awaitable[_Written]], conn: AsyncConnection
+    ) -> _Written:
+        """Run a write that takes the daily note cap; ``RateLimitedError`` (429) when the cap
+        refused it, raised inside the transaction so that what the statement wrote before the
+        refusal (a new record or place) is rolled back."""
+        outcome = await write(conn)
+        if outcome.daily_cap_reached:
+            self._count_daily_note("limited")
+            raise RateLimitedError(seconds_to_next_utc_day())
+        if self._daily_notes > 0 and getattr(outcome, _WROTE[type(outcome)]) is not None:
+            self._count_daily_note("admitted")
+        return outcome
+
+    def _count_daily_note(self, outcome: str) -> None:
+        self._metrics.member_quota.labels("daily_notes", outcome).inc()
+
     def _count(self, operation: str, outcome: str) -> None:
         self._metrics.lifecycle_operations.labels(operation, outcome).inc()
+
+
+_Written = TypeVar(
+    "_Written",
+    context_writes.CreateOutcome,
+    context_writes.AddedContext,
+    context_writes.ModifyOutcome,
+)
+# The field that holds the new context's id in each outcome (None: nothing written).
+_WROTE = {
+    context_writes.CreateOutcome: "context_id",
+    context_writes.AddedContext: "context_id",
+    context_writes.ModifyOutcome: "new_id",
+}
+
+
+def seconds_to_next_utc_day() -> int:
+    """Seconds until the daily note cap's next UTC day begins, at least 1 (``Retry-After``)."""
+    now = datetime.now(UTC)
+    tomorrow = datetime.combine(now.date() + timedelta(days=1), time(), tzinfo=UTC)
+    return max(1, math.ceil((tomorrow - now).total_seconds()))
 
 
 def _refuse_unless_live(found: context_writes.ExistingContextLocks) -> None:

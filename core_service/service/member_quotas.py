@@ -1,5 +1,5 @@
-"""Quotas per member on the client API: token buckets for writes and for
-searches, and a daily cap on notes created.
+"""Quotas per member on the client API: token buckets for writes and for searches. (The daily
+cap on notes is taken by the statement that writes the note: ``repository/member_daily_notes``.)
 
 Rates are per minute with a burst (the bucket's capacity): the defaults (600 writes and 600
 searches a minute, burst 200) let a member import 100 notes in a second. 0 turns a limit off.
@@ -15,7 +15,6 @@ import logging
 from dataclasses import dataclass
 from enum import StrEnum
 
-from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from core_service.errors import RateLimitedError
@@ -25,13 +24,6 @@ from pinlog_platform import token_bucket
 logger = logging.getLogger(__name__)
 
 BUCKET_TABLE = "core.rate_bucket"
-SECONDS_PER_DAY = 24 * 3600
-
-# Notes this member created in the last 24 hours (core.context, member index).
-NOTES_CREATED_TODAY = text(
-    "SELECT count(*) FROM core.context "
-    "WHERE member_id = :member_id AND created_at > now() - interval '1 day'"
-)
 
 
 class QuotaKind(StrEnum):
@@ -41,12 +33,11 @@ class QuotaKind(StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class QuotaSettings:
-    """Per member: writes and searches per minute (0 = off), the burst, notes per day (0 = off)."""
+    """Per member: writes and searches per minute (0 = off) and the burst."""
 
     writes_per_minute: int
     searches_per_minute: int
     burst: int
-    daily_notes: int
 
 
 class MemberQuotas:
@@ -82,24 +73,6 @@ class MemberQuotas:
             self._count(kind.value, "limited")
             raise RateLimitedError(taken.retry_after_seconds)
         self._count(kind.value, "admitted")
-
-    async def admit_new_note(self, member_id: int) -> None:
-        """``RateLimitedError`` when the member created ``daily_notes`` notes in the last 24 h."""
-        if self._settings.daily_notes <= 0:
-            return
-        try:
-            async with self._engine.connect() as conn:
-                created = (
-                    await conn.execute(NOTES_CREATED_TODAY, {"member_id": member_id})
-                ).scalar_one()
-        except Exception as exc:
-            self._count("daily_notes", "failed_open")
-            logger.warning("daily note cap not checked (%s); request admitted", type(exc).__name__)
-            return
-        if created >= self._settings.daily_notes:
-            self._count("daily_notes", "limited")
-            raise RateLimitedError(3600)
-        self._count("daily_notes", "admitted")
 
     def _count(self, kind: str, outcome: str) -> None:
         self._metrics.member_quota.labels(kind, outcome).inc()

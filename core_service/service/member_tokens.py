@@ -39,11 +39,11 @@ import jwt
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from core_service.canonical_ids import parse_canonical_id
 from core_service.errors import UnauthenticatedError
 from core_service.repository import member
-from core_service.repository.db import autocommit
+from core_service.repository.db import client_autocommit
 from core_service.repository.member import MemberState
+from pinlog_platform.contract.canonical_ids import parse_canonical_id
 
 ALGORITHM = "HS256"
 ISSUER = "pinlog-core"
@@ -164,7 +164,7 @@ class TokenAuthenticator:
         past its time, or a member that is unknown or withdrawn. Every refusal has the same
         message. One statement per call (two for a token without ``kid``)."""
         verified = self._verify(token)
-        async with autocommit(self._engine) as conn:
+        async with client_autocommit(self._engine) as conn:
             if verified.legacy_format and not await self._legacy_accepted(conn):
                 raise UnauthenticatedError(_REFUSED)
             if await member.state(conn, verified.member_id) is not MemberState.ACTIVE:

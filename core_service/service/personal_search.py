@@ -45,13 +45,21 @@ class SearchHit:
     keyword_matched: bool = False
 
 
+def _worker_id(value: object) -> int:
+    """An id of the worker's answer: a JSON integer (never a string or a float ``int()`` would
+    coerce); ``ValueError`` otherwise."""
+    if type(value) is not int:
+        raise ValueError("id is not an integer")
+    return value
+
+
 def _parsed_hits(answer: WorkerAnswer) -> list[SearchHit]:
     """The worker's hits; ``UpstreamError`` (502) for an answer not of §7's shape."""
     try:
         hits = [
             SearchHit(
-                int(item["recordId"]),
-                int(item["contextId"]),
+                _worker_id(item["recordId"]),
+                _worker_id(item["contextId"]),
                 clamp_similarity(float(item["similarity"])),
                 item.get("keywordMatched", False) is True,
             )

@@ -11,16 +11,18 @@ from __future__ import annotations
 import base64
 import binascii
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from core_service.errors import InvalidCursorError
 from core_service.repository import record_page
-from core_service.repository.db import autocommit
+from core_service.repository.db import client_autocommit
 from core_service.repository.record_page import RecordSummary
+from pinlog_platform.contract.canonical_ids import parse_canonical_id
 
-BIGINT_MAX = 2**63 - 1
+# The times a cursor may carry (UTC): every record's created_at is a now() of the database.
+CURSOR_TIMES = (datetime(1970, 1, 1, tzinfo=UTC), datetime(9999, 1, 1, tzinfo=UTC))
 # A record's state is the first of these that any of its live contexts is in.
 STATE_PRECEDENCE = ("failed", "processing", "pending")
 
@@ -54,16 +56,25 @@ def encode_cursor(created_at: datetime, record_id: int) -> str:
 
 def decode_cursor(cursor: str) -> tuple[datetime, int]:
     """``(created_at, record_id)`` of a cursor from ``encode_cursor``; ``InvalidCursorError``
-    (422) for anything else."""
+    (422) for anything else: the cursor must be exactly what ``encode_cursor`` writes for its
+    values (so ``1_0``, `` 1``, ``+1`` or ``01`` never pass as an id: ``parse_canonical_id``),
+    the time zone-aware and, in UTC, within ``CURSOR_TIMES`` (every ``created_at`` the core
+    writes; PostgreSQL is never handed a time it cannot hold)."""
     try:
         padded = cursor + "=" * (-len(cursor) % 4)
         raw = base64.urlsafe_b64decode(padded.encode("ascii")).decode("ascii")
         stamp, record_id_text = raw.split("/")
         created_at = datetime.fromisoformat(stamp)
-        record_id = int(record_id_text)
-    except (ValueError, UnicodeError, binascii.Error):
+        in_utc = created_at.astimezone(UTC) if created_at.tzinfo is not None else None
+    except (ValueError, UnicodeError, binascii.Error, OverflowError):
         raise InvalidCursorError("malformed cursor") from None
-    if created_at.tzinfo is None or not 0 < record_id <= BIGINT_MAX:
+    record_id = parse_canonical_id(record_id_text)
+    if (
+        in_utc is None
+        or record_id is None
+        or not CURSOR_TIMES[0] <= in_utc <= CURSOR_TIMES[1]
+        or encode_cursor(created_at, record_id) != cursor
+    ):
         raise InvalidCursorError("malformed cursor")
     return created_at, record_id
 
@@ -76,7 +87,7 @@ class RecordPages:
         """Up to ``limit`` of the member's active records after ``cursor`` (from the newest
         when ``None``), newest first, in one query. Raises ``InvalidCursorError`` (422)."""
         after = None if cursor is None else decode_cursor(cursor)
-        async with autocommit(self._engine) as conn:
+        async with client_autocommit(self._engine) as conn:
             # One more than asked: whether a next page exists, without a second query.
             found = await record_page.list_page(
                 conn, member_id=member_id, after=after, limit=limit + 1

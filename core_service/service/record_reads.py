@@ -12,7 +12,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from core_service.errors import NotFoundError, UnauthenticatedError
 from core_service.repository import record_view
-from core_service.repository.db import autocommit
+from core_service.repository.db import client_autocommit
 from core_service.repository.record_view import AiStatuses, RecordView
 from pinlog_platform.contract.states import STAGE_ORDER, Status
 from pinlog_platform.contract.states.failure_reasons import FailureReason
@@ -59,7 +59,7 @@ class RecordReader:
     async def get_many(self, *, viewer_id: int, record_ids: Sequence[int]) -> list[RecordView]:
         """The active records among ``record_ids`` in one query, ordered by id. Raises
         ``UnauthenticatedError`` (401) when the viewer is not an active member."""
-        async with autocommit(self._engine) as conn:
+        async with client_autocommit(self._engine) as conn:
             views = await record_view.load(conn, viewer_id=viewer_id, record_ids=record_ids)
         if views is None:
             raise UnauthenticatedError("member is not active")

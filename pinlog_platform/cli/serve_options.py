@@ -11,12 +11,14 @@ from typing import Any
 
 import typer
 
+from pinlog_platform.cli import numbers
+
 
 def limit_concurrency(prefix: str) -> Any:
     return typer.Option(
         None,
         "--limit-concurrency",
-        min=1,
+        parser=numbers.whole(1, 1_000_000),
         metavar="N",
         help="Open connections and running requests at once; beyond, 503 at once "
         f"(default: {prefix}LIMIT_CONCURRENCY, 900)",
@@ -27,7 +29,7 @@ def max_header_bytes(prefix: str) -> Any:
     return typer.Option(
         None,
         "--max-header-bytes",
-        min=1024,
+        parser=numbers.whole(1024, 1_048_576),
         metavar="BYTES",
         help=f"Largest request head; larger answers 431 (default: {prefix}MAX_HEADER_BYTES, 16384)",
     )
@@ -37,7 +39,7 @@ def head_timeout(prefix: str) -> Any:
     return typer.Option(
         None,
         "--head-timeout",
-        min=0.1,
+        parser=numbers.decimal_seconds(0.1, 3600),
         metavar="SECONDS",
         help="Seconds a client has to send a request head; then 408 and closed "
         f"(default: {prefix}HEAD_TIMEOUT, 10)",
@@ -48,7 +50,7 @@ def timeout_keep_alive(prefix: str) -> Any:
     return typer.Option(
         None,
         "--timeout-keep-alive",
-        min=1,
+        parser=numbers.whole(1, 86400),
         metavar="SECONDS",
         help="Seconds an idle keep-alive connection stays open; keep it above every client's "
         "idle expiry (a load balancer's idle timeout included) "

@@ -29,6 +29,9 @@ TRANSIENT_SQLSTATE_PREFIXES = (
     "53",
 )
 LOCK_NOT_AVAILABLE = "55P03"
+# Class 22, data exception: a value PostgreSQL (or the driver, encoding a parameter) cannot hold
+# or compute: out of range, an invalid character, a datetime overflow.
+DATA_EXCEPTION_CLASS = "22"
 READ_ONLY_TRANSACTION = "25006"
 
 # SQLSTATEs after which the session cannot serve: connection exceptions, the server shutting
@@ -58,6 +61,13 @@ def constraint_name(exc: BaseException) -> str | None:
     return getattr(orig, "constraint_name", None) or getattr(
         getattr(orig, "__cause__", None), "constraint_name", None
     )
+
+
+def is_data_exception(exc: BaseException) -> bool:
+    """True for a data exception (SQLSTATE class 22, ``DATA_EXCEPTION_CLASS``), the driver's
+    refusal to encode a parameter included (asyncpg reports it as 22000)."""
+    state = sqlstate(exc)
+    return state is not None and state.startswith(DATA_EXCEPTION_CLASS)
 
 
 def is_transient(exc: BaseException) -> bool:

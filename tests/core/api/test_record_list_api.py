@@ -118,7 +118,9 @@ async def test_concurrent_creates_do_not_disturb_a_traversal(core_with_fake_work
     assert len(seen) == len(set(seen))
 
 
-@pytest.mark.parametrize("limit", ["0", "101", "-1", "x", "1.5"])
+@pytest.mark.parametrize(
+    "limit", ["0", "101", "-1", "x", "1.5", "1_0", " 1", "+1", "01", "1.0", "9" * 30]
+)
 async def test_a_limit_out_of_range_is_422(core_with_fake_worker, limit):
     assert (await _list(core_with_fake_worker, 1, limit=limit)).status_code == 422
 
@@ -152,6 +154,19 @@ def _b64(raw: str) -> str:
         _b64("2026-01-01T00:00:00+00:00/5/6"),
         "",
         "A" * 201,
+        # Timestamps Python reads but PostgreSQL (or the driver's UTC conversion) cannot hold.
+        _b64("0001-01-01T00:00:00+14:00/5"),
+        _b64("9999-12-31T23:59:59-14:00/5"),
+        _b64("0001-01-01T00:00:00+00:00/5"),
+        # Ids that are not canonical ASCII decimal.
+        _b64("2026-01-01T00:00:00+00:00/1_0"),
+        _b64("2026-01-01T00:00:00+00:00/ 1"),
+        _b64("2026-01-01T00:00:00+00:00/1 "),
+        _b64("2026-01-01T00:00:00+00:00/+1"),
+        _b64("2026-01-01T00:00:00+00:00/01"),
+        _b64("2026-01-01T00:00:00+00:00/-1"),
+        _b64("2026-01-01T00:00:00+00:00/\u0661"),
+        _b64(" 2026-01-01T00:00:00+00:00/5"),
     ],
 )
 async def test_a_malformed_cursor_is_422(core_with_fake_worker, cursor):

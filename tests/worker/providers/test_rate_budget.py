@@ -160,3 +160,74 @@ async def test_embedding_batches_are_split_by_tokens_as_well_as_by_count(fake_op
     sizes = [len(request["input"]) for request in fake_openai.embedding_requests]
     assert sum(sizes) == 7
     assert max(sizes) == 2
+
+
+def _retrying_embedder(fake, retries: int) -> OpenAIEmbedder:
+    return OpenAIEmbedder(
+        base_url=fake.base_url, api_key="k", model="text-embedding-3-small",
+        dimension=1536, timeout_seconds=10, max_retries=retries,
+    )  # fmt: skip
+
+
+async def test_retries_take_the_request_budget_too(fake_openai):
+    """6 requests a minute, 2 retries per call, a provider answering 503: six concurrent calls
+    would send 18 requests within their backoffs (about 1.5 s) if retries were free. Only 6
+    reach the provider; the retries wait for the next minute (the calls are ended here)."""
+    fake_openai.set_fault("embeddings", Scripted(status=503))
+    embedder = _retrying_embedder(fake_openai, retries=2)
+    embedder.use_budget(RateBudget("embedding", requests=6, tokens=0, window_seconds=60))
+    calls = [asyncio.create_task(embedder.embed([f"note {i}"])) for i in range(6)]
+    try:
+        # Long enough for every call's two backoffs (0.5 s, then at most 1 s) to have passed.
+        done, pending = await asyncio.wait(calls, timeout=3)
+    finally:
+        for call in calls:
+            call.cancel()
+        await asyncio.gather(*calls, return_exceptions=True)
+        await embedder.aclose()
+    assert not done and len(pending) == 6
+    assert fake_openai.embedding_calls == 6
+
+
+async def test_a_failed_attempt_keeps_its_estimate_unless_the_answer_reports_usage(fake_openai):
+    """Tokens per window 100, each attempt estimated 40 (120 bytes). A 503 without usage keeps
+    its 40; one whose body reports 5 tokens is settled to 5. After two failed attempts of each
+    kind, a third request fits at once only in the second case (40 + 40 + 40 > 100, but
+    5 + 5 + 40 <= 100)."""
+    error = {"error": {"message": "busy", "type": "server_error", "code": None, "param": None}}
+    outcomes = {}
+    for reported in (False, True):
+        body = {**error, "usage": {"prompt_tokens": 5, "total_tokens": 5}} if reported else error
+        fake_openai.reset()
+        fake_openai.set_fault("embeddings", Scripted(status=503, json=body))
+        budget = RateBudget("embedding", requests=0, tokens=100, window_seconds=60)
+        embedder = _retrying_embedder(fake_openai, retries=1)
+        embedder.use_budget(budget)
+        try:
+            with pytest.raises(Exception, match="503"):
+                await embedder.embed(["a" * 120])
+            fake_openai.set_fault("embeddings", None)
+            third = asyncio.create_task(embedder.embed(["b" * 120]))
+            done, _ = await asyncio.wait([third], timeout=2)
+            outcomes[reported] = bool(done)
+            third.cancel()
+            await asyncio.gather(third, return_exceptions=True)
+        finally:
+            await embedder.aclose()
+    assert outcomes == {False: False, True: True}
+
+
+async def test_one_embed_call_is_cut_into_requests_that_fit_the_token_budget(fake_openai):
+    """Whoever calls (a backfill batch, the preset list): 7 texts of 10 estimated tokens each
+    under a budget of 25 tokens a window go as requests of at most two texts, in order."""
+    embedder = _embedder(fake_openai)
+    embedder.use_budget(RateBudget("embedding", requests=0, tokens=25, window_seconds=0.2))
+    texts = [f"{i:02d}" + "x" * 28 for i in range(7)]
+    try:
+        vectors = await embedder.embed(texts)
+        alone = [await embedder.embed([text]) for text in texts]
+    finally:
+        await embedder.aclose()
+    sizes = [len(request["input"]) for request in fake_openai.embedding_requests[:-7]]
+    assert sizes == [2, 2, 2, 1]
+    assert all((vector == single[0]).all() for vector, single in zip(vectors, alone, strict=True))

@@ -3,6 +3,7 @@ one profile's load never touches another profile's vectors (§1 Deviation)."""
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import pytest
@@ -107,6 +108,37 @@ async def test_changed_content_bumps_the_list_version_for_every_row(engine, embe
 
     assert (report.changed, report.version, report.list_changed) == (True, 2, True)
     assert {(row[3], row[4]) for row in await stored(engine)} == {(2, 2)}
+
+
+async def test_two_overlapping_loads_never_write_one_version_for_two_lists(
+    engine, embedder, fake_openai, hold
+):
+    await load_presets(engine, embedder, read_preset_file(), PROFILE)
+    first, second = bundled(), bundled()
+    first["presets"][0]["description"] += " 첫째 판."
+    second["presets"][0]["description"] += " 둘째 판."
+    held = hold()
+    fake_openai.script_embeddings(held)
+    # The first load reads version 1, then waits inside its provider call...
+    first_load = asyncio.create_task(
+        load_presets(engine, embedder, PresetFile.model_validate(first), PROFILE)
+    )
+    await asyncio.to_thread(held.entered.wait, 10)
+    # ...while the second reads the same version 1 and commits its list as version 2.
+    second_report = await load_presets(engine, embedder, PresetFile.model_validate(second), PROFILE)
+    held.block.set()
+    first_report = await asyncio.wait_for(first_load, 10)
+
+    assert (second_report.version, first_report.version) == (2, 3)
+    async with engine.connect() as conn:
+        description, version = (
+            await conn.execute(
+                text("SELECT description, version FROM ai.keyword_preset WHERE id = :id"),
+                {"id": first["presets"][0]["id"]},
+            )
+        ).one()
+    assert (description, version) == (first["presets"][0]["description"], 3)
+    assert {(row[3], row[4]) for row in await stored(engine)} == {(3, 3)}
 
 
 async def test_preset_missing_from_the_file_is_retired_not_deleted(engine, embedder):
