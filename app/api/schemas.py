@@ -11,7 +11,7 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr
 
-BIGINT_MAX = 2**63 - 1
+from pinlog_platform.bigint import BIGINT_MAX
 
 ContextId = Annotated[StrictInt, Field(ge=1, le=BIGINT_MAX)]
 

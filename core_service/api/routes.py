@@ -22,7 +22,6 @@ from core_service.api.responses import (
     ok,
 )
 from core_service.api.schemas import (
-    BIGINT_MAX,
     AiItem,
     ContextBody,
     ContextIdOnly,
@@ -40,6 +39,7 @@ from core_service.api.schemas import (
     SearchResults,
 )
 from core_service.service.record_reads import summarize
+from pinlog_platform.bigint import BIGINT_MAX
 from pinlog_platform.contract.canonical_ids import parse_canonical_id
 from pinlog_platform.http.json_response import OrjsonResponse
 

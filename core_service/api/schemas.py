@@ -13,7 +13,6 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr
 
-BIGINT_MAX = 2**63 - 1
 RAW_TEXT_MAX = 10_000  # characters before normalisation; the stored limit is 500 after it
 
 RawText = Annotated[StrictStr, Field(max_length=RAW_TEXT_MAX)]

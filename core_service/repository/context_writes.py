@@ -30,6 +30,9 @@ from core_service.repository.context_ai_state import (
 )
 from pinlog_platform.contract.text_fingerprint import fingerprint
 
+# The daily note cap's day is the UTC calendar day (member_daily_notes): a time zone, not a status.
+NON_STATUS_LITERALS = frozenset({"UTC"})
+
 # The member's daily note (member_daily_notes), then the new context and its PENDING/PENDING/0
 # state row, from a CTE `target` (record_id, origin_created_at) that holds at most one row;
 # shared by the three statements below. The note is counted after the record's lock, and the

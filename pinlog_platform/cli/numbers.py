@@ -19,7 +19,7 @@ from collections.abc import Callable
 
 import typer
 
-from pinlog_platform.contract.canonical_ids import BIGINT_MAX
+from pinlog_platform.bigint import BIGINT_MAX
 
 _WHOLE = re.compile(r"0|[1-9][0-9]*")
 _DECIMAL = re.compile(r"(0|[1-9][0-9]*)(\.[0-9]+)?")

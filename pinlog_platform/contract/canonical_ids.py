@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import re
 
-BIGINT_MAX = 2**63 - 1
+from pinlog_platform.bigint import BIGINT_MAX
+
 # ASCII digits spelled out: \d would also match other scripts' digits.
 _CANONICAL = re.compile(r"[1-9][0-9]{0,18}")
 
