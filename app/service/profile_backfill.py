@@ -2,7 +2,10 @@
 (docs/operations.md "Switching the embedding profile").
 
 The core proposes a batch of contexts for this worker's profile; this service claims the
-rows it may (``profile_vectors.claim``: PENDING or stale, fenced by attempt), embeds the
+rows it may (``profile_vectors.claim``: PENDING or stale, fenced by attempt; the context
+live, the request's text digest and owner the ones the core wrote on the state row, so a
+request with another text or owner, or for a deleted context, claims nothing, is reported
+``notClaimed`` and costs no provider call), embeds the
 claimed texts in one provider call (through the embedding gate, counted under stage
 ``backfill`` in the usage ledger), and saves each vector in its own statement that re-checks
 the live state (a deleted context's vector is never stored). Outcomes, by the §6 classes of
@@ -36,7 +39,7 @@ from app.errors import (
 from app.metrics import WorkerMetrics
 from app.providers.base import EmbeddingProvider
 from app.repository import profile_vectors
-from app.repository.profile_vectors import BackfillClaim
+from app.repository.profile_vectors import BackfillAsk, BackfillClaim
 from app.repository.stage_pool import StagePool
 from app.service import context_text
 from app.service.embedding_stage import require_dimension
@@ -140,11 +143,17 @@ class ProfileBackfill:
     async def _run(self, items: Sequence[ProcessRequest]) -> BackfillReport:
         report = BackfillReport()
         by_id = {item.context_id: item for item in items}
+        asks = [
+            BackfillAsk(
+                item.context_id, context_text.fingerprint(item.text), item.user_id, item.record_id
+            )
+            for item in by_id.values()
+        ]
         try:
             claims = await profile_vectors.claim(
                 self._stage_pool,
                 embedding_profile=self._profile,
-                context_ids=list(by_id),
+                asks=asks,
                 expiry_seconds=self._expiry_seconds,
             )
         except (WorkerError, DatabaseStatementError) as exc:
@@ -155,7 +164,7 @@ class ProfileBackfill:
             prepared = await self._prepare(claims, by_id, report)
             vectors = await self._embed_all(prepared, report)
             for claim, vector in vectors:
-                await self._save(claim, by_id[claim.context_id], vector, report)
+                await self._save(claim, vector, report)
         except (WorkerError, DatabaseStatementError) as exc:
             await self._release(self._unsettled(claims, report))
             self._count(report)
@@ -224,20 +233,10 @@ class ProfileBackfill:
             for (claim, _), vector in zip(prepared, vectors, strict=True)
         ]
 
-    async def _save(
-        self,
-        claim: BackfillClaim,
-        item: ProcessRequest,
-        vector: np.ndarray,
-        report: BackfillReport,
-    ) -> None:
+    async def _save(self, claim: BackfillClaim, vector: np.ndarray, report: BackfillReport) -> None:
+        # Stored under the state row's owner (the claim's), never the request's.
         status = await profile_vectors.save_backfill_vector(
-            self._stage_pool,
-            claim,
-            embedding_profile=self._profile,
-            user_id=item.user_id,
-            record_id=item.record_id,
-            embedding=vector,
+            self._stage_pool, claim, embedding_profile=self._profile, embedding=vector
         )
         if status == "COMPLETED":
             report.completed.append(claim.context_id)
