@@ -60,13 +60,15 @@ DEFAULT_RETRY_AFTER_SECONDS = 2
 class BackfillReport:
     """What became of a batch, by context: ``completed`` (vector stored), ``cancelled``
     (deleted meanwhile), ``failed`` (the note's own fault, by reason), ``not_claimed`` (done,
-    owned by another claim, or unknown), ``lost`` (the claim was taken over before the save)."""
+    owned by another claim, or unknown), ``lost`` (the claim was taken over before the save),
+    ``put_back`` (its save failed with a statement error: back to ``PENDING``)."""
 
     completed: list[int] = field(default_factory=list)
     cancelled: list[int] = field(default_factory=list)
     failed: dict[int, str] = field(default_factory=dict)
     not_claimed: list[int] = field(default_factory=list)
     lost: list[int] = field(default_factory=list)
+    put_back: list[int] = field(default_factory=list)
 
     def as_json(self) -> dict[str, object]:
         return {
@@ -75,6 +77,7 @@ class BackfillReport:
             "failed": len(self.failed),
             "notClaimed": len(self.not_claimed),
             "lost": len(self.lost),
+            "putBack": len(self.put_back),
         }
 
 
@@ -164,7 +167,7 @@ class ProfileBackfill:
             prepared = await self._prepare(claims, by_id, report)
             vectors = await self._embed_all(prepared, report)
             for claim, vector in vectors:
-                await self._save(claim, vector, report)
+                await self._save_or_put_back(claim, vector, report)
         except (WorkerError, DatabaseStatementError) as exc:
             await self._release(self._unsettled(claims, report))
             self._count(report)
@@ -180,7 +183,13 @@ class ProfileBackfill:
 
     @staticmethod
     def _unsettled(claims: Sequence[BackfillClaim], report: BackfillReport) -> list[BackfillClaim]:
-        settled = {*report.completed, *report.cancelled, *report.failed, *report.lost}
+        settled = {
+            *report.completed,
+            *report.cancelled,
+            *report.failed,
+            *report.lost,
+            *report.put_back,
+        }
         return [claim for claim in claims if claim.context_id not in settled]
 
     async def _prepare(
@@ -233,6 +242,25 @@ class ProfileBackfill:
             for (claim, _), vector in zip(prepared, vectors, strict=True)
         ]
 
+    async def _save_or_put_back(
+        self, claim: BackfillClaim, vector: np.ndarray, report: BackfillReport
+    ) -> None:
+        """Save one row; a statement error of this row alone (a bug, not the note's fault)
+        puts it back to ``PENDING`` and the batch goes on: answered 200, the core sends the
+        row again only after its resend delay, behind the rows after it, so one row the save
+        cannot take never holds the backfill up (a 503 would have the same batch proposed
+        first again, forever)."""
+        try:
+            await self._save(claim, vector, report)
+        except DatabaseStatementError as exc:
+            await self._release([claim])
+            report.put_back.append(claim.context_id)
+            logger.error(
+                "backfill save failed, row put back: context_id=%d cause=%s",
+                claim.context_id,
+                exc,
+            )
+
     async def _save(self, claim: BackfillClaim, vector: np.ndarray, report: BackfillReport) -> None:
         # Stored under the state row's owner (the claim's), never the request's.
         status = await profile_vectors.save_backfill_vector(
@@ -271,6 +299,7 @@ class ProfileBackfill:
             ("failed", len(report.failed)),
             ("not_claimed", len(report.not_claimed)),
             ("lost", len(report.lost)),
+            ("put_back", len(report.put_back)),
         ):
             if count:
                 self._contexts.labels(result).inc(count)

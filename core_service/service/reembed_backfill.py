@@ -338,7 +338,7 @@ class ReembedBackfill:
             return
         for key, label in (("completed", "completed"), ("cancelled", "cancelled"),
                            ("failed", "failed"), ("notClaimed", "not_claimed"),
-                           ("lost", "lost")):  # fmt: skip
+                           ("lost", "lost"), ("putBack", "put_back")):  # fmt: skip
             value = answer.get(key)
             if isinstance(value, int) and value > 0:
                 self._tally(label, value)

@@ -250,7 +250,12 @@ async def post_backfill(
 
 
 def backfill_counts(
-    completed: int = 0, cancelled: int = 0, failed: int = 0, not_claimed: int = 0, lost: int = 0
+    completed: int = 0,
+    cancelled: int = 0,
+    failed: int = 0,
+    not_claimed: int = 0,
+    lost: int = 0,
+    put_back: int = 0,
 ) -> dict[str, int]:
     """The body of a backfill's 200: the batch's contexts counted by result."""
     return {
@@ -259,4 +264,5 @@ def backfill_counts(
         "failed": failed,
         "notClaimed": not_claimed,
         "lost": lost,
+        "putBack": put_back,
     }

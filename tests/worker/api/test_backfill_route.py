@@ -18,6 +18,7 @@ from typing import Any
 import httpx
 import numpy as np
 import pytest
+from sqlalchemy import text
 
 from app.providers.hashing import hash_embed
 from app.repository import profile_vectors
@@ -290,6 +291,47 @@ async def test_the_vector_is_stored_under_the_state_rows_owner(engine, worker, f
     assert response.json() == counts(completed=1)
     rows = await vector_rows(engine, 3)
     assert (rows[PROFILE]["user_id"], rows[PROFILE]["record_id"]) == (3, 30)
+
+
+async def test_a_row_whose_save_fails_is_put_back_and_the_rest_completes(
+    engine, worker, fake_openai
+):
+    """Issue 28 #9, a poison row: a statement error on one row's save (here a trigger the
+    database raises for it) puts that row back and the batch answers 200 for the others, so
+    the core does not propose the same batch first again forever (a 503 would)."""
+    for context_id in (1, 2, 3):
+        await embedded_under_the_old_profile(engine, context_id)
+    async with engine.begin() as conn:
+        await conn.execute(text(POISON_FUNCTION))
+        await conn.execute(text(POISON_TRIGGER))
+    try:
+        response = await post_backfill(worker, [context(1), context(2), context(3)])
+    finally:
+        async with engine.begin() as conn:
+            await conn.execute(text("DROP TRIGGER poison_context_2 ON ai.context_embedding"))
+            await conn.execute(text("DROP FUNCTION pg_temp_poison_context_2()"))
+
+    assert response.status_code == 200, response.text
+    assert response.json() == counts(completed=2, put_back=1)
+    assert await backfill_row(engine, 2, PROFILE) == Row("PENDING", 1, None)
+    for context_id in (1, 3):
+        await assert_stored_under_this_profile(engine, context_id, NOTES[context_id])
+
+
+# A database fault on one row only: inserting context 2's vector raises a data exception.
+POISON_FUNCTION = """
+    CREATE FUNCTION pg_temp_poison_context_2() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN
+        IF NEW.context_id = 2 THEN
+            RAISE EXCEPTION 'poison row' USING ERRCODE = '22023';
+        END IF;
+        RETURN NEW;
+    END $$
+"""
+POISON_TRIGGER = """
+    CREATE TRIGGER poison_context_2 BEFORE INSERT ON ai.context_embedding
+    FOR EACH ROW EXECUTE FUNCTION pg_temp_poison_context_2()
+"""
 
 
 # --------------------------------------------------------------------------- the note's fault
