@@ -28,7 +28,7 @@ from app.providers.metered import MeteredEmbedder, MeteredJudge
 from app.providers.rate_budget import RateBudget
 from app.providers.usage import StageTagged, StageTaggedJudge, attach_budget, attach_usage
 from app.repository.db import command_timeout_for, create_engine
-from app.repository.stage_pool import StagePool, checkout_timeout_for
+from app.repository.stage_pool import StagePool
 from app.service.embedding_stage import EmbeddingStage
 from app.service.health import Readiness
 from app.service.judge_chain import AnyJudgeGate, JudgeChain
@@ -284,14 +284,14 @@ async def _open_databases(stack: AsyncExitStack, settings: Settings) -> _Databas
     """The stage pool and three engines, each closed by ``stack``."""
     # The stage statements (§3) run on a plain asyncpg pool; this engine serves the preset
     # cache and startup checks.
-    stage_deadline = failure_policy.stage_deadline_seconds(settings.processing_expiry_seconds)
-    command_timeout = command_timeout_for(stage_deadline)
+    command_timeout = command_timeout_for(
+        failure_policy.stage_deadline_seconds(settings.processing_expiry_seconds)
+    )
     stage_pool = await StagePool.open(
         settings.database_url,
         size=settings.pool_size,
         transaction_pooling=settings.database_transaction_pooling,
         command_timeout_seconds=command_timeout,
-        checkout_timeout_seconds=checkout_timeout_for(stage_deadline),
     )
     stack.push_async_callback(stage_pool.close)
 

@@ -28,10 +28,10 @@ connection: a connection that died while pooled costs no stage. A deadline is no
 the budget is spent.
 
 Errors (§6): a lock wait past ``lock_timeout`` raises ``DatabaseLockTimeout``; connection
-loss, a full pool past the checkout timeout (``checkout_timeout_for``), serialization
-failures and the other transient SQLSTATEs raise ``DatabaseUnavailable``; any other database
-error, and a driver error on a live connection (a wrong argument count, an argument it cannot
-encode), raises ``DatabaseStatementError`` naming only its SQLSTATE or error class (``app.errors``).
+loss, a full pool past ``POOL_TIMEOUT_SECONDS``, serialization failures and the other
+transient SQLSTATEs raise ``DatabaseUnavailable``; any other database error, and a driver
+error on a live connection (a wrong argument count, an argument it cannot encode), raises
+``DatabaseStatementError`` naming only its SQLSTATE or error class (``app.errors``).
 """
 
 from __future__ import annotations
@@ -57,15 +57,8 @@ from pinlog_platform.db.sqlstates import (
 )
 
 # A task waiting this long for a connection gives up with a transient error, as the
-# SQLAlchemy pools do (seconds); at most a quarter of the stage deadline
-# (``checkout_timeout_for``), so a wait for a connection never outlasts a claim's expiry.
+# SQLAlchemy pools do (seconds).
 POOL_TIMEOUT_SECONDS = 30.0
-
-
-def checkout_timeout_for(stage_deadline_seconds: float) -> float:
-    """Seconds a statement waits for a pooled connection: ``POOL_TIMEOUT_SECONDS``, or a
-    quarter of the stage deadline when that is shorter (a short processing expiry)."""
-    return max(0.1, min(POOL_TIMEOUT_SECONDS, stage_deadline_seconds / 4))
 
 
 class StagePool:
@@ -77,10 +70,8 @@ class StagePool:
         *,
         transaction_pooling: bool,
         session_settings: dict[str, str] | None = None,
-        checkout_timeout_seconds: float = POOL_TIMEOUT_SECONDS,
     ) -> None:
         self._pool = pool
-        self._checkout_timeout_seconds = checkout_timeout_seconds
         self._transaction_pooling = transaction_pooling
         self._set_local = connection.set_local_statement(
             dict(SESSION_SETTINGS) if session_settings is None else session_settings
@@ -97,15 +88,12 @@ class StagePool:
         size: int,
         transaction_pooling: bool = False,
         command_timeout_seconds: float = COMMAND_TIMEOUT_SECONDS,
-        checkout_timeout_seconds: float = POOL_TIMEOUT_SECONDS,
     ) -> StagePool:
         """Open ``size`` connections lazily (at most) to a ``postgresql+asyncpg://`` URL.
 
         ``transaction_pooling``: PgBouncer in transaction mode (``pinlog_platform.db.connection``):
         no statement cache, timeouts set per transaction. ``command_timeout_seconds``: the
-        deadline of every statement (module docstring); ``checkout_timeout_seconds``: how long
-        a statement waits for a connection (``checkout_timeout_for``). Raises
-        ``ConfigurationError`` on the
+        deadline of every statement (module docstring). Raises ``ConfigurationError`` on the
         first connection when the ``vector`` type is not on the search path.
         """
 
@@ -131,12 +119,7 @@ class StagePool:
                 command_timeout_seconds=command_timeout_seconds,
             ),
         )
-        return cls(
-            pool,
-            transaction_pooling=transaction_pooling,
-            session_settings=session_settings,
-            checkout_timeout_seconds=checkout_timeout_seconds,
-        )
+        return cls(pool, transaction_pooling=transaction_pooling, session_settings=session_settings)
 
     async def fetch_row(self, statement: NamedStatement, /, **params: Any) -> asyncpg.Record | None:
         """Run one statement in its own (implicit) transaction; its first row or ``None``.
@@ -163,7 +146,7 @@ class StagePool:
     async def _attempt(self, sql: str, args: list[Any]) -> asyncpg.Record | None:
         """One try on one pooled connection; driver errors propagate untranslated, and a
         connection that cannot serve is discarded first."""
-        async with self._pool.acquire(timeout=self._checkout_timeout_seconds) as conn:
+        async with self._pool.acquire(timeout=POOL_TIMEOUT_SECONDS) as conn:
             try:
                 return await self._fetch_row(conn, sql, args)
             except Exception as exc:
