@@ -143,6 +143,7 @@ async def build_worker(settings: Settings, metrics: WorkerMetrics) -> AsyncItera
             gates,
             profile=settings.embedding_profile,
             offline=settings.offline,
+            max_request_bytes=settings.max_request_bytes,
         )
         stack.push_async_callback(readiness.aclose)
         search = SearchService(

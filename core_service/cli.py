@@ -241,15 +241,23 @@ SCHEMA_FACTS = (
 
 
 @app.command()
-def rescan(once: bool = typer.Option(False, "--once", help="One finalize + rescan pass")) -> None:
-    """One finalize + rescan pass; prints its counts."""
+def rescan(
+    once: bool = typer.Option(
+        False, "--once", help="One finalize + rescan pass and one re-embedding backfill pass"
+    ),
+) -> None:
+    """One finalize + rescan pass and, while a profile switch is under way, one backfill pass
+    (docs/operations.md "Loops by mode"); prints their counts."""
     from core_service.composition import (
+        build_backfill,
         build_dispatcher,
         build_scheduler,
         build_worker_endpoints,
     )
     from core_service.metrics import CoreMetrics
     from core_service.repository.db import create_engine
+    from core_service.service.pause import PauseSwitch
+    from core_service.service.worker_routing import ProfileRouting
     from core_service.settings import RescanSettings
 
     if not once:
@@ -268,12 +276,22 @@ def rescan(once: bool = typer.Option(False, "--once", help="One finalize + resca
         try:
             metrics = CoreMetrics()
             dispatcher = build_dispatcher(settings, engine, endpoints, metrics)
-            return await build_scheduler(settings, engine, dispatcher, metrics).run_once()
+            report = await build_scheduler(settings, engine, dispatcher, metrics).run_once()
+            routing = ProfileRouting(endpoints)
+            try:
+                await routing.refresh_once()  # profiles and body limits, for the batch
+            finally:
+                await routing.aclose()
+            backfill = build_backfill(
+                settings, engine, endpoints, PauseSwitch(engine, metrics), metrics
+            )
+            await backfill.run_once()
+            return report, backfill.results
         finally:
             await endpoints.aclose()
             await engine.dispose()
 
-    report = _run_with_database(run)
+    report, backfilled = _run_with_database(run)
     if report.paused:
         typer.echo("dispatch paused (pinlog-core resume): nothing finalized or claimed")
     typer.echo(
@@ -288,6 +306,11 @@ def rescan(once: bool = typer.Option(False, "--once", help="One finalize + resca
         "finalized by reason: "
         + " ".join(f"{reason}={count}" for reason, count in report.finalized_by_reason.items())
     )
+    typer.echo(
+        "backfill: "
+        + (" ".join(f"{result}={count}" for result, count in sorted(backfilled.items()))
+           or "nothing sent")
+    )  # fmt: skip
 
 
 @app.command()

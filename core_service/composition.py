@@ -127,12 +127,39 @@ def build_scheduler(
     )
 
 
+def build_backfill(
+    settings: CoreSettings,
+    engine: AsyncEngine,
+    endpoints: WorkerEndpoints,
+    pause: PauseSwitch,
+    metrics: CoreMetrics,
+) -> ReembedBackfill:
+    """The re-embedding backfill of one core process (its resend delay the pending expiry,
+    its reclaim the processing expiry)."""
+    return ReembedBackfill(
+        engine,
+        endpoints,
+        pause,
+        metrics,
+        configured_profile=settings.embedding_profile,
+        resend_seconds=settings.pending_expiry_seconds,
+        expiry_seconds=settings.processing_expiry_seconds,
+    )
+
+
 @asynccontextmanager
 async def build_core(
-    settings: CoreSettings, metrics: CoreMetrics, *, run_rescan_loop: bool = True
+    settings: CoreSettings,
+    metrics: CoreMetrics,
+    *,
+    run_rescan_loop: bool = True,
+    run_backfill_loop: bool = True,
 ) -> AsyncIterator[Core]:
     """The running core, its parts counting in ``metrics``. ``run_rescan_loop=False`` leaves
-    rescans and the re-embedding backfill to the caller. On exit the loops stop, in-flight
+    rescans to the caller (a scheduler running ``rescan --once``); the re-embedding backfill
+    loop is apart from it (``run_backfill_loop``; a deployment without the rescan loop still
+    needs the backfill of a switch: docs/operations.md "Loops by mode"). On exit the loops
+    stop, in-flight
     dispatches get ``DISPATCH_DRAIN_SECONDS``, then clients and engines close."""
     async with AsyncExitStack() as stack:
         command_timeout = command_timeout_for(settings.request_timeout_seconds)
@@ -204,17 +231,10 @@ async def build_core(
         )
         _run_until_exit(stack, gauges.run_forever)
         _run_until_exit(stack, routing.run_forever)
-        if run_rescan_loop:
-            backfill = ReembedBackfill(
-                engine,
-                endpoints,
-                pause,
-                metrics,
-                configured_profile=settings.embedding_profile,
-                resend_seconds=settings.pending_expiry_seconds,
-                expiry_seconds=settings.processing_expiry_seconds,
-            )
+        if run_backfill_loop:
+            backfill = build_backfill(settings, engine, endpoints, pause, metrics)
             _run_until_exit(stack, backfill.run_forever)
+        if run_rescan_loop:
             # A pass waiting on a slow worker must not hold shutdown: its claimed rows stay
             # stale and the next pass (any replica) takes them again.
             scheduler = build_scheduler(settings, engine, dispatcher, metrics)

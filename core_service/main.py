@@ -52,10 +52,13 @@ def create_app(
     settings: CoreSettings | None = None,
     *,
     run_rescan_loop: bool = True,
+    run_backfill_loop: bool = True,
     ops_socket: socket.socket | None = None,
 ) -> FastAPI:
     """Build the core service. ``run_rescan_loop=False`` leaves rescans to the caller (tests,
-    deployments that run ``pinlog-core rescan --once`` from a scheduler instead).
+    deployments that run ``pinlog-core rescan --once`` from a scheduler instead); the
+    re-embedding backfill loop runs regardless (``pinlog-core serve`` always runs it;
+    ``run_backfill_loop=False`` is for tests that drive passes themselves).
 
     ``ops_socket``: the operations listener's socket, bound by the caller (``pinlog-core serve``
     binds it before anything else, so a port in use exits 2); when ``None`` and
@@ -70,7 +73,12 @@ def create_app(
         sock = ops_socket
         if sock is None and settings.ops_port is not None:
             sock = bind_ops_socket(settings.ops_host, settings.ops_port)
-        async with build_core(settings, metrics, run_rescan_loop=run_rescan_loop) as core:
+        async with build_core(
+            settings,
+            metrics,
+            run_rescan_loop=run_rescan_loop,
+            run_backfill_loop=run_backfill_loop,
+        ) as core:
             _publish(app, core)
             async with serving_ops(app, sock) as ops_base_url:
                 app.state.ops_base_url = ops_base_url

@@ -73,7 +73,7 @@ class CoreMetrics:
         self.backfill_contexts = Counter(
             "pinlog_core_backfill_contexts_total",
             "Contexts of re-embedding backfill batches sent to a worker, by result (completed, "
-            "cancelled, failed, not_claimed, lost, refused)",
+            "cancelled, failed, not_claimed, lost, put_back, refused)",
             ["result"],
             registry=self.registry,
         )

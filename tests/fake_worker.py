@@ -115,6 +115,7 @@ class ProfileWorker:
         self.searched: list[dict[str, Any]] = []
         self.search_results: list[dict[str, Any]] = []
         self.batches: list[dict[str, Any]] = []
+        self.batch_arrived = asyncio.Event()  # set by each backfill batch received
         self.busy_retry_after: str | None = None
         self.base_url = ""
         self.app = Starlette(
@@ -152,6 +153,7 @@ class ProfileWorker:
             return JSONResponse({"detail": "unauthorized"}, status_code=401)
         body = await request.json()
         self.batches.append(body)
+        self.batch_arrived.set()
         if body["embeddingProfile"] != self.profile:
             return JSONResponse({"detail": "another profile"}, status_code=409)
         if self.busy_retry_after is not None:

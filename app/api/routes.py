@@ -138,9 +138,12 @@ async def search(body: SearchBody, service: Search) -> SearchResponse:
 @router.post("/internal/v1/backfill/embed", responses=responses.BACKFILL)
 async def backfill_embed(body: BackfillBody, backfill: Backfill) -> JSONResponse:
     """Embed a batch of contexts under this worker's profile for a re-embedding backfill
-    (``app.service.profile_backfill``): 200 with counts by result; 409 for another profile;
-    503 with ``Retry-After`` (whole seconds) when busy or the provider or database is
-    unavailable (the claimed rows were put back to ``PENDING``)."""
+    (``app.service.profile_backfill``): 200 with counts by result; an item whose text digest
+    or owner is not the one the core wrote on the state row, or whose context is no longer
+    live, claims nothing and costs no provider call (``notClaimed``); 409 for another profile;
+    413 for a body over ``maxRequestBytes`` (``/readyz``); 422 for a malformed body (a
+    ``contextId`` twice included); 503 with ``Retry-After`` (whole seconds) when busy or the
+    provider or database is unavailable (the claimed rows were put back to ``PENDING``)."""
     items = [ProcessRequest(c.context_id, c.user_id, c.record_id, c.text) for c in body.contexts]
     try:
         report = await backfill.run(body.embedding_profile, items)
@@ -159,8 +162,10 @@ async def backfill_embed(body: BackfillBody, backfill: Backfill) -> JSONResponse
 async def readyz(readiness: ReadinessCheck) -> JSONResponse:
     """Readiness: database reachable and presets loaded (200), else 503 with ``problems``
     naming what is missing. The body is pinned (other components read it):
-    ``{"status", "mode", "profile", "presetVersion", "providers": {"embedding": {"available",
-    "retryAfterSeconds", "reason"}, "judge": {...}}}``. A provider's unavailability is reported
+    ``{"status", "mode", "profile", "presetVersion", "maxRequestBytes", "providers":
+    {"embedding": {"available", "retryAfterSeconds", "reason"}, "judge": {...}}}``.
+    ``maxRequestBytes``: the largest request body this worker takes (bytes; larger answer
+    413); the core cuts its backfill batches to fit it. A provider's unavailability is reported
     in ``providers`` and never changes the status code: the process can still serve.
 
     ``mode`` is ``offline`` when the worker runs with ``PINLOG_OFFLINE`` (local models).
@@ -171,6 +176,7 @@ async def readyz(readiness: ReadinessCheck) -> JSONResponse:
         "mode": readiness.mode,
         "profile": readiness.profile,
         "presetVersion": readiness.preset_version(),
+        "maxRequestBytes": readiness.max_request_bytes,
         "providers": readiness.providers(),
     }
     if problems:

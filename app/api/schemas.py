@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, field_validator
 
 from pinlog_platform.bigint import BIGINT_MAX
 
@@ -46,6 +46,14 @@ class BackfillBody(BaseModel):
 
     embedding_profile: StrictStr = Field(alias="embeddingProfile", max_length=100)
     contexts: Annotated[list[ContextNote], Field(min_length=1, max_length=256)]
+
+    @field_validator("contexts")
+    @classmethod
+    def _distinct_contexts(cls, contexts: list[ContextNote]) -> list[ContextNote]:
+        # One text per context: the claim checks each text's digest against the state row.
+        if len({c.context_id for c in contexts}) != len(contexts):
+            raise ValueError("contextId values must be distinct")
+        return contexts
 
 
 class SearchBody(BaseModel):

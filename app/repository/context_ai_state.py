@@ -39,6 +39,9 @@ class ClaimOutcome:
 # Each claim's CTE locks the row and reads the status before the UPDATE in the same
 # statement, so a fresh start (PENDING) and a reclaim (PROCESSING) can be told apart (§2).
 # Each claim takes the next attempt number: the token its save and fail must still match.
+# :abandoned_attempt (NULL: none) is an attempt this process gave up while it still owned it
+# (a transient fault left the stage PROCESSING, nothing of it runs any more): a PROCESSING
+# stage still at that attempt is taken over at once instead of after the expiry.
 CLAIM_EMBEDDING = compile_named("""
     WITH previous AS (
         SELECT context_id, embedding_status AS status
@@ -53,7 +56,8 @@ CLAIM_EMBEDDING = compile_named("""
         WHERE s.context_id = p.context_id
           AND s.embedding_status IN ('PENDING', 'PROCESSING')
           AND (s.embedding_status = 'PENDING'
-               OR s.updated_at < now() - make_interval(secs => :expiry_seconds))
+               OR s.updated_at < now() - make_interval(secs => :expiry_seconds)
+               OR s.embedding_attempt = CAST(:abandoned_attempt AS int))
         RETURNING s.embedding_attempt AS attempt
     )
     SELECT p.status AS previous_status, (SELECT count(*) FROM claimed) AS affected,
@@ -76,7 +80,8 @@ CLAIM_KEYWORD = compile_named("""
         WHERE s.context_id = p.context_id
           AND s.keyword_status IN ('PENDING', 'PROCESSING')
           AND (s.keyword_status = 'PENDING'
-               OR s.updated_at < now() - make_interval(secs => :expiry_seconds))
+               OR s.updated_at < now() - make_interval(secs => :expiry_seconds)
+               OR s.keyword_attempt = CAST(:abandoned_attempt AS int))
           AND s.embedding_status = 'COMPLETED'
         RETURNING s.keyword_attempt AS attempt
     )
@@ -116,9 +121,15 @@ def _require_stage(stage: object) -> Stage:
 
 
 async def claim(
-    stage_pool: StagePool, stage: Stage, context_id: int, *, expiry_seconds: float
+    stage_pool: StagePool,
+    stage: Stage,
+    context_id: int,
+    *,
+    expiry_seconds: float,
+    abandoned_attempt: int | None = None,
 ) -> ClaimOutcome:
-    """Start ``stage`` (PENDING) or reclaim it (PROCESSING older than ``expiry_seconds``).
+    """Start ``stage`` (PENDING) or reclaim it (PROCESSING older than ``expiry_seconds``, or
+    still at ``abandoned_attempt``: an attempt this process gave up, see ``CLAIM_EMBEDDING``).
 
     The keyword stage also requires ``embedding_status = 'COMPLETED'``. 0 rows is a normal
     outcome (duplicate, cancelled, finished), never an exception (§2). ``TypeError`` if
@@ -126,7 +137,10 @@ async def claim(
     """
     statement = CLAIM_STAGE[_require_stage(stage)]
     row = await stage_pool.fetch_row(
-        statement, context_id=context_id, expiry_seconds=float(expiry_seconds)
+        statement,
+        context_id=context_id,
+        expiry_seconds=float(expiry_seconds),
+        abandoned_attempt=abandoned_attempt,
     )
     if row is None:
         return ClaimOutcome(affected=0, previous_status=None)

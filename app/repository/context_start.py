@@ -23,7 +23,9 @@ from pinlog_platform.contract.states import CLAIMABLE, Status
 # Pre-check + owner/text check + embedding start or reclaim (§2, §3.1), in one statement.
 # The owner reference is the core's user_id/record_id (0006) when written, else the first
 # claiming request's (seen_*); a request naming another owner claims nothing. A request whose
-# text differs from the digest the core wrote (0020) claims nothing either.
+# text differs from the digest the core wrote (0020) claims nothing either. A PROCESSING stage
+# still at :abandoned_attempt (an attempt this process gave up; NULL: none) is taken over at
+# once (context_ai_state.CLAIM_EMBEDDING).
 START_CONTEXT = compile_named("""
     WITH previous AS (
         SELECT s.context_id, s.embedding_status, s.keyword_status,
@@ -52,7 +54,8 @@ START_CONTEXT = compile_named("""
           AND (p.same_text OR NOT p.text_from_core)
           AND s.embedding_status IN ('PENDING', 'PROCESSING')
           AND (s.embedding_status = 'PENDING'
-               OR s.updated_at < now() - make_interval(secs => :expiry_seconds))
+               OR s.updated_at < now() - make_interval(secs => :expiry_seconds)
+               OR s.embedding_attempt = CAST(:abandoned_attempt AS int))
         RETURNING s.embedding_attempt AS attempt
     )
     SELECT p.embedding_status, p.keyword_status, p.owner_from_core, p.same_owner, p.same_text,
@@ -123,11 +126,13 @@ async def start(
     text_sha256: bytes,
     expiry_seconds: float,
     embedding_profile: str,
+    abandoned_attempt: int | None = None,
 ) -> ContextStart | None:
     """Run ``START_CONTEXT``; ``None`` when there is no state row (§3.1: stop).
 
     ``text_sha256``: 32 bytes; ``expiry_seconds``: the processing expiry (§2);
-    ``embedding_profile``: the worker's, whose stored vector is read. Never raises to
+    ``embedding_profile``: the worker's, whose stored vector is read; ``abandoned_attempt``:
+    the embedding attempt this process gave up, if any (taken over at once). Never raises to
     steer the flow; database errors are raised as ``StagePool.fetch_row`` documents.
     """
     row = await stage_pool.fetch_row(
@@ -138,6 +143,7 @@ async def start(
         text_sha256=text_sha256,
         expiry_seconds=float(expiry_seconds),
         embedding_profile=embedding_profile,
+        abandoned_attempt=abandoned_attempt,
     )
     if row is None:
         return None

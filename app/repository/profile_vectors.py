@@ -8,7 +8,11 @@ stages' columns):
 - **claim** (``CLAIM_BACKFILL``): a conditional ``UPDATE`` of the rows still ``PENDING``, or
   ``PROCESSING`` for longer than the processing expiry (a reclaim), ``attempt + 1`` as the
   fencing token. Rows another claimer holds are skipped (``SKIP LOCKED``), so concurrent
-  workers never wait on each other and never both own a row.
+  workers never wait on each other and never both own a row. Like the live stages' start
+  (``context_start``), a row is claimed only while its context is live (state not
+  ``CANCELLED``) and the request's text digest and owner are the ones the core wrote on the
+  state row (0006, 0020): a request with another text or owner claims nothing and no provider
+  is called for it; the vector is stored under the state row's owner, never the request's.
 - **save** (``SAVE_BACKFILL_VECTOR``): one statement that locks the context's state row
   first (docs/lock-order.md), then the backfill row while ``PROCESSING`` with this attempt;
   the vector is written only while the live state is not ``CANCELLED`` (a delete, edit or
@@ -32,28 +36,42 @@ from app.repository.stage_pool import StagePool
 from app.repository.stage_saves import STORE_VECTOR_FROM, STORE_VECTOR_ON_CONFLICT
 
 # Claim the rows of :context_ids under :embedding_profile that are PENDING, or PROCESSING and
-# stale (module docstring); the claimed ids and their new attempts, as two arrays.
+# stale (module docstring), each only while its context is live and the request's text digest
+# (:text_sha256s, by position) and owner (:user_ids, :record_ids) are the ones the core wrote
+# on the state row; the claimed ids, their new attempts and the state row's owner, as arrays.
+# The state row is read, not locked: the save re-checks it under its lock (docs/lock-order.md).
 CLAIM_BACKFILL = compile_named("""
-    WITH claimable AS (
-        SELECT b.context_id
+    WITH asked AS (
+        SELECT a.context_id, a.text_sha256, a.user_id, a.record_id
+        FROM unnest(CAST(:context_ids AS bigint[]), CAST(:text_sha256s AS bytea[]),
+                    CAST(:user_ids AS bigint[]), CAST(:record_ids AS bigint[]))
+             AS a(context_id, text_sha256, user_id, record_id)
+    ), claimable AS (
+        SELECT b.context_id, s.user_id, s.record_id
         FROM ai.context_embedding_backfill AS b
+        JOIN asked AS a ON a.context_id = b.context_id
+        JOIN ai.context_ai_state AS s ON s.context_id = b.context_id
         WHERE b.embedding_profile = :embedding_profile
-          AND b.context_id = ANY(CAST(:context_ids AS bigint[]))
+          AND s.embedding_status <> 'CANCELLED'
+          AND s.text_sha256_from_core AND s.text_sha256 = a.text_sha256
+          AND s.user_id = a.user_id AND s.record_id = a.record_id
           AND (b.status = 'PENDING'
                OR (b.status = 'PROCESSING'
                    AND b.updated_at < now() - make_interval(secs => :expiry_seconds)))
         ORDER BY b.context_id
-        FOR UPDATE SKIP LOCKED
+        FOR UPDATE OF b SKIP LOCKED
     ), claimed AS (
         UPDATE ai.context_embedding_backfill AS b
         SET status = 'PROCESSING', attempt = b.attempt + 1, failure_reason = NULL,
             updated_at = now()
         FROM claimable AS c
         WHERE b.embedding_profile = :embedding_profile AND b.context_id = c.context_id
-        RETURNING b.context_id, b.attempt
+        RETURNING b.context_id, b.attempt, c.user_id, c.record_id
     )
     SELECT coalesce(array_agg(context_id ORDER BY context_id), '{}') AS context_ids,
-           coalesce(array_agg(attempt ORDER BY context_id), '{}') AS attempts
+           coalesce(array_agg(attempt ORDER BY context_id), '{}') AS attempts,
+           coalesce(array_agg(user_id ORDER BY context_id), '{}') AS user_ids,
+           coalesce(array_agg(record_id ORDER BY context_id), '{}') AS record_ids
     FROM claimed
 """)
 
@@ -108,31 +126,51 @@ SETTLE_BACKFILL = compile_named("""
 
 @dataclass(frozen=True, slots=True)
 class BackfillClaim:
-    """One claimed backfill row: the context and the attempt that owns it (fencing token)."""
+    """One claimed backfill row: the context, the attempt that owns it (fencing token) and
+    the owner the core wrote on the context's state row (what the vector is stored under)."""
 
     context_id: int
     attempt: int
+    user_id: int
+    record_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class BackfillAsk:
+    """One context a backfill request asks for: its id, the digest of the text it sent
+    (``pinlog_platform.contract.text_fingerprint``, 32 bytes) and the owner it named."""
+
+    context_id: int
+    text_sha256: bytes
+    user_id: int
+    record_id: int
 
 
 async def claim(
     stage_pool: StagePool,
     *,
     embedding_profile: str,
-    context_ids: Sequence[int],
+    asks: Sequence[BackfillAsk],
     expiry_seconds: float,
 ) -> list[BackfillClaim]:
-    """Claim what may be claimed of ``context_ids`` (module docstring), ascending by id."""
+    """Claim what may be claimed of ``asks`` (``CLAIM_BACKFILL``: open or stale, the context
+    live, text digest and owner the core's), ascending by id; ids must be distinct."""
     row = await stage_pool.fetch_row(
         CLAIM_BACKFILL,
         embedding_profile=embedding_profile,
-        context_ids=sorted(context_ids),
+        context_ids=[a.context_id for a in asks],
+        text_sha256s=[a.text_sha256 for a in asks],
+        user_ids=[a.user_id for a in asks],
+        record_ids=[a.record_id for a in asks],
         expiry_seconds=float(expiry_seconds),
     )
     if row is None:
         return []
     return [
-        BackfillClaim(int(context_id), int(attempt))
-        for context_id, attempt in zip(row["context_ids"], row["attempts"], strict=True)
+        BackfillClaim(int(context_id), int(attempt), int(user_id), int(record_id))
+        for context_id, attempt, user_id, record_id in zip(
+            row["context_ids"], row["attempts"], row["user_ids"], row["record_ids"], strict=True
+        )
     ]
 
 
@@ -141,11 +179,10 @@ async def save_backfill_vector(
     claimed: BackfillClaim,
     *,
     embedding_profile: str,
-    user_id: int,
-    record_id: int,
     embedding: np.ndarray,
 ) -> str | None:
-    """Store ``embedding`` (float32 ``(dimension,)``) for a claimed row: ``'COMPLETED'``,
+    """Store ``embedding`` (float32 ``(dimension,)``) for a claimed row under the owner its
+    state row names (``claimed.user_id``, ``claimed.record_id``): ``'COMPLETED'``,
     ``'CANCELLED'`` (the context was deleted meanwhile; nothing stored) or ``None`` (the
     attempt no longer owns the row; nothing written)."""
     row = await stage_pool.fetch_row(
@@ -153,8 +190,8 @@ async def save_backfill_vector(
         context_id=claimed.context_id,
         attempt=claimed.attempt,
         embedding_profile=embedding_profile,
-        user_id=user_id,
-        record_id=record_id,
+        user_id=claimed.user_id,
+        record_id=claimed.record_id,
         embedding=embedding,
     )
     return None if row is None else str(row["status"])

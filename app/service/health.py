@@ -41,8 +41,12 @@ class Readiness:
         timeout_seconds: float = 0.8,
         cache_seconds: float = 1.0,
         offline: bool = False,
+        max_request_bytes: int | None = None,
     ) -> None:
         self._engine = probe_engine
+        # The largest request body this worker takes (PINLOG_MAX_REQUEST_BYTES), reported by
+        # /readyz so the core cuts its backfill batches to fit.
+        self.max_request_bytes = max_request_bytes
         self.mode = "offline" if offline else "online"  # reported by /readyz (PINLOG_OFFLINE)
         self.profile = profile
         self._presets = presets

@@ -98,6 +98,9 @@ class ContextProcessor:
                 text_sha256=context_text.fingerprint(request.text),
                 expiry_seconds=self._limits.expiry_seconds,
                 embedding_profile=self._embedding_stage.profile,
+                abandoned_attempt=self._limits.abandoned.attempt_of(
+                    Stage.EMBEDDING, request.context_id
+                ),
             )
         except TransientError as exc:
             # The message names the cause: "database lock timeout" (a row busy elsewhere) is
@@ -112,6 +115,7 @@ class ContextProcessor:
         if start is None:
             logger.info("no state row, nothing to do: context_id=%d", request.context_id)
         elif start.embedding_attempt is not None:
+            self._limits.abandoned.forget(Stage.EMBEDDING, request.context_id)
             note_claim(
                 Stage.EMBEDDING,
                 request.context_id,

@@ -2,7 +2,10 @@
 (docs/operations.md "Switching the embedding profile").
 
 The core proposes a batch of contexts for this worker's profile; this service claims the
-rows it may (``profile_vectors.claim``: PENDING or stale, fenced by attempt), embeds the
+rows it may (``profile_vectors.claim``: PENDING or stale, fenced by attempt; the context
+live, the request's text digest and owner the ones the core wrote on the state row, so a
+request with another text or owner, or for a deleted context, claims nothing, is reported
+``notClaimed`` and costs no provider call), embeds the
 claimed texts in one provider call (through the embedding gate, counted under stage
 ``backfill`` in the usage ledger), and saves each vector in its own statement that re-checks
 the live state (a deleted context's vector is never stored). Outcomes, by the §6 classes of
@@ -36,7 +39,7 @@ from app.errors import (
 from app.metrics import WorkerMetrics
 from app.providers.base import EmbeddingProvider
 from app.repository import profile_vectors
-from app.repository.profile_vectors import BackfillClaim
+from app.repository.profile_vectors import BackfillAsk, BackfillClaim
 from app.repository.stage_pool import StagePool
 from app.service import context_text
 from app.service.embedding_stage import require_dimension
@@ -57,13 +60,15 @@ DEFAULT_RETRY_AFTER_SECONDS = 2
 class BackfillReport:
     """What became of a batch, by context: ``completed`` (vector stored), ``cancelled``
     (deleted meanwhile), ``failed`` (the note's own fault, by reason), ``not_claimed`` (done,
-    owned by another claim, or unknown), ``lost`` (the claim was taken over before the save)."""
+    owned by another claim, or unknown), ``lost`` (the claim was taken over before the save),
+    ``put_back`` (its save failed with a statement error: back to ``PENDING``)."""
 
     completed: list[int] = field(default_factory=list)
     cancelled: list[int] = field(default_factory=list)
     failed: dict[int, str] = field(default_factory=dict)
     not_claimed: list[int] = field(default_factory=list)
     lost: list[int] = field(default_factory=list)
+    put_back: list[int] = field(default_factory=list)
 
     def as_json(self) -> dict[str, object]:
         return {
@@ -72,6 +77,7 @@ class BackfillReport:
             "failed": len(self.failed),
             "notClaimed": len(self.not_claimed),
             "lost": len(self.lost),
+            "putBack": len(self.put_back),
         }
 
 
@@ -140,11 +146,17 @@ class ProfileBackfill:
     async def _run(self, items: Sequence[ProcessRequest]) -> BackfillReport:
         report = BackfillReport()
         by_id = {item.context_id: item for item in items}
+        asks = [
+            BackfillAsk(
+                item.context_id, context_text.fingerprint(item.text), item.user_id, item.record_id
+            )
+            for item in by_id.values()
+        ]
         try:
             claims = await profile_vectors.claim(
                 self._stage_pool,
                 embedding_profile=self._profile,
-                context_ids=list(by_id),
+                asks=asks,
                 expiry_seconds=self._expiry_seconds,
             )
         except (WorkerError, DatabaseStatementError) as exc:
@@ -155,7 +167,7 @@ class ProfileBackfill:
             prepared = await self._prepare(claims, by_id, report)
             vectors = await self._embed_all(prepared, report)
             for claim, vector in vectors:
-                await self._save(claim, by_id[claim.context_id], vector, report)
+                await self._save_or_put_back(claim, vector, report)
         except (WorkerError, DatabaseStatementError) as exc:
             await self._release(self._unsettled(claims, report))
             self._count(report)
@@ -171,7 +183,13 @@ class ProfileBackfill:
 
     @staticmethod
     def _unsettled(claims: Sequence[BackfillClaim], report: BackfillReport) -> list[BackfillClaim]:
-        settled = {*report.completed, *report.cancelled, *report.failed, *report.lost}
+        settled = {
+            *report.completed,
+            *report.cancelled,
+            *report.failed,
+            *report.lost,
+            *report.put_back,
+        }
         return [claim for claim in claims if claim.context_id not in settled]
 
     async def _prepare(
@@ -224,20 +242,29 @@ class ProfileBackfill:
             for (claim, _), vector in zip(prepared, vectors, strict=True)
         ]
 
-    async def _save(
-        self,
-        claim: BackfillClaim,
-        item: ProcessRequest,
-        vector: np.ndarray,
-        report: BackfillReport,
+    async def _save_or_put_back(
+        self, claim: BackfillClaim, vector: np.ndarray, report: BackfillReport
     ) -> None:
+        """Save one row; a statement error of this row alone (a bug, not the note's fault)
+        puts it back to ``PENDING`` and the batch goes on: answered 200, the core sends the
+        row again only after its resend delay, behind the rows after it, so one row the save
+        cannot take never holds the backfill up (a 503 would have the same batch proposed
+        first again, forever)."""
+        try:
+            await self._save(claim, vector, report)
+        except DatabaseStatementError as exc:
+            await self._release([claim])
+            report.put_back.append(claim.context_id)
+            logger.error(
+                "backfill save failed, row put back: context_id=%d cause=%s",
+                claim.context_id,
+                exc,
+            )
+
+    async def _save(self, claim: BackfillClaim, vector: np.ndarray, report: BackfillReport) -> None:
+        # Stored under the state row's owner (the claim's), never the request's.
         status = await profile_vectors.save_backfill_vector(
-            self._stage_pool,
-            claim,
-            embedding_profile=self._profile,
-            user_id=item.user_id,
-            record_id=item.record_id,
-            embedding=vector,
+            self._stage_pool, claim, embedding_profile=self._profile, embedding=vector
         )
         if status == "COMPLETED":
             report.completed.append(claim.context_id)
@@ -272,6 +299,7 @@ class ProfileBackfill:
             ("failed", len(report.failed)),
             ("not_claimed", len(report.not_claimed)),
             ("lost", len(report.lost)),
+            ("put_back", len(report.put_back)),
         ):
             if count:
                 self._contexts.labels(result).inc(count)

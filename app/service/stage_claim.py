@@ -11,7 +11,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
-from app.errors import StageDeadlineExceeded, TransientError
+from app.errors import PermanentError, StageDeadlineExceeded, TransientError
 from app.metrics import StageMetrics
 from app.repository import context_ai_state
 from app.repository.stage_pool import StagePool
@@ -63,7 +63,10 @@ async def run_claimed(
                             context_id,
                             expiry_seconds=limits.expiry_seconds,
                             counts=counts,
+                            abandoned_attempt=limits.abandoned.attempt_of(stage, context_id),
                         )
+                    if attempt is not None:
+                        limits.abandoned.forget(stage, context_id)
                     if attempt is None:
                         return None
                     return await work(attempt)
@@ -81,6 +84,12 @@ async def run_claimed(
             await stage_failure.settle(
                 stage_pool, stage, context_id, error, attempt=attempt, counts=counts
             )
+            if not isinstance(error, PermanentError):
+                # Left PROCESSING and nothing of this attempt runs any more: the next request
+                # for the context takes it over at once (app.service.abandoned_claims).
+                limits.abandoned.note(
+                    stage, context_id, attempt, keep_seconds=limits.expiry_seconds
+                )
             return None
     finally:
         counts.in_flight.dec()
@@ -93,12 +102,17 @@ async def claim_stage(
     *,
     expiry_seconds: float,
     counts: StageMetrics,
+    abandoned_attempt: int | None = None,
 ) -> int | None:
     """The attempt number when this request now owns ``stage`` of ``context_id`` (started or
     reclaimed), else ``None`` (counted in ``counts``). Never raises."""
     try:
         claim = await context_ai_state.claim(
-            stage_pool, stage, context_id, expiry_seconds=expiry_seconds
+            stage_pool,
+            stage,
+            context_id,
+            expiry_seconds=expiry_seconds,
+            abandoned_attempt=abandoned_attempt,
         )
     except TransientError as exc:
         # The message names the cause: "database lock timeout" (a row busy elsewhere) is not

@@ -204,15 +204,37 @@ DEFER_DISPATCH = text(
 
 # After a dispatch a worker took (202, or a timeout after sending; docs/rescan.md "Budget"):
 # the context's first is free and stamps dispatch_accepted_at, each later one spends one
-# retry, never past the budget. updated_at is untouched (the worker's clock).
+# retry, never past the budget. Free too while the context waits for its vector of the
+# profile in use (embedding COMPLETED, keyword stage unfinished, no live vector of that
+# profile, its backfill row of that profile open): the worker claims nothing then ("vector of
+# this profile still coming"), a wait that is not the note's fault. updated_at is untouched
+# (the worker's clock).
 RECORD_ACCEPTED_DISPATCH = text(
     """
-    UPDATE ai.context_ai_state
-    SET retry_count = retry_count + CASE WHEN dispatch_accepted_at IS NULL THEN 0 ELSE 1 END,
-        dispatch_accepted_at = coalesce(dispatch_accepted_at, now())
-    WHERE context_id = :context_id
-      AND (dispatch_accepted_at IS NULL OR retry_count < :max_retry)
-    RETURNING retry_count
+    UPDATE ai.context_ai_state AS s
+    SET retry_count = s.retry_count + CASE
+            WHEN s.dispatch_accepted_at IS NULL THEN 0
+            WHEN s.embedding_status = 'COMPLETED'
+                 AND s.keyword_status IN ('PENDING', 'PROCESSING')
+                 AND EXISTS (
+                     SELECT 1
+                     FROM core.embedding_switch AS w
+                     JOIN ai.context_embedding_backfill AS b
+                       ON b.embedding_profile = w.profile_in_use
+                     WHERE w.id = 1 AND b.context_id = s.context_id
+                       AND b.status IN ('PENDING', 'PROCESSING'))
+                 AND NOT EXISTS (
+                     SELECT 1
+                     FROM core.embedding_switch AS w
+                     JOIN ai.context_embedding AS e
+                       ON e.embedding_profile = w.profile_in_use
+                     WHERE w.id = 1 AND e.context_id = s.context_id AND NOT e.is_deleted)
+                 THEN 0
+            ELSE 1 END,
+        dispatch_accepted_at = coalesce(s.dispatch_accepted_at, now())
+    WHERE s.context_id = :context_id
+      AND (s.dispatch_accepted_at IS NULL OR s.retry_count < :max_retry)
+    RETURNING s.retry_count
     """
 )
 

@@ -280,8 +280,10 @@ SEED_BACKFILL = text(
 )
 
 # The next :limit open rows of :profile to send to a worker, not sent within :resend_seconds:
-# PENDING, or PROCESSING past :expiry_seconds (a worker died holding them); marked sent.
-# Rows another core process is marking are skipped. With each, what the worker needs.
+# PENDING, or PROCESSING past :expiry_seconds (a worker died holding them). Rows another core
+# process is marking are skipped. Those of a context no longer live (module docstring: deleted,
+# replaced, its record deleted, its member withdrawn) are closed CANCELLED, never sent: no
+# provider call for them; the others are marked sent and returned with what the worker needs.
 PROPOSE_BATCH = text(
     """
     WITH picked AS (
@@ -295,11 +297,21 @@ PROPOSE_BATCH = text(
         ORDER BY b.context_id
         LIMIT :limit
         FOR UPDATE SKIP LOCKED
+    ), judged AS (
+        SELECT p.context_id, EXISTS (SELECT 1"""
+    + _LIVE_CONTEXTS
+    + """ AND s.context_id = p.context_id) AS live
+        FROM picked AS p
+    ), closed AS (
+        UPDATE ai.context_embedding_backfill AS b
+        SET status = 'CANCELLED', requested_at = NULL, updated_at = now()
+        FROM judged AS j
+        WHERE b.embedding_profile = :profile AND b.context_id = j.context_id AND NOT j.live
     ), marked AS (
         UPDATE ai.context_embedding_backfill AS b
         SET requested_at = now()
-        FROM picked AS p
-        WHERE b.embedding_profile = :profile AND b.context_id = p.context_id
+        FROM judged AS j
+        WHERE b.embedding_profile = :profile AND b.context_id = j.context_id AND j.live
         RETURNING b.context_id
     )
     SELECT c.id AS context_id, c.member_id, c.record_id, c.body
@@ -315,6 +327,17 @@ UNMARK_BATCH = text(
     """
     UPDATE ai.context_embedding_backfill
     SET requested_at = NULL
+    WHERE embedding_profile = :profile AND context_id = ANY(CAST(:context_ids AS bigint[]))
+      AND status IN ('PENDING', 'PROCESSING')
+    """
+)
+
+# Rows of a batch whose context cannot fit in a request the worker takes (its body limit,
+# maxRequestBytes): FAILED with :reason (the note's own fault), never sent again.
+FAIL_UNSENDABLE = text(
+    """
+    UPDATE ai.context_embedding_backfill
+    SET status = 'FAILED', failure_reason = :reason, requested_at = NULL, updated_at = now()
     WHERE embedding_profile = :profile AND context_id = ANY(CAST(:context_ids AS bigint[]))
       AND status IN ('PENDING', 'PROCESSING')
     """
@@ -582,7 +605,8 @@ async def propose(
     resend_seconds: float,
     expiry_seconds: float,
 ) -> list[BackfillSource]:
-    """The next open rows of ``profile`` (``PROPOSE_BATCH``), marked sent."""
+    """The next open rows of ``profile`` (``PROPOSE_BATCH``) of live contexts, marked sent;
+    rows of contexts no longer live are closed ``CANCELLED`` on the way."""
     params = {
         "profile": profile,
         "limit": limit,
@@ -598,6 +622,15 @@ async def propose(
 async def unmark(conn: AsyncConnection, *, profile: str, context_ids: Sequence[int]) -> None:
     """Make rows no worker took sendable again at once."""
     await conn.execute(UNMARK_BATCH, {"profile": profile, "context_ids": list(context_ids)})
+
+
+async def fail_unsendable(
+    conn: AsyncConnection, *, profile: str, context_ids: Sequence[int], reason: str
+) -> None:
+    """End rows too large for any request the worker takes ``FAILED`` with ``reason``
+    (``FAIL_UNSENDABLE``)."""
+    params = {"profile": profile, "context_ids": list(context_ids), "reason": reason}
+    await conn.execute(FAIL_UNSENDABLE, params)
 
 
 async def coverage(

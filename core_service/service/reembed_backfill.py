@@ -20,6 +20,14 @@ guarded statement (``embedding_switch.move_to_idle``). Each pass:
    profile (``POST /internal/v1/backfill/embed``), which claims, embeds and saves them
    (``app/service/profile_backfill.py``). Rows no worker took are made sendable again.
 
+**Batches** are cut by the worker's byte limit as well as by count: the proposal is sent in
+requests whose body fits the smallest ``maxRequestBytes`` the profile's instances report in
+``/readyz`` (``cut_by_bytes``). A 413 (a lower limit than last read) splits the request in
+halves; a context that cannot fit in a request alone ends ``FAILED`` ``input_too_long`` (its
+own fault: the worker could never take it); the rest proceeds. A request answered with
+another error waits the resend delay while the rows behind it go on: a batch a worker cannot
+take is never sent first, in the same order, forever.
+
 When nothing is open, it **seeds** rows for live contexts still missing a vector (new notes,
 edits' replacements), at most every ``SEED_SECONDS``. Killed at any point nothing is lost: a
 row sent and never answered is sent again after the resend delay, one a dead worker held is
@@ -29,6 +37,7 @@ reclaimed after the processing expiry.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import logging
 import time
@@ -46,6 +55,7 @@ from core_service.service.pause import PauseSwitch
 from core_service.service.process_requests import retry_after
 from core_service.service.profile_in_use import CACHE_SECONDS
 from core_service.service.worker_endpoints import WorkerEndpoints, WorkerUnanswered
+from pinlog_platform.contract.states.failure_reasons import FailureReason
 
 logger = logging.getLogger(__name__)
 
@@ -67,6 +77,10 @@ GAUGE_SECONDS = 15.0
 GAUGE_IDLE_SECONDS = 60.0
 # Backoff when no worker took a batch and none said how long to wait (seconds).
 REFUSED_BACKOFF_SECONDS = 2.0
+# The worker's request body limit when no instance reported one (its default
+# PINLOG_MAX_REQUEST_BYTES), and what a request leaves unused below it (bytes).
+DEFAULT_WORKER_MAX_REQUEST_BYTES = 65536
+BODY_MARGIN_BYTES = 256
 
 
 class ReembedBackfill:
@@ -95,9 +109,12 @@ class ReembedBackfill:
         self._seeded_at = -SEED_SECONDS
         self._not_before = 0.0  # monotonic: the workers asked to wait until then
         self._in_flight: set[asyncio.Task[None]] = set()
+        self._sent = 0  # proposals sent by this process
         self._gauges_at = -GAUGE_IDLE_SECONDS
         self._gauge_period = GAUGE_SECONDS
         self._seen_profiles: set[str] = set()
+        # Contexts of the batches this process sent, by result (the metric's labels).
+        self.results: collections.Counter[str] = collections.Counter()
 
     async def run_forever(self, stop: asyncio.Event) -> None:
         try:
@@ -114,6 +131,21 @@ class ReembedBackfill:
         finally:
             for task in self._in_flight:
                 task.cancel()  # its rows are sent again after the resend delay
+
+    async def run_once(self) -> bool:
+        """One pass that sends a batch when there is one (``pinlog-core rescan --once``):
+        when the first pass only seeded rows, the next slot (a second at most) is waited for
+        and one more pass made. The batches sent are waited for. True when one was sent."""
+        for _ in range(2):
+            sent_before = self._sent
+            wait = await self.pass_once()
+            await self.drain()
+            if self._sent != sent_before:
+                return True
+            if wait > 1.0 or await self._pause.paused():
+                return False  # idle, backing off or paused: nothing to do this run
+            await asyncio.sleep(wait)
+        return False
 
     async def drain(self) -> None:
         """Wait for the batches in flight (tests and commands)."""
@@ -153,6 +185,7 @@ class ReembedBackfill:
         except CoreError as exc:
             logger.warning("backfill pass skipped (%s)", type(exc).__name__)
             return IDLE_SECONDS
+        self._sent += 1
         task = asyncio.create_task(self._send_logged(profile, sources))
         self._in_flight.add(task)
         task.add_done_callback(self._in_flight.discard)
@@ -204,15 +237,43 @@ class ReembedBackfill:
             logger.exception("backfill batch failed; continuing")
 
     async def _send(self, profile: str, sources: list[BackfillSource]) -> None:
-        """One batch to an instance of ``profile``; rows none took are unmarked."""
-        payload = {
-            "embeddingProfile": profile,
-            "contexts": [
-                {"contextId": s.context_id, "userId": s.member_id, "recordId": s.record_id,
-                 "text": s.body}
-                for s in sources
-            ],
-        }  # fmt: skip
+        """One proposal to instances of ``profile``, in requests cut to the smallest body
+        limit they report (``maxRequestBytes``; module docstring "Batches")."""
+        limit = self._byte_limit(profile)
+        requests, unsendable = cut_by_bytes(profile, sources, limit)
+        queue = collections.deque(requests)
+        while queue:
+            batch = queue.popleft()
+            outcome = await self._post(profile, batch)
+            if outcome == "too_large":
+                if len(batch) == 1:
+                    unsendable.extend(batch)
+                else:  # the worker's limit is lower than last read: halves, in order
+                    half = len(batch) // 2
+                    queue.extendleft((batch[half:], batch[:half]))
+            elif outcome == "refused":
+                # Not now: this and the rest go back at once, after the backoff.
+                await self._unmark(profile, [s for rest in (batch, *queue) for s in rest])
+                break
+        if unsendable:
+            await self._fail_unsendable(profile, unsendable, limit)
+
+    def _byte_limit(self, profile: str) -> int:
+        """The smallest body limit the instances of ``profile`` reported (bytes), else the
+        worker's default."""
+        known = [
+            e.max_request_bytes
+            for e in self._endpoints.in_turn(profile)
+            if e.max_request_bytes is not None
+        ]
+        return min(known, default=DEFAULT_WORKER_MAX_REQUEST_BYTES)
+
+    async def _post(self, profile: str, batch: list[BackfillSource]) -> str:
+        """Send one request: ``done`` (answered, or sent and unanswered: its claims settle or
+        are reclaimed), ``too_large`` (413), ``refused`` (no instance took it; the backoff is
+        set) or ``skipped`` (an error answer: the rows wait the resend delay while the rows
+        behind them go on, so a batch a worker cannot take is never retried first forever)."""
+        payload = backfill_payload(profile, batch)
         waits: list[float] = []
         for endpoint in self._endpoints.in_turn(profile):
             try:
@@ -224,20 +285,30 @@ class ReembedBackfill:
                 if failed.whole_request_sent:
                     # The worker may be working on it: its claims settle or are reclaimed.
                     logger.warning("backfill batch unanswered (%s)", failed.cause)
-                    return
+                    return "done"
                 continue
             if answer.status == 200:
                 self._count(orjson.loads(answer.body))
-                return
+                return "done"
+            if answer.status == 413:
+                logger.warning(
+                    "backfill request of %d context(s) over the worker's body limit (413)",
+                    len(batch),
+                )
+                return "too_large"
             if answer.status in (409, 503):
                 wait = retry_after(answer.headers)
                 if wait is not None:
                     waits.append(wait)
                 continue
             logger.error("backfill batch: worker answered HTTP %d", answer.status)
-            break
+            self._tally("refused", len(batch))
+            return "skipped"
         self._not_before = time.monotonic() + (min(waits) if waits else REFUSED_BACKOFF_SECONDS)
-        self._metrics.backfill_contexts.labels("refused").inc(len(sources))
+        self._tally("refused", len(batch))
+        return "refused"
+
+    async def _unmark(self, profile: str, sources: list[BackfillSource]) -> None:
         try:
             async with autocommit(self._engine) as conn:
                 await embedding_switch.unmark(
@@ -245,6 +316,29 @@ class ReembedBackfill:
                 )
         except CoreError as exc:
             logger.warning("backfill rows left for the resend delay (%s)", type(exc).__name__)
+
+    async def _fail_unsendable(
+        self, profile: str, sources: list[BackfillSource], limit: int
+    ) -> None:
+        try:
+            async with autocommit(self._engine) as conn:
+                await embedding_switch.fail_unsendable(
+                    conn,
+                    profile=profile,
+                    context_ids=[s.context_id for s in sources],
+                    reason=FailureReason.INPUT_TOO_LONG.value,
+                )
+        except CoreError as exc:
+            logger.warning("backfill rows left for the resend delay (%s)", type(exc).__name__)
+            return
+        self._tally("failed", len(sources))
+        for source in sources:
+            logger.info(
+                "backfill failed: context_id=%d reason=input_too_long (over the worker's "
+                "%d-byte request limit alone)",
+                source.context_id,
+                limit,
+            )
 
     async def _refresh_gauges(self) -> None:
         """The switch's state, coverage and vectors per profile, every ``GAUGE_SECONDS``."""
@@ -269,12 +363,58 @@ class ReembedBackfill:
         self._seen_profiles |= set(report.vectors)
         self._gauge_period = GAUGE_IDLE_SECONDS if report.state == "idle" else GAUGE_SECONDS
 
+    def _tally(self, result: str, count: int) -> None:
+        self.results[result] += count
+        self._metrics.backfill_contexts.labels(result).inc(count)
+
     def _count(self, answer: object) -> None:
         if not isinstance(answer, dict):
             return
         for key, label in (("completed", "completed"), ("cancelled", "cancelled"),
                            ("failed", "failed"), ("notClaimed", "not_claimed"),
-                           ("lost", "lost")):  # fmt: skip
+                           ("lost", "lost"), ("putBack", "put_back")):  # fmt: skip
             value = answer.get(key)
             if isinstance(value, int) and value > 0:
-                self._metrics.backfill_contexts.labels(label).inc(value)
+                self._tally(label, value)
+
+
+def backfill_item(source: BackfillSource) -> dict[str, object]:
+    """One context of a backfill request, as the worker reads it."""
+    return {
+        "contextId": source.context_id,
+        "userId": source.member_id,
+        "recordId": source.record_id,
+        "text": source.body,
+    }
+
+
+def backfill_payload(profile: str, sources: list[BackfillSource]) -> dict[str, object]:
+    """The body of ``POST /internal/v1/backfill/embed``."""
+    return {"embeddingProfile": profile, "contexts": [backfill_item(s) for s in sources]}
+
+
+def cut_by_bytes(
+    profile: str, sources: list[BackfillSource], limit: int
+) -> tuple[list[list[BackfillSource]], list[BackfillSource]]:
+    """``sources`` in order, cut into requests whose JSON body is at most ``limit`` bytes
+    (``limit`` minus ``BODY_MARGIN_BYTES``, for the encoder's slack), and the sources that
+    do not fit in one alone."""
+    room = limit - BODY_MARGIN_BYTES
+    envelope = len(orjson.dumps(backfill_payload(profile, [])))
+    requests: list[list[BackfillSource]] = []
+    unsendable: list[BackfillSource] = []
+    current: list[BackfillSource] = []
+    size = envelope
+    for source in sources:
+        item = len(orjson.dumps(backfill_item(source))) + 1  # and its comma
+        if envelope + item > room:
+            unsendable.append(source)
+            continue
+        if current and size + item > room:
+            requests.append(current)
+            current, size = [], envelope
+        current.append(source)
+        size += item
+    if current:
+        requests.append(current)
+    return requests, unsendable

@@ -126,6 +126,7 @@ class WorkerEndpoint:
         "_trace",
         "_urls",
         "base_url",
+        "max_request_bytes",
         "profile",
     )
 
@@ -142,6 +143,8 @@ class WorkerEndpoint:
         # The embedding profile this instance last reported in /readyz (worker_routing);
         # None until known.
         self.profile: str | None = None
+        # The largest request body it takes, as its /readyz last said; None until known.
+        self.max_request_bytes: int | None = None
         self._headers = {"X-Internal-Secret": internal_secret, "Content-Type": "application/json"}
         self._timeout = _timeouts(connect_timeout_seconds, read_timeout_seconds)
         self._trace = trace

@@ -1,11 +1,11 @@
 """What each worker instance reports about itself: its ``GET /readyz`` body, read over HTTP.
 
 The body is pinned by the worker (docs/operations.md "Readiness"): ``{"status", "mode",
-"profile", "presetVersion", "providers", ...}``. The core reads ``status``, ``profile`` and
-``presetVersion`` of every instance listed in ``PINLOG_CORE_WORKER_BASE_URL``, each on its own
-(a load balancer URL answers for one replica at a time: list the replicas themselves where
-every one must be seen). ``/readyz`` needs no secret. Nothing here writes or logs; callers
-decide.
+"profile", "presetVersion", "maxRequestBytes", "providers", ...}``. The core reads ``status``,
+``profile``, ``presetVersion`` and ``maxRequestBytes`` of every instance listed in
+``PINLOG_CORE_WORKER_BASE_URL``, each on its own (a load balancer URL answers for one replica
+at a time: list the replicas themselves where every one must be seen). ``/readyz`` needs no
+secret. Nothing here writes or logs; callers decide.
 """
 
 from __future__ import annotations
@@ -30,13 +30,15 @@ class WorkerReadiness:
     """One instance's answer. ``problem`` is a short fixed text when the body could not be
     read (``unreachable (ClientConnectorError)``, ``HTTP 404``, ``not a readiness body``);
     then the other fields are ``None``/``False``. ``ready``: ``status == "ready"`` (HTTP
-    200); ``preset_version`` ``None`` before the worker loaded presets."""
+    200); ``preset_version`` ``None`` before the worker loaded presets; ``max_request_bytes``
+    the largest body the instance takes (``None``: not reported, a worker before it did)."""
 
     base_url: str
     ready: bool = False
     profile: str | None = None
     preset_version: int | None = None
     problem: str | None = None
+    max_request_bytes: int | None = None
 
     def describe(self) -> str:
         """``http://w1:8000: profile P, list version 3, ready`` and the like (the URL without
@@ -118,7 +120,12 @@ def _parse(base_url: str, status: int, raw: bytes) -> WorkerReadiness:
         ready=status == 200 and body.get("status") == "ready",
         profile=profile,
         preset_version=version,
+        max_request_bytes=_positive_int(body.get("maxRequestBytes")),
     )
+
+
+def _positive_int(value: object) -> int | None:
+    return value if _is_int(value) and value > 0 else None
 
 
 def _is_int(value: object) -> bool:

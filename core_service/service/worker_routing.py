@@ -3,7 +3,8 @@
 
 During a switch, workers of two profiles run side by side behind
 ``PINLOG_CORE_WORKER_BASE_URL``. Every ``REFRESH_SECONDS`` this loop reads each instance's
-``/readyz`` body (``profile``, pinned) and stores it on its ``WorkerEndpoint``; dispatches,
+``/readyz`` body (``profile``, pinned) and stores it on its ``WorkerEndpoint``, with the
+largest request body it takes (``maxRequestBytes``: backfill batches are cut to fit it); dispatches,
 searches and backfill batches then go to instances of the profile they need
 (``WorkerEndpoints.in_turn(profile)``). An instance that cannot be read keeps the profile last
 seen (a restart does not change a worker's profile). Nothing is written or logged but changes.
@@ -40,6 +41,8 @@ class ProfileRouting:
                 logger.info("worker %s serves profile %s", display_url(endpoint.base_url),
                             reading.profile)  # fmt: skip
                 endpoint.profile = reading.profile
+            if reading.max_request_bytes is not None:
+                endpoint.max_request_bytes = reading.max_request_bytes
 
     async def run_forever(self, stop: asyncio.Event) -> None:
         try:

@@ -95,7 +95,7 @@ class RunningCore:
 
 @asynccontextmanager
 async def running_core(settings: CoreSettings) -> AsyncIterator[RunningCore]:
-    app = create_app(settings, run_rescan_loop=False)
+    app = create_app(settings, run_rescan_loop=False, run_backfill_loop=False)
     async with serving(app) as base_url, httpx.AsyncClient(base_url=base_url, timeout=30) as client:
         ops_url = app.state.ops_base_url
         if ops_url is None:

@@ -82,11 +82,13 @@ LIVE_VECTORS = text(
 VECTORS_OF = text("SELECT count(*) FROM ai.context_embedding WHERE embedding_profile = :profile")
 # The contexts the backfill embedded under :profile (stored, or discarded at the save
 # because the note was deleted meanwhile): when the batch was sent that embedded each, and
-# when it was settled (epoch seconds).
+# when it was settled (epoch seconds). A row the core closed CANCELLED without sending it (its
+# note was gone before its turn: no requested_at) was never part of the pace.
 BACKFILLED = text(
     "SELECT extract(epoch FROM requested_at), extract(epoch FROM updated_at) "
     "FROM ai.context_embedding_backfill "
-    "WHERE embedding_profile = :profile AND status IN ('COMPLETED', 'CANCELLED') ORDER BY 1"
+    "WHERE embedding_profile = :profile AND status IN ('COMPLETED', 'CANCELLED') "
+    "AND requested_at IS NOT NULL ORDER BY 1"
 )
 # Backfill rows of :profile claimed more than once (a worker died holding them, or a batch
 # was sent again).

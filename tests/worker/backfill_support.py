@@ -14,14 +14,39 @@ import asyncpg
 import httpx
 import numpy as np
 from sqlalchemy import text
+from sqlalchemy import text as text_statement
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.repository.db import to_array
-from app.repository.profile_vectors import CLAIM_BACKFILL, BackfillClaim
+from app.repository.profile_vectors import CLAIM_BACKFILL, BackfillAsk, BackfillClaim
+from pinlog_platform.contract.text_fingerprint import fingerprint
 from tests.worker.harness import SECRET, RunningWorker
 from tests.worker.support import PROFILE, context_rows
 
 BACKFILL_PATH = "/internal/v1/backfill/embed"
+
+
+# The owner and text a backfill row's context has when the test does not say (the state row
+# make_backfill writes, as the core does on create).
+BACKFILL_USER_ID = 7
+BACKFILL_RECORD_ID = 70
+
+
+def backfill_text(context_id: int) -> str:
+    """The note of a context whose state row ``make_backfill`` wrote."""
+    return f"backfill note {context_id}"
+
+
+def ask(context_id: int, text: str | None = None) -> BackfillAsk:
+    """What the core asks for a context ``make_backfill`` proposed: its text (``text`` or
+    ``backfill_text``) and owner."""
+    note = backfill_text(context_id) if text is None else text
+    return BackfillAsk(context_id, fingerprint(note), BACKFILL_USER_ID, BACKFILL_RECORD_ID)
+
+
+def claimed(context_id: int, attempt: int) -> BackfillClaim:
+    """The claim of a context ``make_backfill`` proposed (its state row's owner)."""
+    return BackfillClaim(context_id, attempt, BACKFILL_USER_ID, BACKFILL_RECORD_ID)
 
 
 async def make_backfill(
@@ -33,12 +58,33 @@ async def make_backfill(
     attempt: int = 0,
     failure_reason: str | None = None,
     updated_seconds_ago: float = 0,
+    text: str | None = None,
 ) -> None:
     """A re-embedding backfill row of ``profile`` (0060) as the core proposes it (PENDING) or
-    as a worker left it."""
+    as a worker left it. Its context's state row gets what the core writes on create where it
+    lacks it: the owner (``BACKFILL_USER_ID``/``BACKFILL_RECORD_ID``) and the digest of
+    ``text`` (``backfill_text`` when ``None``); a missing state row is made ``COMPLETED``."""
+    note = backfill_text(context_id) if text is None else text
     async with engine.begin() as conn:
         await conn.execute(
-            text(
+            text_statement(
+                "INSERT INTO ai.context_ai_state (context_id, embedding_status, keyword_status, "
+                "user_id, record_id, text_sha256, text_sha256_from_core) "
+                "VALUES (:id, 'COMPLETED', 'COMPLETED', :u, :rec, :digest, true) "
+                "ON CONFLICT (context_id) DO UPDATE SET "
+                "user_id = coalesce(ai.context_ai_state.user_id, EXCLUDED.user_id), "
+                "record_id = coalesce(ai.context_ai_state.record_id, EXCLUDED.record_id), "
+                "text_sha256 = EXCLUDED.text_sha256, text_sha256_from_core = true"
+            ),
+            {
+                "id": context_id,
+                "u": BACKFILL_USER_ID,
+                "rec": BACKFILL_RECORD_ID,
+                "digest": fingerprint(note),
+            },
+        )
+        await conn.execute(
+            text_statement(
                 "INSERT INTO ai.context_embedding_backfill (embedding_profile, context_id, "
                 "status, attempt, failure_reason, updated_at) VALUES (:p, :id, :s, :a, :r, "
                 "now() - make_interval(secs => :ago))"
@@ -115,10 +161,12 @@ async def claimed_in_open_transaction(
     *,
     profile: str = PROFILE,
     expiry: float = 600,
+    text: str | None = None,
 ) -> AsyncIterator[OpenClaim]:
     """Run the real ``CLAIM_BACKFILL`` of ``profile`` on ``session`` inside a transaction left
     open: the claimed rows stay locked until the caller commits or rolls back (rolled back if
-    not). ``expiry``: seconds after which a PROCESSING row may be reclaimed."""
+    not). ``expiry``: seconds after which a PROCESSING row may be reclaimed; ``text``: the note
+    sent for every context (``backfill_text`` of each when ``None``)."""
     transaction = session.transaction()
     await transaction.start()
     try:
@@ -128,13 +176,22 @@ async def claimed_in_open_transaction(
                 {
                     "embedding_profile": profile,
                     "context_ids": sorted(context_ids),
+                    "text_sha256s": [ask(c, text).text_sha256 for c in sorted(context_ids)],
+                    "user_ids": [BACKFILL_USER_ID] * len(context_ids),
+                    "record_ids": [BACKFILL_RECORD_ID] * len(context_ids),
                     "expiry_seconds": float(expiry),
                 }
             ),
         )
         claims = [
-            BackfillClaim(int(c), int(a))
-            for c, a in zip(row["context_ids"], row["attempts"], strict=True)
+            BackfillClaim(int(c), int(a), int(u), int(r))
+            for c, a, u, r in zip(
+                row["context_ids"],
+                row["attempts"],
+                row["user_ids"],
+                row["record_ids"],
+                strict=True,
+            )
         ]
         yield OpenClaim(transaction, claims)
     finally:
@@ -193,7 +250,12 @@ async def post_backfill(
 
 
 def backfill_counts(
-    completed: int = 0, cancelled: int = 0, failed: int = 0, not_claimed: int = 0, lost: int = 0
+    completed: int = 0,
+    cancelled: int = 0,
+    failed: int = 0,
+    not_claimed: int = 0,
+    lost: int = 0,
+    put_back: int = 0,
 ) -> dict[str, int]:
     """The body of a backfill's 200: the batch's contexts counted by result."""
     return {
@@ -202,4 +264,5 @@ def backfill_counts(
         "failed": failed,
         "notClaimed": not_claimed,
         "lost": lost,
+        "putBack": put_back,
     }

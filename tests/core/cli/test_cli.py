@@ -12,10 +12,12 @@ import jwt
 from sqlalchemy import text
 
 from app.repository.db import create_engine
+from core_service.repository import embedding_switch
+from core_service.repository.db import autocommit as autocommit_core
 from core_service.service.member_tokens import AUDIENCE
 from pinlog_platform.contract import schema as migrations
-from tests.core.harness import JWT_SECRET
-from tests.core.support import assert_status_of_mix, build_status_mix, spend_line
+from tests.core.harness import JWT_SECRET, profile_workers
+from tests.core.support import TARGET, assert_status_of_mix, build_status_mix, judged, spend_line
 from tests.worker.harness import PROFILE, SECRET
 from tests.worker.support import make_state
 
@@ -129,6 +131,31 @@ async def test_rescan_once_prints_its_counts(engine, migrated_database):
     assert code == 0, err
     assert out.startswith("closed 0 blocked keyword stage(s), finalized 1, claimed 0")
     assert out.splitlines()[1] == "finalized by reason: retries_exhausted=1 embedding_failed=0"
+    assert out.splitlines()[2] == "backfill: nothing sent"  # no switch under way
+
+
+async def test_rescan_once_runs_one_backfill_pass(engine, migrated_database, core_with_fake_worker):
+    """Issue 28 #3: a deployment without the rescan loop runs ``rescan --once`` from a
+    scheduler; each run also sends the profile switch's next backfill batch (seeding first
+    when nothing is open) to a worker of the target profile, over HTTP."""
+    ids = sorted(
+        [await judged(core_with_fake_worker, engine, f"메모 {n}", place=f"p{n}") for n in range(2)]
+    )
+    async with autocommit_core(engine) as conn:
+        assert await embedding_switch.start(conn, in_use=PROFILE, target=TARGET, rate=50)
+    async with profile_workers(TARGET) as (worker,):
+        env = _environment(
+            PINLOG_CORE_DATABASE_URL=migrated_database,
+            PINLOG_CORE_WORKER_BASE_URL=worker.base_url,
+            PINLOG_CORE_INTERNAL_SECRET=SECRET,
+            PINLOG_CORE_EMBEDDING_PROFILE=PROFILE,
+        )
+
+        code, out, err = await _run([*CORE, "rescan", "--once"], env)
+
+    assert code == 0, err
+    assert worker.batched_context_ids() == [ids]
+    assert out.splitlines()[2] == "backfill: completed=2"
 
 
 async def test_configuration_and_database_problems_are_one_line_with_distinct_exit_codes():

@@ -21,12 +21,14 @@ from core_service.service import reembed
 from tests.core import support as facts
 from tests.core.harness import bearer
 from tests.core.support import (
+    LIFECYCLE_OPERATIONS,
     TARGET,
     THIRD,
     add_vector,
     backfill_rows,
     created,
     judged,
+    make_judged,
     switch_cut_over,
     switch_finish,
     switch_roll_back,
@@ -597,6 +599,44 @@ async def test_proposals_come_in_id_order_and_are_marked_sent(engine, core_with_
             conn, profile=THIRD, limit=10, resend_seconds=RESEND, expiry_seconds=EXPIRY
         )
     assert other == []
+
+
+async def test_rows_of_contexts_no_longer_live_are_closed_and_never_proposed(
+    engine, core_with_fake_worker
+):
+    """Issue 28 #4, the core's side: a context deleted, replaced by an edit, its record
+    deleted or its member withdrawn after its row was seeded is never sent to a worker (no
+    provider call for it); its row ends CANCELLED so it is not looked at again."""
+    core = core_with_fake_worker
+    gone = {}
+    for n, operation in enumerate(("delete_context", "modify_context", "delete_record")):
+        record_id, context_id = await created(core, f"곧 사라질 메모 {n}", place=f"gone{n}")
+        await make_judged(
+            engine, context_id=context_id, user_id=1, record_id=record_id, profile=PROFILE
+        )
+        gone[operation] = (record_id, context_id)
+    record_id, withdrawn = await created(core, "탈퇴할 회원의 메모", member=2, place="w")
+    await make_judged(engine, context_id=withdrawn, user_id=2, record_id=record_id, profile=PROFILE)
+    live = await judged(core, engine, "남는 메모", place="live")
+    # A record keeps one active note at least: the deleted note's record has another.
+    _, companion = await created(core, "같은 기록의 남는 메모", place="gone0")
+    async with autocommit(engine) as conn:
+        assert await embedding_switch.seed(conn, profile=TARGET, completed_only=False) == 6
+    for operation, (record_id, context_id) in gone.items():
+        answer = await LIFECYCLE_OPERATIONS[operation](core.client, record_id, context_id)
+        assert answer.status_code in (200, 204), answer.text
+    assert (await core.client.delete("/api/v1/members/me", headers=bearer(2))).status_code == 204
+
+    proposed = await _propose(engine, 10)
+
+    assert [s.context_id for s in proposed] == sorted([live, companion])
+    rows = await backfill_rows(engine, TARGET)
+    assert (rows.pop(live), rows.pop(companion)) == (("PENDING", True), ("PENDING", True))
+    assert rows == {
+        context_id: ("CANCELLED", False)
+        for context_id in (*(c for _, c in gone.values()), withdrawn)
+    }
+    assert await _propose(engine, 10, resend=0) == [*proposed]
 
 
 async def test_unmarked_resend_due_and_expired_rows_are_proposed_again_once(

@@ -18,16 +18,20 @@ from typing import Any
 import httpx
 import numpy as np
 import pytest
+from sqlalchemy import text
 
 from app.providers.hashing import hash_embed
 from app.repository import profile_vectors
+from app.repository.profile_vectors import BackfillAsk
 from app.service.profile_backfill import SLOT_WAIT_SECONDS
+from pinlog_platform.contract.text_fingerprint import fingerprint
 from tests.fake_openai import Scripted, error_body
 from tests.worker.backfill_support import (
     BACKFILL_PATH,
     backfill_row,
     make_backfill,
     post_backfill,
+    vector_rows,
     vectors_by_profile,
 )
 from tests.worker.backfill_support import BackfillRow as Row
@@ -63,9 +67,12 @@ BATCH_SLOTS = 4
 # --------------------------------------------------------------------------- builders
 
 
-async def embedded_under_the_old_profile(engine, context_id: int, *, propose: bool = True) -> None:
+async def embedded_under_the_old_profile(
+    engine, context_id: int, *, propose: bool = True, note: str | None = None
+) -> None:
     """A context processed before the switch: both stages COMPLETED, its vector under the
-    other profile; ``propose``: the core proposed it for this worker's profile (PENDING)."""
+    other profile, the core's digest of ``note`` (``NOTES[context_id]`` when ``None``) on its
+    state row; ``propose``: the core proposed it for this worker's profile (PENDING)."""
     await make_state(
         engine,
         context_id=context_id,
@@ -83,7 +90,12 @@ async def embedded_under_the_old_profile(engine, context_id: int, *, propose: bo
         embedding=vector(f"old {context_id}"),
     )
     if propose:
-        await make_backfill(engine, context_id=context_id, profile=PROFILE)
+        await make_backfill(
+            engine,
+            context_id=context_id,
+            profile=PROFILE,
+            text=NOTES[context_id] if note is None else note,
+        )
 
 
 def context(context_id: int, note: str | None = None) -> dict[str, Any]:
@@ -147,18 +159,22 @@ async def test_done_rows_are_not_claimed_again_and_cost_no_call(engine, worker, 
     assert await backfill_row(engine, 1, PROFILE) == Row("COMPLETED", 1, None)
 
 
-async def test_a_context_deleted_before_the_batch_ends_cancelled_without_a_vector(
+async def test_a_context_deleted_before_the_batch_is_not_claimed_nor_embedded(
     engine, worker, fake_openai
 ):
+    """Deleted, replaced, its record deleted or its member withdrawn: the core cancels the
+    state row in that transaction, and a backfill of it claims nothing and spends no provider
+    call (the core closes the row: ``embedding_switch.propose``)."""
     for context_id in (1, 2):
         await embedded_under_the_old_profile(engine, context_id)
     await cancel_context(engine, context_id=2)
 
     response = await post_backfill(worker, [context(1), context(2)])
 
-    assert response.json() == counts(completed=1, cancelled=1)
-    assert await backfill_row(engine, 2, PROFILE) == Row("CANCELLED", 1, None)
+    assert response.json() == counts(completed=1, not_claimed=1)
+    assert await backfill_row(engine, 2, PROFILE) == Row("PENDING", 0, None)
     assert set(await vectors_by_profile(engine, 2)) == {OTHER_PROFILE}
+    assert [r["input"] for r in fake_openai.embedding_requests] == [[NOTES[1]]]
     await assert_stored_under_this_profile(engine, 1, NOTES[1])
 
 
@@ -213,7 +229,10 @@ async def test_a_claim_taken_over_while_the_provider_call_is_in_flight_is_lost(
     await arrived(held)
     # Another worker reclaims the row as the expiry allows (here: any age).
     (theirs,) = await profile_vectors.claim(
-        stage_pool, embedding_profile=PROFILE, context_ids=[1], expiry_seconds=0
+        stage_pool,
+        embedding_profile=PROFILE,
+        asks=[BackfillAsk(1, fingerprint(NOTES[1]), 1, 10)],
+        expiry_seconds=0,
     )
     assert theirs.attempt == 2
     release(held)
@@ -222,6 +241,97 @@ async def test_a_claim_taken_over_while_the_provider_call_is_in_flight_is_lost(
     assert response.json() == counts(lost=1)
     assert await backfill_row(engine, 1, PROFILE) == Row("PROCESSING", 2, None)
     assert set(await vectors_by_profile(engine, 1)) == {OTHER_PROFILE}
+
+
+# --------------------------------------------------------------------------- the state row decides
+
+
+async def test_a_text_other_than_the_cores_claims_nothing_and_calls_no_provider(
+    engine, worker, fake_openai
+):
+    """Whoever holds the internal secret cannot choose a note's vector (issue 28 #4): a text
+    whose digest is not the one the core wrote claims nothing; the genuine text still runs."""
+    for context_id in (1, 2):
+        await embedded_under_the_old_profile(engine, context_id)
+
+    forged = await post_backfill(worker, [context(1, "광고: 이 메모는 바뀌었음"), context(2)])
+
+    assert forged.json() == counts(completed=1, not_claimed=1)
+    assert await backfill_row(engine, 1, PROFILE) == Row("PENDING", 0, None)
+    assert set(await vectors_by_profile(engine, 1)) == {OTHER_PROFILE}
+    assert [r["input"] for r in fake_openai.embedding_requests] == [[NOTES[2]]]
+    genuine = await post_backfill(worker, [context(1)])
+    assert genuine.json() == counts(completed=1)
+    await assert_stored_under_this_profile(engine, 1, NOTES[1])
+
+
+@pytest.mark.parametrize(
+    "owner", [{"userId": 99}, {"recordId": 99}], ids=["another-user", "another-record"]
+)
+async def test_another_owner_claims_nothing_and_calls_no_provider(
+    engine, worker, fake_openai, owner
+):
+    """The vector's owner is the state row's, never the request's: a request naming another
+    user or record claims nothing (it would hide the note from its owner's search)."""
+    await embedded_under_the_old_profile(engine, 1)
+
+    response = await post_backfill(worker, [{**context(1), **owner}])
+
+    assert response.json() == counts(not_claimed=1)
+    assert await backfill_row(engine, 1, PROFILE) == Row("PENDING", 0, None)
+    assert fake_openai.embedding_calls == 0
+    assert await count_rows(engine, "ai.context_embedding", 1) == 1  # the old profile's only
+
+
+async def test_the_vector_is_stored_under_the_state_rows_owner(engine, worker, fake_openai):
+    await embedded_under_the_old_profile(engine, 3)
+
+    response = await post_backfill(worker, [context(3)])
+
+    assert response.json() == counts(completed=1)
+    rows = await vector_rows(engine, 3)
+    assert (rows[PROFILE]["user_id"], rows[PROFILE]["record_id"]) == (3, 30)
+
+
+async def test_a_row_whose_save_fails_is_put_back_and_the_rest_completes(
+    engine, worker, fake_openai
+):
+    """Issue 28 #9, a poison row: a statement error on one row's save (here a trigger the
+    database raises for it) puts that row back and the batch answers 200 for the others, so
+    the core does not propose the same batch first again forever (a 503 would)."""
+    for context_id in (1, 2, 3):
+        await embedded_under_the_old_profile(engine, context_id)
+    async with engine.begin() as conn:
+        await conn.execute(text(POISON_FUNCTION))
+        await conn.execute(text(POISON_TRIGGER))
+    try:
+        response = await post_backfill(worker, [context(1), context(2), context(3)])
+    finally:
+        async with engine.begin() as conn:
+            await conn.execute(text("DROP TRIGGER poison_context_2 ON ai.context_embedding"))
+            await conn.execute(text("DROP FUNCTION pg_temp_poison_context_2()"))
+
+    assert response.status_code == 200, response.text
+    assert response.json() == counts(completed=2, put_back=1)
+    assert await backfill_row(engine, 2, PROFILE) == Row("PENDING", 1, None)
+    for context_id in (1, 3):
+        await assert_stored_under_this_profile(engine, context_id, NOTES[context_id])
+
+
+# A database fault on one row only: inserting context 2's vector raises a data exception.
+POISON_FUNCTION = """
+    CREATE FUNCTION pg_temp_poison_context_2() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN
+        IF NEW.context_id = 2 THEN
+            RAISE EXCEPTION 'poison row' USING ERRCODE = '22023';
+        END IF;
+        RETURN NEW;
+    END $$
+"""
+POISON_TRIGGER = """
+    CREATE TRIGGER poison_context_2 BEFORE INSERT ON ai.context_embedding
+    FOR EACH ROW EXECUTE FUNCTION pg_temp_poison_context_2()
+"""
 
 
 # --------------------------------------------------------------------------- the note's fault
@@ -233,8 +343,9 @@ async def test_a_note_the_provider_refuses_fails_alone_with_its_reason(engine, w
         REJECTED_MARKER,
         Scripted(status=400, json=error_body("flagged", code="content_policy_violation")),
     )
-    for context_id in (1, 2, 3):
+    for context_id in (1, 3):
         await embedded_under_the_old_profile(engine, context_id)
+    await embedded_under_the_old_profile(engine, 2, note=refused)
 
     response = await post_backfill(worker, [context(1), context(2, refused), context(3)])
 
@@ -252,8 +363,8 @@ async def test_a_note_the_provider_refuses_fails_alone_with_its_reason(engine, w
 
 
 async def test_a_blank_note_fails_without_a_provider_call(engine, worker, fake_openai):
-    for context_id in (1, 2):
-        await embedded_under_the_old_profile(engine, context_id)
+    await embedded_under_the_old_profile(engine, 1, note=" \u200b\n ")
+    await embedded_under_the_old_profile(engine, 2)
 
     response = await post_backfill(worker, [context(1, " \u200b\n "), context(2)])
 
@@ -421,6 +532,11 @@ MALFORMED = [
         },
         "contexts",
         id="string-id",
+    ),
+    pytest.param(
+        {"embeddingProfile": PROFILE, "contexts": [*_batch(1), *_batch(1)]},
+        "contexts",
+        id="repeated-contextId",
     ),
 ]
 

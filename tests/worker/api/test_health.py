@@ -29,6 +29,7 @@ async def test_readyz_answers_200_when_database_and_presets_are_ready(worker):
         "mode": "online",
         "profile": "openai-text-embedding-3-small-1536-cosine-v1",
         "presetVersion": 1,
+        "maxRequestBytes": 65536,
         "providers": {"embedding": AVAILABLE, "judge": AVAILABLE},
     }
 

@@ -223,3 +223,32 @@ async def test_repository_accepts_only_stage_enum(engine, bad_stage, stage_pool)
         await context_ai_state.claim(stage_pool, bad_stage, 1, expiry_seconds=EXPIRY)
     with pytest.raises(TypeError, match="must be a Stage"):
         await context_ai_state.fail(stage_pool, bad_stage, 1, attempt=0)
+
+
+@pytest.mark.parametrize("stage", list(Stage))
+async def test_a_fresh_processing_stage_is_taken_over_only_at_the_attempt_given_up(
+    engine, stage_pool, stage
+):
+    """``abandoned_attempt`` (app.service.abandoned_claims): a PROCESSING stage not yet stale is
+    taken over at once while it is still at the attempt this process gave up; once another
+    claim moved it on, that attempt takes nothing over (the fencing token)."""
+    embedding = "PENDING" if stage is Stage.EMBEDDING else "COMPLETED"
+    for context_id in (1, 2):
+        await make_state(engine, context_id=context_id, embedding_status=embedding)
+        first = await claim(stage_pool, stage, context_id)
+        assert first.attempt == 1
+    # Context 2 was reclaimed elsewhere meanwhile (attempt 2): attempt 1 is no longer its own.
+    taken = await context_ai_state.claim(
+        stage_pool, stage, 2, expiry_seconds=0, abandoned_attempt=None
+    )
+    assert taken.attempt == 2
+
+    mine = await context_ai_state.claim(
+        stage_pool, stage, 1, expiry_seconds=EXPIRY, abandoned_attempt=1
+    )
+    theirs = await context_ai_state.claim(
+        stage_pool, stage, 2, expiry_seconds=EXPIRY, abandoned_attempt=1
+    )
+
+    assert (mine.claimed, mine.reclaimed, mine.attempt) == (True, True, 2)
+    assert not theirs.claimed

@@ -14,17 +14,23 @@ import pytest
 
 from app.repository import profile_vectors
 from app.repository.named_statements import compile_named
-from app.repository.profile_vectors import BackfillClaim
+from app.repository.profile_vectors import BackfillAsk, BackfillClaim
 from app.repository.stage_pool import StagePool
 from tests.worker.backfill_support import BackfillRow as Row
 from tests.worker.backfill_support import (
+    ask,
     backfill_row,
+    claimed,
     claimed_in_open_transaction,
     make_backfill,
     set_backfill,
     vector_rows,
 )
-from tests.worker.open_transactions import cancelled_in_open_transaction, finished_behind_lock
+from tests.worker.open_transactions import (
+    cancel_context,
+    cancelled_in_open_transaction,
+    finished_behind_lock,
+)
 from tests.worker.support import PROFILE, make_embedding, make_state, state_row, vector
 
 OTHER_PROFILE = "old-profile-1536-cosine-v1"
@@ -46,20 +52,21 @@ async def claim(
     expiry: float = EXPIRY,
 ) -> list[BackfillClaim]:
     return await profile_vectors.claim(
-        stage_pool, embedding_profile=profile, context_ids=list(context_ids), expiry_seconds=expiry
+        stage_pool,
+        embedding_profile=profile,
+        asks=[ask(c) for c in sorted(set(context_ids))],
+        expiry_seconds=expiry,
     )
 
 
 async def save(
-    stage_pool: StagePool, claimed: BackfillClaim, *, embedding: np.ndarray | None = None
+    stage_pool: StagePool, claim_: BackfillClaim, *, embedding: np.ndarray | None = None
 ) -> str | None:
     return await profile_vectors.save_backfill_vector(
         stage_pool,
-        claimed,
+        claim_,
         embedding_profile=PROFILE,
-        user_id=7,
-        record_id=70,
-        embedding=vector(f"backfill {claimed.context_id}") if embedding is None else embedding,
+        embedding=vector(f"backfill {claim_.context_id}") if embedding is None else embedding,
     )
 
 
@@ -76,7 +83,7 @@ async def test_pending_rows_are_claimed_with_the_next_attempt(engine, stage_pool
 
     claims = await claim(stage_pool, [2, 1])
 
-    assert claims == [BackfillClaim(1, 1), BackfillClaim(2, 5)]
+    assert claims == [claimed(1, 1), claimed(2, 5)]
     assert await backfill_row(engine, 1) == Row("PROCESSING", 1, None)
     assert await backfill_row(engine, 2) == Row("PROCESSING", 5, None)
 
@@ -106,7 +113,7 @@ async def test_processing_is_reclaimed_only_after_the_expiry(engine, stage_pool)
 
     claims = await claim(stage_pool, [1, 2], expiry=SHORT_EXPIRY)
 
-    assert claims == [BackfillClaim(2, 2)]
+    assert claims == [claimed(2, 2)]
     assert await backfill_row(engine, 1) == Row("PROCESSING", 1, None)
     assert await backfill_row(engine, 2) == Row("PROCESSING", 2, None)
     # The reclaim moved updated_at forward: it is fresh again for the next claimer.
@@ -118,7 +125,7 @@ async def test_claim_takes_only_the_named_ids_of_its_own_profile(engine, stage_p
     await make_backfill(engine, context_id=1, profile=OTHER_PROFILE)
     await make_backfill(engine, context_id=2)
 
-    assert await claim(stage_pool, [1, 404]) == [BackfillClaim(1, 1)]
+    assert await claim(stage_pool, [1, 404]) == [claimed(1, 1)]
     assert await backfill_row(engine, 1, OTHER_PROFILE) == Row("PENDING", 0, None)
     assert await backfill_row(engine, 2) == Row("PENDING", 0, None)
 
@@ -130,10 +137,10 @@ async def test_a_claim_skips_rows_another_open_claim_holds_without_waiting(
         await make_backfill(engine, context_id=context_id)
 
     async with claimed_in_open_transaction(other_session, [1, 2]) as theirs:
-        assert theirs.claims == [BackfillClaim(1, 1), BackfillClaim(2, 1)]
+        assert theirs.claims == [claimed(1, 1), claimed(2, 1)]
         # SKIP LOCKED: the rows the other transaction holds are passed over at once.
         ours = await asyncio.wait_for(claim(stage_pool, [1, 2, 3, 4]), timeout=5)
-        assert ours == [BackfillClaim(3, 1), BackfillClaim(4, 1)]
+        assert ours == [claimed(3, 1), claimed(4, 1)]
         await theirs.transaction.commit()
 
     # Once committed, their rows are PROCESSING and fresh: nobody else gets them.
@@ -151,7 +158,7 @@ async def test_rows_of_a_claim_rolled_back_are_claimable_again(engine, stage_poo
         assert await claim(stage_pool, [1, 2]) == []
         await theirs.transaction.rollback()
 
-    assert await claim(stage_pool, [1, 2]) == [BackfillClaim(1, 1), BackfillClaim(2, 1)]
+    assert await claim(stage_pool, [1, 2]) == [claimed(1, 1), claimed(2, 1)]
 
 
 async def test_a_reclaim_racing_an_open_reclaim_of_the_same_stale_row_gets_nothing(
@@ -162,7 +169,7 @@ async def test_a_reclaim_racing_an_open_reclaim_of_the_same_stale_row_gets_nothi
     )
 
     async with claimed_in_open_transaction(other_session, [1], expiry=SHORT_EXPIRY) as theirs:
-        assert theirs.claims == [BackfillClaim(1, 4)]
+        assert theirs.claims == [claimed(1, 4)]
         assert await claim(stage_pool, [1], expiry=SHORT_EXPIRY) == []
         await theirs.transaction.commit()
 
@@ -241,7 +248,7 @@ async def test_a_stale_attempt_writes_nothing(engine, stage_pool):
     (first,) = await claim(stage_pool, [1])
     await set_backfill(engine, PROFILE, 1, updated_at_ago=STALE_SECONDS)
     (second,) = await claim(stage_pool, [1], expiry=SHORT_EXPIRY)
-    assert second == BackfillClaim(1, 2)
+    assert second == claimed(1, 2)
 
     assert await save(stage_pool, first) is None
 
@@ -259,7 +266,7 @@ async def test_a_save_waiting_on_an_open_reclaim_writes_nothing(engine, stage_po
     await set_backfill(engine, PROFILE, 1, updated_at_ago=STALE_SECONDS)
 
     async with claimed_in_open_transaction(other_session, [1], expiry=SHORT_EXPIRY) as theirs:
-        assert theirs.claims == [BackfillClaim(1, 2)]
+        assert theirs.claims == [claimed(1, 2)]
         outcome = await finished_behind_lock(
             engine, save(stage_pool, first), theirs.transaction.commit
         )
@@ -273,25 +280,55 @@ async def test_a_save_without_a_claim_writes_nothing(engine, stage_pool):
     await make_state(engine, context_id=1, embedding_status="COMPLETED", keyword_status="COMPLETED")
     await make_backfill(engine, context_id=1)
 
-    assert await save(stage_pool, BackfillClaim(1, 0)) is None
+    assert await save(stage_pool, claimed(1, 0)) is None
 
     assert await vector_rows(engine, 1) == {}
     assert await backfill_row(engine, 1) == Row("PENDING", 0, None)
 
 
 async def test_a_save_while_the_live_state_is_cancelled_stores_nothing(engine, stage_pool):
-    await make_state(engine, context_id=1, embedding_status="CANCELLED", keyword_status="CANCELLED")
-    await make_embedding(engine, context_id=1, profile=OTHER_PROFILE, is_deleted=True)
+    await make_state(engine, context_id=1, embedding_status="COMPLETED", keyword_status="COMPLETED")
+    await make_embedding(engine, context_id=1, profile=OTHER_PROFILE)
     await make_backfill(engine, context_id=1)
-    (claimed,) = await claim(stage_pool, [1])
+    (mine,) = await claim(stage_pool, [1])
+    await cancel_context(engine, context_id=1)  # deleted after the claim
 
-    assert await save(stage_pool, claimed) == "CANCELLED"
+    assert await save(stage_pool, mine) == "CANCELLED"
 
     assert set(await vector_rows(engine, 1)) == {OTHER_PROFILE}
     assert await backfill_row(engine, 1) == Row("CANCELLED", 1, None)
     # Done: neither claimed nor saved again.
     assert await claim(stage_pool, [1]) == []
-    assert await save(stage_pool, claimed) is None
+    assert await save(stage_pool, mine) is None
+
+
+async def test_a_context_no_longer_live_is_not_claimed(engine, stage_pool):
+    """Deleted (its state CANCELLED) before the claim: no claim, so no provider call."""
+    await make_state(engine, context_id=1, embedding_status="CANCELLED", keyword_status="CANCELLED")
+    await make_backfill(engine, context_id=1)
+
+    assert await claim(stage_pool, [1]) == []
+    assert await backfill_row(engine, 1) == Row("PENDING", 0, None)
+
+
+@pytest.mark.parametrize(
+    ("asked", "why"),
+    [
+        (ask(1, "another text"), "text"),
+        (BackfillAsk(1, ask(1).text_sha256, 8, 70), "user"),
+        (BackfillAsk(1, ask(1).text_sha256, 7, 80), "record"),
+    ],
+    ids=lambda value: value if isinstance(value, str) else "",
+)
+async def test_a_text_or_owner_other_than_the_cores_is_not_claimed(engine, stage_pool, asked, why):
+    await make_backfill(engine, context_id=1)
+
+    claims = await profile_vectors.claim(
+        stage_pool, embedding_profile=PROFILE, asks=[asked], expiry_seconds=EXPIRY
+    )
+
+    assert claims == [], why
+    assert await backfill_row(engine, 1) == Row("PENDING", 0, None)
 
 
 @pytest.mark.parametrize(
@@ -332,7 +369,7 @@ async def test_settle_without_a_reason_puts_rows_back_to_pending(engine, stage_p
 
     assert await backfill_row(engine, 1) == Row("PENDING", 1, None)
     assert await backfill_row(engine, 2) == Row("PENDING", 1, None)
-    assert await claim(stage_pool, [1, 2]) == [BackfillClaim(1, 2), BackfillClaim(2, 2)]
+    assert await claim(stage_pool, [1, 2]) == [claimed(1, 2), claimed(2, 2)]
 
 
 async def test_settle_with_a_reason_fails_the_row_for_good(engine, stage_pool):
@@ -370,7 +407,7 @@ async def test_a_settle_waiting_on_an_open_reclaim_changes_nothing(
     await set_backfill(engine, PROFILE, 1, updated_at_ago=STALE_SECONDS)
 
     async with claimed_in_open_transaction(other_session, [1], expiry=SHORT_EXPIRY) as theirs:
-        assert theirs.claims == [BackfillClaim(1, 2)]
+        assert theirs.claims == [claimed(1, 2)]
         await finished_behind_lock(
             engine, settle(stage_pool, first, reason=None), theirs.transaction.commit
         )

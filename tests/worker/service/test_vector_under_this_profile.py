@@ -19,9 +19,10 @@ import pytest
 from sqlalchemy import text
 
 from app.providers.hashing import hash_embed
-from app.repository.profile_vectors import SAVE_BACKFILL_VECTOR, BackfillClaim
+from app.repository.profile_vectors import SAVE_BACKFILL_VECTOR
 from tests.worker.backfill_support import (
     backfill_counts,
+    claimed,
     claimed_in_open_transaction,
     make_backfill,
     post_backfill,
@@ -111,7 +112,7 @@ async def test_while_the_backfill_has_the_context_open_nothing_is_claimed(
     engine, worker, fake_openai, backfill_status
 ):
     await embedded_before_the_switch(engine)
-    await make_backfill(engine, context_id=1, profile=PROFILE, status=backfill_status)
+    await make_backfill(engine, context_id=1, profile=PROFILE, status=backfill_status, text=NOTE)
     before = await state_row(engine, 1)
 
     await post_process(worker)
@@ -127,7 +128,7 @@ async def test_after_the_backfill_the_keyword_stage_runs_on_the_vector_of_this_p
     engine, worker, fake_openai
 ):
     await embedded_before_the_switch(engine)
-    await make_backfill(engine, context_id=1, profile=PROFILE)
+    await make_backfill(engine, context_id=1, profile=PROFILE, text=NOTE)
     await post_process(worker)  # too early: nothing claimed
     assert await backfill(worker) == backfill_counts(completed=1)
     before = await state_row(engine, 1)
@@ -160,7 +161,9 @@ async def test_without_an_open_backfill_the_mismatch_fails_the_keyword_stage(
     # stages; nothing will bring this profile's one, so the judgment is a mismatch.
     await embedded_before_the_switch(engine)
     if backfill_status is not None:
-        await make_backfill(engine, context_id=1, profile=PROFILE, status=backfill_status)
+        await make_backfill(
+            engine, context_id=1, profile=PROFILE, status=backfill_status, text=NOTE
+        )
 
     await post_process(worker)
 
@@ -178,9 +181,11 @@ async def test_a_start_waiting_on_the_backfill_save_claims_nothing_then_complete
     # backfill still open, no vector of this profile. It must claim nothing rather than fail
     # the judgment; the next request finds the vector.
     await embedded_before_the_switch(engine)
-    await make_backfill(engine, context_id=1, profile=PROFILE)
-    async with claimed_in_open_transaction(other_session, [1], profile=PROFILE) as theirs:
-        assert theirs.claims == [BackfillClaim(1, 1)]
+    await make_backfill(engine, context_id=1, profile=PROFILE, text=NOTE)
+    async with claimed_in_open_transaction(
+        other_session, [1], profile=PROFILE, text=NOTE
+    ) as theirs:
+        assert theirs.claims == [claimed(1, 1)]
         saved = await other_session.fetchrow(
             SAVE_BACKFILL_VECTOR.sql,
             *SAVE_BACKFILL_VECTOR.bind(
