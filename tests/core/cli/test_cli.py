@@ -12,12 +12,18 @@ import jwt
 from sqlalchemy import text
 
 from app.repository.db import create_engine
-from core_service.repository import embedding_switch
 from core_service.repository.db import autocommit as autocommit_core
 from core_service.service.member_tokens import AUDIENCE
 from pinlog_platform.contract import schema as migrations
 from tests.core.harness import JWT_SECRET, profile_workers
-from tests.core.support import TARGET, assert_status_of_mix, build_status_mix, judged, spend_line
+from tests.core.support import (
+    TARGET,
+    assert_status_of_mix,
+    build_status_mix,
+    judged,
+    spend_line,
+    switch_start,
+)
 from tests.worker.harness import PROFILE, SECRET
 from tests.worker.support import make_state
 
@@ -142,7 +148,7 @@ async def test_rescan_once_runs_one_backfill_pass(engine, migrated_database, cor
         [await judged(core_with_fake_worker, engine, f"메모 {n}", place=f"p{n}") for n in range(2)]
     )
     async with autocommit_core(engine) as conn:
-        assert await embedding_switch.start(conn, in_use=PROFILE, target=TARGET, rate=50)
+        assert await switch_start(conn, in_use=PROFILE, target=TARGET, rate=50)
     async with profile_workers(TARGET) as (worker,):
         env = _environment(
             PINLOG_CORE_DATABASE_URL=migrated_database,

@@ -29,7 +29,7 @@ from core_service.service.reembed_backfill import (
     cut_by_bytes,
 )
 from tests.core.harness import endpoints_of, profile_routing
-from tests.core.support import TARGET, backfill_rows, created, make_judged
+from tests.core.support import TARGET, backfill_rows, created, make_judged, switch_start
 from tests.worker.backfill_support import vectors_by_profile
 from tests.worker.harness import PROFILE
 
@@ -56,7 +56,7 @@ async def notes_under_the_profile_in_use(core, engine, bodies: list[str]) -> lis
         )
         ids.append(context_id)
     async with autocommit(engine) as conn:
-        assert await embedding_switch.start(conn, in_use=TARGET, target=PROFILE, rate=MAX_BATCH)
+        assert await switch_start(conn, in_use=TARGET, target=PROFILE, rate=MAX_BATCH)
         assert await embedding_switch.seed(conn, profile=PROFILE, completed_only=False) == len(ids)
     return sorted(ids)
 

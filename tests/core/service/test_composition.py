@@ -9,10 +9,9 @@ from sqlalchemy import text
 
 from core_service.composition import build_core
 from core_service.metrics import CoreMetrics
-from core_service.repository import embedding_switch
 from core_service.repository.db import autocommit
 from tests.core.harness import core_settings, profile_workers
-from tests.core.support import TARGET, judged
+from tests.core.support import TARGET, judged, switch_start
 from tests.worker.harness import PROFILE
 
 
@@ -72,7 +71,7 @@ async def test_without_the_rescan_loop_the_backfill_of_a_switch_still_runs(
         [await judged(core_with_fake_worker, engine, f"메모 {n}", place=f"p{n}") for n in range(2)]
     )
     async with autocommit(engine) as conn:
-        assert await embedding_switch.start(conn, in_use=PROFILE, target=TARGET, rate=50)
+        assert await switch_start(conn, in_use=PROFILE, target=TARGET, rate=50)
     async with profile_workers(TARGET) as (worker,):
         settings = core_settings(migrated_database, worker.base_url)
         async with build_core(settings, CoreMetrics(), run_rescan_loop=False):

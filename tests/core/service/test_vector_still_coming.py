@@ -14,7 +14,15 @@ from core_service.repository import embedding_switch
 from core_service.repository.db import autocommit, create_engine
 from tests.core import support as facts
 from tests.core.harness import core_settings
-from tests.core.support import TARGET, add_vector, backfill_rows, created, make_judged
+from tests.core.support import (
+    TARGET,
+    add_vector,
+    backfill_rows,
+    created,
+    make_judged,
+    switch_cut_over,
+    switch_start,
+)
 from tests.worker.backfill_support import set_backfill
 from tests.worker.harness import PROFILE
 
@@ -39,8 +47,8 @@ async def test_re_requests_while_the_vector_is_coming_spend_no_retry(
         preset_version=None,
     )
     async with autocommit(engine) as conn:
-        assert await embedding_switch.start(conn, in_use=TARGET, target=PROFILE, rate=50)
-        assert await embedding_switch.cut_over(conn)
+        assert await switch_start(conn, in_use=TARGET, target=PROFILE, rate=50)
+        assert await switch_cut_over(conn, force=True)
         assert await embedding_switch.seed(conn, profile=PROFILE, completed_only=True) == 1
     settings = core_settings(migrated_database, str(worker.client.base_url))
     core_engine = create_engine(settings.database_url, pool_size=2)
