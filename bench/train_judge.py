@@ -1,4 +1,4 @@
-"""Train the offline learned judge on the DEVELOPMENT part only and write its artifact.
+"""Train the offline learned judge on the DEVELOPMENT parts only and write its artifact.
 
     .venv/bin/python -m bench.train_judge            # writes app/providers/judge_model/*
     .venv/bin/python -m bench.train_judge --dry-run  # prints the figures only
@@ -36,7 +36,10 @@ from app.providers.similarity_judge import MAX_SELECTED
 from app.service.preset_loader import read_preset_file
 from app.settings import LEARNED_JUDGE_REVISION
 
-DEV_PARTS = (Path(__file__).with_name("keyword_eval") / "dev.yaml",)
+# Development parts only: test.yaml, test_reader.yaml and demo.yaml are never read here.
+DEV_PARTS = tuple(
+    Path(__file__).with_name("keyword_eval") / f for f in ("dev.yaml", "dev_reader.yaml")
+)
 HASH_DIMENSION = 1024
 C_GRID = (4.0, 16.0, 64.0)
 GATE_C_GRID = (4.0, 16.0)
