@@ -9,7 +9,13 @@ pair's profile -> the worker served over HTTP -> every note created as the core 
 - ``spurious``: share of notes expecting none that got some;
 - ``hidden``: keyword rows pointing at BLOCKED or retired presets (must be 0, §4).
 
-    .venv/bin/python -m bench.keyword_quality --part test   # or dev, or both (default)
+Parts (``bench/keyword_eval/<part>.yaml``): ``dev`` and ``dev_reader`` (development),
+``test`` (the first test part, looked at twice), ``test_reader`` (the frozen reader test) and
+``demo`` (the demo's notes, a check set); ``both`` means ``dev test``. ``--per-preset`` adds
+each preset's positives, predictions, precision and recall.
+
+    .venv/bin/python -m bench.keyword_quality --part test_reader demo --per-preset
+    .venv/bin/python -m bench.keyword_quality   # every part
 """
 
 from __future__ import annotations
@@ -36,6 +42,7 @@ from bench import state_rows
 from pinlog_platform.contract import schema as migrations
 
 PARTS = Path(__file__).with_name("keyword_eval")
+PART_NAMES = ("dev", "dev_reader", "test", "test_reader", "demo")
 PROCESS_PATH = "/internal/v1/context/process"
 
 # The pairs compared: the former offline default and the PINLOG_OFFLINE one.
@@ -82,10 +89,12 @@ class Scores:
     spurious: float
     hidden: int
     notes: int
+    # code -> (true positives, false positives, false negatives)
+    per_preset: dict[str, tuple[int, int, int]]
 
 
 def load_part(part: str) -> list[dict]:
-    """Notes of ``part`` (``dev`` or ``test``): ``[{"text": str, "labels": [code, ...]}]``."""
+    """Notes of ``part`` (one of ``PART_NAMES``): ``[{"text": str, "labels": [code, ...]}]``."""
     return yaml.safe_load((PARTS / f"{part}.yaml").read_text(encoding="utf-8"))["notes"]
 
 
@@ -101,7 +110,16 @@ def score(gold: list[set[str]], predicted: list[set[str]], hidden: int) -> Score
     expecting_none = [p for g, p in zip(gold, predicted, strict=True) if not g]
     missed = sum(not p for p in expecting) / max(len(expecting), 1)
     spurious = sum(bool(p) for p in expecting_none) / max(len(expecting_none), 1)
-    return Scores(precision, recall, f1, missed, spurious, hidden, len(gold))
+    codes = sorted(set().union(*gold, *predicted))
+    per_preset = {
+        code: (
+            sum(code in g and code in p for g, p in zip(gold, predicted, strict=True)),
+            sum(code not in g and code in p for g, p in zip(gold, predicted, strict=True)),
+            sum(code in g and code not in p for g, p in zip(gold, predicted, strict=True)),
+        )
+        for code in codes
+    }
+    return Scores(precision, recall, f1, missed, spurious, hidden, len(gold), per_preset)
 
 
 async def evaluate(settings: Settings, notes: list[dict]) -> Scores:
@@ -188,12 +206,42 @@ def render(results: list[tuple[str, str, Scores]]) -> str:
     return "\n".join(lines)
 
 
+def render_per_preset(results: list[tuple[str, str, Scores]]) -> str:
+    """One Markdown table per pair and part: each preset's positives (gold), predictions,
+    true positives, precision and recall ("-" when undefined)."""
+    blocks = []
+    for pair, part, s in results:
+        lines = [
+            f"{pair}, {part}:",
+            "",
+            "| preset | positives | predicted | correct | precision | recall |",
+            "|---|---|---|---|---|---|",
+        ]
+        for code, (tp, fp, fn) in s.per_preset.items():
+            precision = f"{tp / (tp + fp):.2f}" if tp + fp else "-"
+            recall = f"{tp / (tp + fn):.2f}" if tp + fn else "-"
+            lines.append(f"| {code} | {tp + fn} | {tp + fp} | {tp} | {precision} | {recall} |")
+        blocks.append("\n".join(lines))
+    return "\n\n".join(blocks)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--part", choices=["dev", "test", "both"], default="both")
-    chosen = parser.parse_args().part
-    parts = ["dev", "test"] if chosen == "both" else [chosen]
-    print(render(asyncio.run(run(parts))))
+    parser.add_argument(
+        "--part", nargs="+", choices=[*PART_NAMES, "both"], default=list(PART_NAMES)
+    )
+    parser.add_argument("--per-preset", action="store_true", help="add per-preset tables")
+    args = parser.parse_args()
+    parts = []
+    for chosen in args.part:
+        for part in ("dev", "test") if chosen == "both" else (chosen,):
+            if part not in parts:
+                parts.append(part)
+    results = asyncio.run(run(parts))
+    print(render(results))
+    if args.per_preset:
+        print()
+        print(render_per_preset(results))
 
 
 if __name__ == "__main__":

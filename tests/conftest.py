@@ -39,6 +39,7 @@ PROCESS_MODULES = frozenset(
         "tests/ops/test_embedded_postgres_unclean_exit.py",
         "tests/ops/test_pgbouncer.py",
         "tests/ops/test_serve_options.py",
+        "tests/worker/providers/test_analyser_loading.py",
     }
 )
 TESTS_ROOT = Path(__file__).resolve().parent

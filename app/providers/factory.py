@@ -50,12 +50,15 @@ def build_judge(settings: Settings, metrics: WorkerMetrics) -> KeywordJudge:
     if settings.judge_provider == "openai":
         return OpenAIJudge.from_settings(settings, metrics)
     if settings.judge_provider == "learned":
+        # Imported here: only a worker with the learned judge loads the analyser (at startup).
         from app.providers.learned_judge import LearnedJudge, load_model
         from app.providers.sentence_encoder import shared_encoder
+        from pinlog_platform.korean_lemmas import shared_analyser
 
         return LearnedJudge(
             shared_encoder(),
             load_model(),
+            shared_analyser(),
             fallback_threshold=settings.judge_similarity_threshold,
             profile=settings.judge_profile,
             revision=LEARNED_JUDGE_REVISION,

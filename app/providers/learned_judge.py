@@ -1,13 +1,19 @@
 """Offline keyword judge learned from our labelled notes (CONTRACT §4).
 
-Features of a note: its 512-d ``use-multilingual-v3`` vector followed by its character n-gram
-hashing vector (``hash_embed(text, hash_dimension)``, 1024-d): the sentence vector carries the
-meaning, the n-grams the literal cues (혼술, 해장, 콘센트) that a 512-d summary blurs.
+Features of a note (:func:`note_features`): its 512-d ``use-multilingual-v3`` vector, its
+character n-gram hashing vector (``hash_embed(text, hash_dimension)``, 1024-d) and its word
+evidence (:func:`word_features`, ``2 n`` for ``n`` trained presets): for each preset, 1.0 when
+one of the note's content lemmas (``pinlog_platform.korean_lemmas``: "아늑했음" and "아늑한"
+both give "아늑") is in the preset's lexicon and is not negated, and, in the second half, 1.0
+when a lexicon lemma occurs only negated ("조용하지 않음", "별로 안 아늑함"). The sentence
+vector carries the meaning, the n-grams and lemmas the words a reader tags by. The lexicons
+(the preset's display name, description and examples analysed the same way, plus the usual
+words of the labelling rule) ship in the artifact.
 
 Decision, among the candidates given only:
 
 1. For each candidate preset with trained weights, ``p = sigmoid(w_code . f + b_code)``; it is
-   selected when ``p`` reaches the preset's threshold.
+   selected when ``p`` reaches the preset's own threshold.
 2. A "has any keyword" gate, ``sigmoid(w_gate . f + b_gate)``: below ``gate_threshold`` no
    trained preset is selected (facility-only notes: parking, hours, payment, Wi-Fi).
 3. When the gate passes and nothing reached its threshold, the best trained candidate is taken
@@ -21,11 +27,14 @@ The weights ship as ``judge_model/use_logreg_r<revision>.npz`` (plain arrays, lo
 ``allow_pickle=False``) beside a JSON file recording what they were trained on (the
 development part of ``bench/keyword_eval``; never the test part) and the cross-validation
 figures that chose the settings; ``bench/train_judge.py`` rebuilds them deterministically.
-Serving needs numpy only. It reports no unmatched concepts.
+Serving needs numpy and the Korean analyser (loaded when the judge is built, at startup);
+analysis and scoring run in a worker thread, off the event loop. It reports no unmatched
+concepts.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -38,18 +47,44 @@ from app.providers.base import JudgeCandidate, JudgeSelection, JudgeVerdict
 from app.providers.hashing import hash_embed
 from app.providers.sentence_encoder import DIMENSION, SentenceEncoder
 from app.providers.similarity_judge import MAX_SELECTED, SimilarityJudge
+from pinlog_platform.korean_lemmas import KoreanLemmatizer, Lemma
 
 ARTIFACT_DIR = Path(__file__).with_name("judge_model")
-ARTIFACT_NAME = "use_logreg_r2"
+ARTIFACT_NAME = "use_logreg_r3"
 
 
-def note_features(note_vector: np.ndarray, text: str, hash_dimension: int) -> np.ndarray:
-    """The judge's input: float32 ``(512 + hash_dimension,)``; the trainer uses the same."""
+def word_features(lemmas: Sequence[Lemma], lexicons: Sequence[frozenset[str]]) -> np.ndarray:
+    """Float32 ``(2 n,)`` for ``n`` lexicons: ``[said_0 .. said_n-1, denied_0 .. denied_n-1]``;
+    ``said_j`` is 1.0 when a non-negated lemma is in lexicon ``j``, ``denied_j`` is 1.0 when
+    lexicon ``j`` is met only by negated lemmas."""
+    said = {lemma.form for lemma in lemmas if not lemma.negated}
+    denied = {lemma.form for lemma in lemmas if lemma.negated}
+    n = len(lexicons)
+    out = np.zeros(2 * n, np.float32)
+    for j, lexicon in enumerate(lexicons):
+        if said & lexicon:
+            out[j] = 1.0
+        elif denied & lexicon:
+            out[n + j] = 1.0
+    return out
+
+
+def note_features(
+    note_vector: np.ndarray,
+    text: str,
+    hash_dimension: int,
+    lemmas: Sequence[Lemma],
+    lexicons: Sequence[frozenset[str]],
+) -> np.ndarray:
+    """The judge's input: float32 ``(512 + hash_dimension + 2 len(lexicons),)``: the sentence
+    vector, the hashing vector, the word evidence; the trainer uses the same."""
     try:
         hashed = hash_embed(text, hash_dimension)
     except PermanentError:  # a text without any n-gram: no literal cue at all
         hashed = np.zeros(hash_dimension, np.float32)
-    return np.concatenate([np.asarray(note_vector, np.float32), hashed])
+    return np.concatenate(
+        [np.asarray(note_vector, np.float32), hashed, word_features(lemmas, lexicons)]
+    )
 
 
 def _sigmoid(logit: np.ndarray | float) -> np.ndarray:
@@ -58,10 +93,12 @@ def _sigmoid(logit: np.ndarray | float) -> np.ndarray:
 
 @dataclass(frozen=True, slots=True)
 class JudgeModel:
-    """Per-preset weights float32 ``(n, 512 + hash_dimension)``, biases and thresholds ``(n,)``
-    by code; the gate's weights ``(512 + hash_dimension,)``; the decision settings."""
+    """Per-preset weights float32 ``(n, width)`` with ``width = 512 + hash_dimension + 2 n``,
+    biases and thresholds ``(n,)`` by code; each preset's lexicon (lemma forms); the gate's
+    weights ``(width,)``; the decision settings."""
 
     codes: tuple[str, ...]
+    lexicons: tuple[frozenset[str], ...]
     weights: np.ndarray
     biases: np.ndarray
     thresholds: np.ndarray
@@ -72,6 +109,11 @@ class JudgeModel:
     max_selected: int
     hash_dimension: int
     revision: int
+
+    @property
+    def width(self) -> int:
+        """Length of a feature vector."""
+        return DIMENSION + self.hash_dimension + 2 * len(self.codes)
 
     def index(self, code: str) -> int | None:
         """Row of ``code``, or ``None`` when the preset was not trained."""
@@ -100,6 +142,7 @@ def load_model(directory: Path = ARTIFACT_DIR, name: str = ARTIFACT_NAME) -> Jud
             thresholds = np.asarray(arrays["thresholds"], np.float32)
             gate_weights = np.asarray(arrays["gate_weights"], np.float32)
             gate_bias = float(arrays["gate_bias"])
+        lexicons = tuple(frozenset(meta["lexicons"][code]) for code in codes)
         decision = meta["decision"]
         hash_dimension = int(meta["features"]["hash_dimension"])
         gate_threshold = float(decision["gate_threshold"])
@@ -107,7 +150,7 @@ def load_model(directory: Path = ARTIFACT_DIR, name: str = ARTIFACT_NAME) -> Jud
         max_selected = int(decision["max_selected"])
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise ConfigurationError(f"learned judge artifact {name} unreadable: {exc}") from exc
-    n, width = len(codes), DIMENSION + hash_dimension
+    n, width = len(codes), DIMENSION + hash_dimension + 2 * len(codes)
     if (
         weights.shape != (n, width)
         or biases.shape != (n,)
@@ -118,6 +161,7 @@ def load_model(directory: Path = ARTIFACT_DIR, name: str = ARTIFACT_NAME) -> Jud
         raise ConfigurationError(f"learned judge artifact {name} has inconsistent shapes")
     return JudgeModel(
         codes,
+        lexicons,
         weights,
         biases,
         thresholds,
@@ -132,7 +176,8 @@ def load_model(directory: Path = ARTIFACT_DIR, name: str = ARTIFACT_NAME) -> Jud
 
 
 class LearnedJudge:
-    """``KeywordJudge`` over a :class:`JudgeModel` and the shared sentence encoder.
+    """``KeywordJudge`` over a :class:`JudgeModel`, the shared sentence encoder and the Korean
+    analyser, which the constructor loads (blocking, seconds: build the judge at startup).
 
     Confidence: the probability for trained presets, the similarity judge's mapping for the
     fallback; rounded to 3 decimals (``NUMERIC(4,3)``). At most ``model.max_selected`` are
@@ -143,6 +188,7 @@ class LearnedJudge:
         self,
         encoder: SentenceEncoder,
         model: JudgeModel,
+        analyser: KoreanLemmatizer,
         *,
         fallback_threshold: float,
         profile: str,
@@ -152,8 +198,10 @@ class LearnedJudge:
             raise ConfigurationError(
                 f"learned judge artifact is revision {model.revision}, settings expect {revision}"
             )
+        analyser.load()
         self._encoder = encoder
         self._model = model
+        self._analyser = analyser
         self._fallback = SimilarityJudge(fallback_threshold, profile=profile)
         self.profile = profile
 
@@ -169,18 +217,19 @@ class LearnedJudge:
             raise ProviderUnavailableError(
                 "learned judge's encoder failed", layer="judge", reason=exc.reason
             ) from None
-        features = note_features(note, text, model.hash_dimension)
+        rows = [model.index(candidate.code) for candidate in candidates]
+        untrained = [c for c, row in zip(candidates, rows, strict=True) if row is None]
         scored: list[tuple[float, int, bool]] = []  # (probability, id, reached its threshold)
-        untrained = []
-        for candidate in candidates:
-            row = model.index(candidate.code)
-            if row is None:
-                untrained.append(candidate)
-                continue
-            probability = model.probability(row, features)
-            scored.append((probability, candidate.id, probability >= float(model.thresholds[row])))
+        gate = 0.0
+        if len(untrained) < len(candidates):
+            # Analysis and scoring cost a few milliseconds of CPU: off the event loop.
+            probabilities, gate = await asyncio.to_thread(self._score, note, text)
+            for candidate, row in zip(candidates, rows, strict=True):
+                if row is not None:
+                    p = float(probabilities[row])
+                    scored.append((p, candidate.id, p >= float(model.thresholds[row])))
         chosen: list[tuple[float, int]] = []
-        if scored and model.gate(features) >= model.gate_threshold:
+        if scored and gate >= model.gate_threshold:
             chosen = [(round(p, 3), kid) for p, kid, reached in scored if reached]
             if not chosen:
                 p, kid, _ = min(scored, key=lambda item: (-item[0], item[1]))
@@ -193,6 +242,14 @@ class LearnedJudge:
             selected=tuple(JudgeSelection(kid, conf) for conf, kid in chosen[: model.max_selected]),
             unmatched_concepts=(),
         )
+
+    def _score(self, note: np.ndarray, text: str) -> tuple[np.ndarray, float]:
+        """Every trained preset's probability ``(n,)`` and the gate's, for one note."""
+        model = self._model
+        lemmas = self._analyser.analyse(text)
+        features = note_features(note, text, model.hash_dimension, lemmas, model.lexicons)
+        probabilities = _sigmoid(model.weights @ features + model.biases)
+        return probabilities, model.gate(features)
 
     async def aclose(self) -> None:
         """Nothing to release."""

@@ -21,7 +21,10 @@ USE_EMBEDDING_MODEL = "use-multilingual-v3"
 USE_DIMENSION = 512
 USE_PROFILE = f"local-{USE_EMBEDDING_MODEL}-{USE_DIMENSION}-cosine-v1"
 # Revision of the shipped learned-judge artifact; the judge refuses an artifact of another one.
-LEARNED_JUDGE_REVISION = 2
+LEARNED_JUDGE_REVISION = 3
+# Revision of the OpenAI-compatible judge's instructions (JUDGE_SYSTEM_PROMPT in
+# app/providers/openai_compatible.py); every change of the prompt bumps it.
+JUDGE_PROMPT_REVISION = 2
 
 # What PINLOG_OFFLINE=true selects; any value given explicitly (environment or keyword) wins.
 # The thresholds were chosen on the development part of the keyword evaluation set by
@@ -57,8 +60,10 @@ def judge_profile(provider: str, *, model: str, similarity_threshold: float) -> 
 
 
 def openai_judge_profile(model: str) -> str:
-    """The judge profile of an OpenAI-compatible chat ``model``."""
-    return f"openai-chat-{model}"
+    """The judge profile of an OpenAI-compatible chat ``model``: ``openai-chat-<model>-p<n>``,
+    ``n`` the revision of the judge's instructions (``JUDGE_PROMPT_REVISION``), so a stored
+    judgment names the prompt that decided it (§4)."""
+    return f"openai-chat-{model}-p{JUDGE_PROMPT_REVISION}"
 
 
 class ProfileSettings(BaseModel):

@@ -1,5 +1,6 @@
-"""The offline learned judge (§4): what it was trained on, candidates only, fallback rule,
-the gate, the best-one floor and the cap, and the serving rule equal to the one tuned."""
+"""The offline learned judge (§4): what it was trained on, its word features and negation,
+candidates only, fallback rule, the gate, the best-one floor and the cap, and the serving rule
+equal to the one tuned."""
 
 from __future__ import annotations
 
@@ -22,10 +23,12 @@ from app.providers.learned_judge import (
     LearnedJudge,
     load_model,
     note_features,
+    word_features,
 )
 from app.providers.sentence_encoder import shared_encoder
 from app.service.preset_loader import read_preset_file
 from app.settings import LEARNED_JUDGE_REVISION
+from pinlog_platform.korean_lemmas import shared_analyser
 
 EVAL_DIR = Path(__file__).resolve().parents[3] / "bench" / "keyword_eval"
 PRESETS = {p.code: p for p in read_preset_file().presets}
@@ -42,6 +45,7 @@ def _judge(fallback: float = 0.26, model: JudgeModel | None = None) -> LearnedJu
     return LearnedJudge(
         shared_encoder(),
         model or load_model(),
+        shared_analyser(),
         fallback_threshold=fallback,
         profile="local-use-logreg-judge-test",
         revision=LEARNED_JUDGE_REVISION,
@@ -52,11 +56,12 @@ def test_artifact_was_trained_on_the_committed_development_part_only():
     meta = json.loads((ARTIFACT_DIR / f"{ARTIFACT_NAME}.json").read_text(encoding="utf-8"))
     parts = meta["trained_on"]["development_parts"]
 
-    assert [p["file"] for p in parts] == ["dev.yaml"]
+    assert [p["file"] for p in parts] == ["dev.yaml", "dev_reader.yaml"]
     for part in parts:
         digest = hashlib.sha256((EVAL_DIR / part["file"]).read_bytes()).hexdigest()
         assert part["sha256"] == digest
     assert "test" not in json.dumps(meta["trained_on"])
+    assert "demo" not in json.dumps(meta["trained_on"])
     assert meta["revision"] == LEARNED_JUDGE_REVISION
 
 
@@ -65,15 +70,17 @@ def test_artifact_covers_usable_presets_only():
     usable = {c for c, p in PRESETS.items() if p.is_active and p.visibility != "BLOCKED"}
 
     assert set(model.codes) == usable
-    assert model.weights.shape == (len(usable), 512 + model.hash_dimension)
-    assert model.gate_weights.shape == (512 + model.hash_dimension,)
+    width = 512 + model.hash_dimension + 2 * len(usable)
+    assert model.weights.shape == (len(usable), width)
+    assert model.gate_weights.shape == (width,)
+    assert all(model.lexicons)
 
 
 def test_every_usable_preset_has_at_least_ten_development_positives():
     meta = json.loads((ARTIFACT_DIR / f"{ARTIFACT_NAME}.json").read_text(encoding="utf-8"))
     positives = meta["trained_on"]["positives_per_preset"]
 
-    assert min(positives.values()) >= 10
+    assert min(positives.values()) >= 15
     assert meta["trained_on"]["notes_without_keyword"] >= 50
 
 
@@ -87,18 +94,85 @@ def test_recorded_settings_are_the_cross_validation_best_under_the_stated_rule()
     assert model.gate_threshold == pytest.approx(best["gate_threshold"])
     assert model.top1_floor == pytest.approx(best["top1_floor"])
     assert model.max_selected == best["max_selected"]
-    assert np.allclose(model.thresholds, best["threshold"])
+    recorded = meta["decision"]["thresholds"]
+    assert np.allclose(model.thresholds, [recorded[c] for c in model.codes])
 
 
-def test_note_features_are_the_sentence_vector_then_the_hashing_vector():
+def test_own_thresholds_only_for_presets_with_enough_positives():
+    """Below ``OWN_THRESHOLD_POSITIVES`` development positives a preset keeps the common
+    threshold (the stated fallback rule)."""
+    from bench.train_judge import OWN_THRESHOLD_POSITIVES
+
+    meta = json.loads((ARTIFACT_DIR / f"{ARTIFACT_NAME}.json").read_text(encoding="utf-8"))
+    positives = meta["trained_on"]["positives_per_preset"]
+    decision = meta["decision"]
+
+    for code, threshold in decision["thresholds"].items():
+        if positives[code] < OWN_THRESHOLD_POSITIVES or not meta["own_thresholds"]["shipped"]:
+            assert threshold == pytest.approx(decision["threshold"]), code
+
+
+def test_note_features_are_the_sentence_vector_the_hashing_vector_then_the_words():
     vector = np.linspace(-1, 1, 512, dtype=np.float32)
+    model = load_model()
+    lemmas = shared_analyser().analyse("콘센트 많음")
 
-    features = note_features(vector, "콘센트 많음", 1024)
+    features = note_features(vector, "콘센트 많음", 1024, lemmas, model.lexicons)
 
-    assert features.shape == (1536,)
+    assert features.shape == (1536 + 2 * len(model.codes),)
     assert np.array_equal(features[:512], vector)
-    assert np.array_equal(features[512:], hash_embed("콘센트 많음", 1024))
-    assert not note_features(vector, "   ", 1024)[512:].any()
+    assert np.array_equal(features[512:1536], hash_embed("콘센트 많음", 1024))
+    assert np.array_equal(features[1536:], word_features(lemmas, model.lexicons))
+    assert not note_features(vector, "   ", 1024, [], model.lexicons)[512:].any()
+
+
+def _word_evidence(text: str) -> dict[str, tuple[float, float]]:
+    """code -> (said, only negated) for ``text`` against the shipped lexicons."""
+    model = load_model()
+    n = len(model.codes)
+    words = word_features(shared_analyser().analyse(text), model.lexicons)
+    return {code: (float(words[j]), float(words[n + j])) for j, code in enumerate(model.codes)}
+
+
+@pytest.mark.parametrize(
+    ("text", "code"),
+    [
+        ("진짜 아늑했음", "COZY"),
+        ("아늑한 자리", "COZY"),
+        ("스콘이랑 라떼 맛있음", "DESSERT_COFFEE"),
+        ("힘든 날 위로받음", "NEED_COMFORT"),
+        ("빗소리 들으며", "RAINY_DAY"),
+    ],
+)
+def test_lexicon_hits_come_from_inflected_forms(text, code):
+    assert _word_evidence(text)[code] == (1.0, 0.0)
+
+
+@pytest.mark.parametrize(
+    ("text", "code"),
+    [("조용하지 않음", "QUIET"), ("별로 안 아늑함", "COZY"), ("애견 동반 불가", "WITH_PETS")],
+)
+def test_a_negated_cue_is_no_evidence_for_its_preset(text, code):
+    assert _word_evidence(text)[code] == (0.0, 1.0)
+
+
+@pytest.mark.parametrize(
+    ("text", "code", "selected"),
+    [
+        ("카페가 조용해서 좋았음", "QUIET", True),
+        ("카페가 조용하지 않음, 시끄러웠음", "QUIET", False),
+        ("진짜 아늑했음", "COZY", True),
+        ("별로 안 아늑했음", "COZY", False),
+    ],
+)
+async def test_the_shipped_judge_reads_the_word_and_its_negation(text, code, selected):
+    """Issue 32: "아늑했음" is COZY's word; "조용하지 않음" and "별로 안 아늑" are no
+    evidence for QUIET or COZY (every usable preset a candidate, as offline)."""
+    codes = [c for c, p in PRESETS.items() if p.is_active and p.visibility != "BLOCKED"]
+
+    verdict = await _judge().judge(text, [_candidate(c) for c in codes])
+
+    assert (PRESETS[code].id in {s.keyword_id for s in verdict.selected}) is selected
 
 
 async def test_selects_the_fitting_preset_with_a_probability_as_confidence():
@@ -141,6 +215,7 @@ def test_an_artifact_of_another_revision_is_refused():
         LearnedJudge(
             shared_encoder(),
             load_model(),
+            shared_analyser(),
             fallback_threshold=0.3,
             profile="p",
             revision=LEARNED_JUDGE_REVISION + 1,
@@ -155,7 +230,7 @@ def test_a_missing_artifact_is_a_configuration_error(tmp_path):
 def test_probabilities_are_finite_for_extreme_inputs():
     model = load_model()
 
-    extreme = np.full(512 + model.hash_dimension, 1e6, np.float32)
+    extreme = np.full(model.width, 1e6, np.float32)
 
     assert np.isfinite(model.probability(0, extreme))
     assert np.isfinite(model.gate(extreme))
@@ -165,9 +240,10 @@ def _toy_model(**changes) -> JudgeModel:
     """A real JudgeModel with readable weights: the preset probabilities are set by biases
     (weights 0), the gate by its bias; every code of the shipped list is trained."""
     shipped = load_model()
-    n, width = len(shipped.codes), 512 + shipped.hash_dimension
+    n, width = len(shipped.codes), shipped.width
     model = JudgeModel(
         codes=shipped.codes,
+        lexicons=shipped.lexicons,
         weights=np.zeros((n, width), np.float32),
         biases=np.full(n, -5.0, np.float32),  # p = 0.007 for every preset
         thresholds=np.full(n, 0.5, np.float32),
@@ -240,15 +316,19 @@ async def test_serving_rule_equals_the_rule_tuned_by_cross_validation():
     candidates = [_candidate(c) for c in codes]
     vectors = await shared_encoder().encode([n["text"] for n in notes])
     texts = [n["text"] for n in notes]
+    analyser = shared_analyser()
     features = np.array(
-        [note_features(v, t, model.hash_dimension) for v, t in zip(vectors, texts, strict=True)]
+        [
+            note_features(v, t, model.hash_dimension, analyser.analyse(t), model.lexicons)
+            for v, t in zip(vectors, texts, strict=True)
+        ]
     )
     probabilities = 1.0 / (1.0 + np.exp(-(features @ model.weights.T + model.biases)))
     gate = 1.0 / (1.0 + np.exp(-(features @ model.gate_weights + model.gate_bias)))
     expected = decide(
         probabilities,
         gate,
-        float(model.thresholds[0]),
+        model.thresholds,
         model.gate_threshold,
         model.top1_floor,
         model.max_selected,

@@ -30,6 +30,7 @@ from app.providers.factory import build_embedding_provider, build_judge
 from app.providers.hashing import hash_embed
 from app.providers.openai_compatible import OpenAIEmbedder, OpenAIJudge
 from app.settings import Settings
+from app.settings.profiles import openai_judge_profile
 from tests.fake_openai import DEFAULT_DIMENSION, FakeOpenAI, Scripted, embedding_body, judge_body
 
 API_KEY = "sk-test-do-not-leak-4242"
@@ -87,7 +88,7 @@ def _judge_with(
         base_url=fake.base_url,
         api_key=API_KEY,
         model="gpt-4o-mini",
-        profile="openai-chat-gpt-4o-mini",
+        profile="openai-chat-gpt-4o-mini-p2",
         timeout_seconds=5.0,
         max_retries=max_retries,
         metrics=metrics or WorkerMetrics(),
@@ -359,6 +360,20 @@ async def test_judge_prompt_carries_only_candidate_fields(fake, judge) -> None:
     }
 
 
+async def test_judge_instructions_ask_for_every_supported_label_not_only_the_strongest(
+    fake, judge
+) -> None:
+    """Prompt p2 (issue 32): the system message sent asks for every candidate the note
+    supports and says a denied cue is no support; the profile names that revision."""
+    await judge.judge("친구랑 조용한 카페", CANDIDATES)
+
+    [request] = fake.judge_requests
+    system = request["messages"][0]["content"]
+    assert "Select every candidate the note supports, not only the strongest" in system
+    assert "A cue the note denies or complains about is no support" in system
+    assert openai_judge_profile("gpt-4o-mini") == "openai-chat-gpt-4o-mini-p2"
+
+
 async def test_judge_parses_default_structured_answer(judge) -> None:
     verdict = await judge.judge("친구랑 조용한 카페", CANDIDATES)
 
@@ -571,7 +586,7 @@ async def test_factory_builds_openai_providers_from_settings(fake) -> None:
     assert isinstance(embedder, OpenAIEmbedder)
     assert isinstance(judge, OpenAIJudge)
     assert vector.shape == (settings.embedding_dimension,)
-    assert judge.profile == settings.judge_profile
+    assert judge.profile == settings.judge_profile == f"openai-chat-{settings.judge_model}-p2"
     assert verdict.selected == (JudgeSelection(12, 0.9),)
     await embedder.aclose()
     await judge.aclose()

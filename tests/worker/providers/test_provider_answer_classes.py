@@ -260,7 +260,7 @@ async def providers(fake: FakeOpenAI) -> AsyncIterator[dict[str, Any]]:
         base_url=fake.base_url,
         api_key=API_KEY,
         model="gpt-4o-mini",
-        profile="openai-chat-gpt-4o-mini",
+        profile="openai-chat-gpt-4o-mini-p2",
         timeout_seconds=5.0,
         max_retries=RETRIES,
         metrics=WorkerMetrics(),

@@ -25,7 +25,7 @@ async def judge(fake):
         base_url=fake.base_url,
         api_key="sk-test",
         model="deepseek-r1",
-        profile="openai-chat-deepseek-r1",
+        profile="openai-chat-deepseek-r1-p2",
         timeout_seconds=5.0,
         max_retries=0,
         metrics=WorkerMetrics(),

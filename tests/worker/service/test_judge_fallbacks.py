@@ -15,7 +15,7 @@ from tests.fake_openai import FakeOpenAI, Scripted, judge_body
 from tests.worker.support import failure_reasons, fetch_state, make_state
 
 NOTE = "노트북 들고 공부하기 좋은 조용한 카페. 콘센트 많음."
-FALLBACK_PROFILE = "openai-chat-fallback-chat"
+FALLBACK_PROFILE = "openai-chat-fallback-chat-p2"
 INVALID = Scripted(json=judge_body([], raw_content="not a verdict"))
 
 
@@ -106,7 +106,7 @@ async def test_without_fallbacks_the_configured_judge_is_named(engine, make_work
     await make_state(engine, context_id=1)
     async with make_worker() as worker:
         await worker.process(1, NOTE)
-    assert await _model_profile(engine, 1) == "openai-chat-fake-chat"
+    assert await _model_profile(engine, 1) == "openai-chat-fake-chat-p2"
 
 
 def test_a_fallback_naming_an_unset_key_is_a_settings_error() -> None:

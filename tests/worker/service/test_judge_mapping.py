@@ -26,7 +26,7 @@ from tests.worker.support import (
 )
 
 NOTE = "노트북 들고 공부하기 좋은 조용한 카페. 콘센트 많음."
-JUDGE_PROFILE = "openai-chat-fake-chat"
+JUDGE_PROFILE = "openai-chat-fake-chat-p2"
 MISSING_PRESET_ID = 999_999
 
 

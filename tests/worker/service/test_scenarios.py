@@ -39,7 +39,7 @@ from tests.worker.support import (
 
 NOTE = "노트북 들고 공부하기 좋은 조용한 카페. 콘센트 많음."
 OTHER_NOTE = "친구들이랑 수다 떨기 좋은 넓은 술집. 단체석 있음."
-JUDGE_PROFILE = "openai-chat-fake-chat"
+JUDGE_PROFILE = "openai-chat-fake-chat-p2"
 OTHER_PROFILE = "local-hashing-char-ngram-1536-cosine-v1"  # same dimension, not the worker's
 EXPIRY_PLUS = 700  # seconds: older than the default 600 s PROCESSING expiry
 

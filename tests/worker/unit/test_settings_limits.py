@@ -16,7 +16,7 @@ BASE = {
 
 
 def test_judge_profile_longer_than_the_model_profile_column_is_refused():
-    """§1: ``judge_profile`` (``openai-chat-<model>``) must fit ``model_profile``
+    """§1: ``judge_profile`` (``openai-chat-<model>-p<n>``) must fit ``model_profile``
     VARCHAR(100), so a judge model name that overflows it fails startup."""
     with pytest.raises(pydantic.ValidationError):
         Settings(**BASE, judge_model="m" * 95)
