@@ -7,12 +7,16 @@ from __future__ import annotations
 import asyncio
 
 import httpx
+import pytest
 from starlette.applications import Starlette
 from starlette.responses import JSONResponse, StreamingResponse
 from starlette.routing import Route
 
 from pinlog_platform.http.request_deadline import RequestDeadlineMiddleware, committing
 from tests.worker.harness import serving
+
+# Request deadlines measured against the clock: alone, in the serial pass.
+pytestmark = pytest.mark.serial
 
 DEADLINE_SECONDS = 0.3
 SLOW_SECONDS = 1.0
