@@ -202,7 +202,9 @@ async def bundled_preset_rows(engine, migrated_database, fake_openai_server):
     """The bundled presets as embedded once per session by the real loader (fake server).
 
     Session-scoped, so it can be set up before the per-test TRUNCATE: start from empty tables
-    itself, whatever the test before left."""
+    and a fake server without scripts itself, whatever the test before left (under xdist the
+    first test to need it can come after any other)."""
+    fake_openai_server.reset()
     async with engine.begin() as conn:
         await conn.execute(text(f"TRUNCATE {', '.join(CLEANED_TABLES)} CASCADE"))
     settings = worker_settings(migrated_database, fake_openai_server)
