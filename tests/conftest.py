@@ -1,4 +1,6 @@
-"""Session-wide database for the suite: ``PINLOG_TEST_DATABASE_URL`` or an embedded server.
+"""Session-wide database for the suite: ``PINLOG_TEST_DATABASE_URL`` or an embedded server;
+under ``pytest -n N`` (``make test``) one cluster with a database per worker
+(``tests/parallel_databases.py``).
 
 The schema is applied once from ``pinlog_platform.contract.schema`` (every file, as ``pinlog-core db
 upgrade``); every test starts from empty ai and core tables (TRUNCATE), so no test depends on
@@ -8,7 +10,6 @@ another's order.
 from __future__ import annotations
 
 import os
-import tempfile
 import threading
 import uuid
 from collections.abc import AsyncIterator
@@ -20,12 +21,18 @@ from sqlalchemy import text
 from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app import embedded_postgres
 from app.repository import keyword_preset
 from app.repository.db import create_engine
 from app.repository.stage_pool import StagePool
 from pinlog_platform.contract import schema as migrations
+from tests import parallel_schedule
 from tests.fake_openai import FakeOpenAI, Scripted
+from tests.parallel_databases import (
+    DATABASE_DDL_TIMEOUT_SECONDS,
+    WORKER_DATABASE_URL,
+    WorkerDatabases,
+    start_embedded_cluster,
+)
 from tests.worker.harness import embed_bundled_presets, running_worker, worker_settings
 
 # Modules that start the services or other programs as subprocesses, besides every e2e test:
@@ -45,11 +52,40 @@ PROCESS_MODULES = frozenset(
 TESTS_ROOT = Path(__file__).resolve().parent
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         module = item.path.resolve().relative_to(TESTS_ROOT.parent).as_posix()
         if module.startswith("tests/e2e/") or module in PROCESS_MODULES:
             item.add_marker(pytest.mark.processes)
+    if hasattr(config, "workerinput"):
+        parallel_schedule.processes_first(items)
+
+
+@pytest.hookimpl(optionalhook=True, tryfirst=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log):
+    """xdist controller: with the default ``--dist load``, ``tests/parallel_schedule.py``."""
+    if config.getvalue("dist") != "load":
+        return None
+    return parallel_schedule.make_scheduler(config, log)
+
+
+# The xdist controller's databases for its workers, made when the first worker is configured.
+_worker_databases: list[WorkerDatabases] = []
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node) -> None:
+    """xdist controller: before worker ``node`` starts, give it a migrated database of its own
+    in the run's one cluster (``tests/parallel_databases.py``)."""
+    if not _worker_databases:
+        cluster = os.environ.get("PINLOG_TEST_DATABASE_URL") or start_embedded_cluster()
+        _worker_databases.append(WorkerDatabases(cluster))
+    node.workerinput[WORKER_DATABASE_URL] = _worker_databases[0].for_worker(node.gateway.id)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    while _worker_databases:
+        _worker_databases.pop().drop()
 
 
 CLEANED_TABLES = (
@@ -73,14 +109,16 @@ CLEANED_TABLES = (
 
 
 @pytest.fixture(scope="session")
-def database_url() -> str:
+def database_url(request: pytest.FixtureRequest) -> str:
+    """This session's database: under xdist the worker's own (``tests/parallel_databases.py``),
+    else ``PINLOG_TEST_DATABASE_URL`` or a fresh embedded server's."""
+    workerinput = getattr(request.config, "workerinput", None)
+    if workerinput is not None and WORKER_DATABASE_URL in workerinput:
+        return workerinput[WORKER_DATABASE_URL]
     url = os.environ.get("PINLOG_TEST_DATABASE_URL")
     if url:
         return url
-    # Not under pytest's numbered temp directories: a concurrent pytest session on the same
-    # machine prunes old ones and could delete a running server's data directory.
-    data_dir = Path(tempfile.mkdtemp(prefix="pinlog-test-pg-")) / "data"
-    return embedded_postgres.start(data_dir, delete_on_exit=True)
+    return start_embedded_cluster()
 
 
 @pytest.fixture(scope="session")
@@ -114,7 +152,11 @@ async def _clean_tables(request: pytest.FixtureRequest) -> None:
 async def make_empty_database(migrated_database: str):
     """``await make_empty_database()``: a brand-new database URL on the test server; every
     database made is dropped afterwards."""
-    admin = create_engine(migrated_database, with_vector_codec=False)
+    admin = create_engine(
+        migrated_database,
+        with_vector_codec=False,
+        command_timeout_seconds=DATABASE_DDL_TIMEOUT_SECONDS,
+    )
     made: list[str] = []
 
     async def factory() -> str:
@@ -162,7 +204,9 @@ async def bundled_preset_rows(engine, migrated_database, fake_openai_server):
     """The bundled presets as embedded once per session by the real loader (fake server).
 
     Session-scoped, so it can be set up before the per-test TRUNCATE: start from empty tables
-    itself, whatever the test before left."""
+    and a fake server without scripts itself, whatever the test before left (under xdist the
+    first test to need it can come after any other)."""
+    fake_openai_server.reset()
     async with engine.begin() as conn:
         await conn.execute(text(f"TRUNCATE {', '.join(CLEANED_TABLES)} CASCADE"))
     settings = worker_settings(migrated_database, fake_openai_server)

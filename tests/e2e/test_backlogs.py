@@ -30,6 +30,9 @@ from tests.e2e.processes import (
 )
 from tests.fake_openai import Scripted, error_body
 
+# Fairness and retry windows of bursts on the two cores: alone, in the serial pass.
+pytestmark = pytest.mark.serial
+
 OUTAGE_NOTES = 60
 BURST_NOTES, BURST_QUEUE = 200, 10
 DISPATCHES = "pinlog_core_dispatches_total"

@@ -18,6 +18,7 @@ from pinlog_platform.cli import exit_codes
 from pinlog_platform.contract import schema as migrations
 from tests.core.harness import JWT_SECRET
 from tests.e2e.processes import worker_environment
+from tests.parallel_databases import ensure_login_role
 from tests.worker.harness import PROFILE, SECRET
 
 ROLE = "pinlog_ai_cli_test"
@@ -25,13 +26,8 @@ ROLE = "pinlog_ai_cli_test"
 
 @pytest.fixture
 async def worker_role_url(engine, migrated_database) -> str:
-    async with engine.connect() as conn:
-        conn = await conn.execution_options(isolation_level="AUTOCOMMIT")
-        exists = (
-            await conn.execute(text("SELECT 1 FROM pg_roles WHERE rolname = :r"), {"r": ROLE})
-        ).first()
-        if exists is None:
-            await conn.execute(text(f"CREATE ROLE {ROLE} LOGIN IN ROLE pinlog_ai_worker"))
+    async with engine.begin() as conn:
+        await ensure_login_role(conn, ROLE, "pinlog_ai_worker")
     return make_url(migrated_database).set(username=ROLE).render_as_string(False)
 
 

@@ -294,6 +294,7 @@ async def _search_all(cores: Cores, notes: dict[int, Note]) -> None:
         assert shown == {n.record_id for n in notes.values() if n.member == member}
 
 
+@pytest.mark.serial  # its own load, kills and a measured rate: alone, in the serial pass
 async def test_switch_side_by_side_under_load_with_kills_cutover_rollback_and_finish(
     engine, migrated_database, bundled_preset_rows, fake_openai, tmp_path
 ):

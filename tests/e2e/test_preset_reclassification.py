@@ -20,6 +20,7 @@ from collections import Counter
 from pathlib import Path
 
 import httpx
+import pytest
 import yaml
 from sqlalchemy import text
 
@@ -33,6 +34,8 @@ from tests.e2e.processes import (
     run_command,
     worker_environment,
 )
+
+WAIT_SECONDS = 180
 
 MEMBERS = (1, 2, 3)
 NOTES_PER_MEMBER = 100  # one page of the member's list (the API's largest)
@@ -103,6 +106,9 @@ class Readers:
                     self.seen.setdefault(record["recordId"], set()).add(codes)
 
 
+# 600 judgments through real processes: on a machine loaded by the parallel pass they take
+# minutes, so the waits (hang detection, not a speed claim) and the test's timeout are long.
+@pytest.mark.timeout(400)
 async def test_300_contexts_are_judged_again_with_the_new_list_and_never_read_without_keywords(
     engine, migrated_database, bundled_preset_rows, fake_openai, tmp_path
 ):
@@ -138,7 +144,7 @@ async def test_300_contexts_are_judged_again_with_the_new_list_and_never_read_wi
             rows = await _judgments(engine)
             return len(rows) == len(context_ids) and all(r[1:3] == ("COMPLETED",) * 2 for r in rows)
 
-        await wait_until(first_judgments_done, within=60, what="the first judgments")
+        await wait_until(first_judgments_done, within=WAIT_SECONDS, what="the first judgments")
         ready_at = time.monotonic()
         judged_before = len(fake_openai.judge_requests)
         embedded_before = len(fake_openai.embedding_requests)
@@ -164,7 +170,7 @@ async def test_300_contexts_are_judged_again_with_the_new_list_and_never_read_wi
             rows = await _judgments(engine)
             return all(r[2] == "COMPLETED" and r[4] == 2 for r in rows)
 
-        await wait_until(judged_again, within=60, what="every context judged with list 2")
+        await wait_until(judged_again, within=WAIT_SECONDS, what="every context judged with list 2")
         finished = time.monotonic()
         reads_so_far = readers.reads
         await wait_until(lambda: _read_some(readers, more_than=reads_so_far), what="a last sweep")

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 
 import httpx
+import pytest
 from starlette.applications import Starlette
 from starlette.responses import JSONResponse, StreamingResponse
 from starlette.routing import Route
@@ -14,6 +15,9 @@ from starlette.routing import Route
 from pinlog_platform.db.commit_watch import committing
 from pinlog_platform.http.request_deadline import RequestDeadlineMiddleware
 from tests.worker.harness import serving
+
+# Request deadlines measured against the clock: alone, in the serial pass.
+pytestmark = pytest.mark.serial
 
 DEADLINE_SECONDS = 0.3
 SLOW_SECONDS = 1.0

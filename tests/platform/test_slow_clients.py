@@ -20,6 +20,9 @@ from pinlog_platform.settings_rules.http_serving import HttpServingSettings
 from tests.core.harness import core_settings
 from tests.worker.harness import SECRET, serving, worker_settings
 
+# Head timeouts and a concurrency limit measured against the clock: alone, in the serial pass.
+pytestmark = pytest.mark.serial
+
 TRICKLERS = 200
 HEAD_TIMEOUT = 2.0
 MAX_HEADER_BYTES = 8192

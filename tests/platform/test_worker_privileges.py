@@ -16,6 +16,7 @@ from pinlog_platform.contract.schema.worker_privileges import (
     TABLE_PRIVILEGES,
     WORKER_ROLE,
 )
+from tests.parallel_databases import ensure_login_role
 from tests.worker.harness import running_worker, worker_settings
 from tests.worker.support import fetch_state, make_embedding, make_state
 
@@ -108,13 +109,7 @@ async def test_a_worker_logged_in_as_a_member_of_the_role_completes_a_context(
 ):
     """The column grants cover everything the pipeline writes: start, both saves, presets."""
     async with engine.begin() as conn:
-        await conn.execute(
-            text(
-                "DO $$ BEGIN IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = "
-                "'pinlog_ai_test_login') THEN CREATE ROLE pinlog_ai_test_login LOGIN "
-                f"IN ROLE {WORKER_ROLE}; END IF; END $$"
-            )
-        )
+        await ensure_login_role(conn, "pinlog_ai_test_login", WORKER_ROLE)
     url = make_url(migrated_database).set(username="pinlog_ai_test_login")
     await make_state(engine, context_id=1, user_id=7, record_id=70, core_text="조용한 카페")
     settings = worker_settings(url.render_as_string(hide_password=False), fake_openai)

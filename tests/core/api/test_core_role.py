@@ -13,6 +13,7 @@ from core_service.repository import status_counts
 from core_service.service.status import StatusReport
 from tests.core.harness import bearer, core_settings, running_core
 from tests.core.support import build_status_mix
+from tests.parallel_databases import ensure_login_role
 
 LOGIN = "pinlog_core_test_login"
 
@@ -20,12 +21,7 @@ LOGIN = "pinlog_core_test_login"
 @pytest.fixture
 async def core_role_url(engine, migrated_database) -> str:
     async with engine.begin() as conn:
-        await conn.execute(
-            text(
-                f"DO $$ BEGIN IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = '{LOGIN}') "
-                f"THEN CREATE ROLE {LOGIN} LOGIN IN ROLE pinlog_core_service; END IF; END $$"
-            )
-        )
+        await ensure_login_role(conn, LOGIN, "pinlog_core_service")
     return make_url(migrated_database).set(username=LOGIN).render_as_string(hide_password=False)
 
 

@@ -77,7 +77,8 @@ async def _silent_database(core, proxy) -> None:
 
 TERMINATE_CORE = text(
     "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
-    "WHERE application_name = 'pinlog-core' AND pid <> pg_backend_pid()"
+    "WHERE datname = current_database() AND application_name = 'pinlog-core' "
+    "AND pid <> pg_backend_pid()"
 )
 
 

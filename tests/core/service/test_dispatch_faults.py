@@ -9,6 +9,8 @@ import logging
 import socket
 import time
 
+import pytest
+
 from tests.core import support as facts
 from tests.core.harness import bearer
 from tests.worker.harness import sample_value
@@ -90,6 +92,7 @@ async def test_worker_that_hangs_does_not_delay_the_response(
     assert all("ReadTimeout" in r.getMessage() for r in warnings)
 
 
+@pytest.mark.serial  # a time bound that a loaded machine can miss
 async def test_worker_answering_503_leaves_pending_for_the_rescan(
     make_core, fake_worker, engine, caplog
 ):

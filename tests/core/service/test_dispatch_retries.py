@@ -10,6 +10,8 @@ import contextlib
 import itertools
 import time
 
+import pytest
+
 from tests.core import support as facts
 from tests.worker.harness import sample_value
 
@@ -75,6 +77,7 @@ async def test_without_retry_after_the_wait_starts_at_one_second_and_doubles(
     assert 0.75 <= gaps[0] <= 1.3 and 1.55 <= gaps[1] <= 2.4, gaps
 
 
+@pytest.mark.serial  # a time bound that a loaded machine can miss
 async def test_while_the_workers_refuse_new_dispatches_are_held_unsent_in_owner_turns(
     make_core, fake_worker, members
 ):

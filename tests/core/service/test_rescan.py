@@ -309,6 +309,7 @@ async def test_a_keyword_stage_that_can_never_run_is_closed_at_once_and_never_di
     assert fake_worker.context_ids() == [context_id]
 
 
+@pytest.mark.serial  # a time bound that a loaded machine can miss
 async def test_two_schedulers_at_once_never_double_claim_or_double_dispatch(
     core_with_fake_worker, fake_worker, engine, migrated_database
 ):

@@ -10,6 +10,8 @@ import asyncio
 import json
 import time
 
+import pytest
+
 from tests.worker.harness import SECRET
 from tests.worker.support import count_rows, fetch_state, make_state, post_raw
 
@@ -131,6 +133,7 @@ async def _max_loop_stall(until: asyncio.Event) -> float:
     return worst
 
 
+@pytest.mark.serial  # a time bound that a loaded machine can miss
 async def test_ten_megabyte_text_does_not_stall_the_event_loop(engine, make_worker, fake_openai):
     """FC-09, §6: a text far over ``embedding_max_input_chars`` is rejected by its length
     before any per-character scan: 202, embedding ``FAILED`` with no provider call, and the

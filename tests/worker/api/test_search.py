@@ -458,7 +458,8 @@ async def _search_backend_waiting_on_a_lock(engine) -> int:
             pid = (
                 await conn.execute(
                     text(
-                        "SELECT pid FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                        "SELECT pid FROM pg_stat_activity WHERE datname = current_database() "
+                        "AND wait_event_type = 'Lock' "
                         "AND query LIKE '%ai.context_embedding%' AND pid <> pg_backend_pid()"
                     )
                 )

@@ -39,7 +39,8 @@ OPEN_TRANSACTIONS = text(
 )
 STATE_TABLE_LOCKS = text(
     "SELECT count(*) FROM pg_locks l JOIN pg_class c ON c.oid = l.relation "
-    "WHERE c.relname = 'context_ai_state' AND l.pid <> pg_backend_pid()"
+    "WHERE l.database = (SELECT oid FROM pg_database WHERE datname = current_database()) "
+    "AND c.relname = 'context_ai_state' AND l.pid <> pg_backend_pid()"
 )
 
 

@@ -4,6 +4,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from app.service.provider_gate import RATE_LIMITED_REASON
 from tests.fake_openai import Scripted
 from tests.worker.harness import SECRET
@@ -28,6 +30,7 @@ async def _post(worker, context_id: int):
     return await worker.client.post("/internal/v1/context/process", json=body, headers=HEADERS)
 
 
+@pytest.mark.serial  # a time bound that a loaded machine can miss
 async def test_the_worker_stays_under_its_request_budgets_and_completes_all_work(
     engine, make_worker, fake_openai
 ):
