@@ -142,7 +142,9 @@ async def test_rescan_once_runs_one_backfill_pass(engine, migrated_database, cor
         [await judged(core_with_fake_worker, engine, f"메모 {n}", place=f"p{n}") for n in range(2)]
     )
     async with autocommit_core(engine) as conn:
-        assert await embedding_switch.start(conn, in_use=PROFILE, target=TARGET, rate=50)
+        assert await embedding_switch.start(
+            conn, in_use=PROFILE, target=TARGET, rate=50, generation=None
+        )
     async with profile_workers(TARGET) as (worker,):
         env = _environment(
             PINLOG_CORE_DATABASE_URL=migrated_database,
