@@ -161,7 +161,7 @@ def serve(
     import uvicorn
 
     from core_service.main import create_app
-    from core_service.ops import bind_ops_socket
+    from core_service.operations_listener import bind_ops_socket
     from core_service.settings import CoreSettings
 
     settings = _load(CoreSettings)
