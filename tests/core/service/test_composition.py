@@ -72,7 +72,9 @@ async def test_without_the_rescan_loop_the_backfill_of_a_switch_still_runs(
         [await judged(core_with_fake_worker, engine, f"메모 {n}", place=f"p{n}") for n in range(2)]
     )
     async with autocommit(engine) as conn:
-        assert await embedding_switch.start(conn, in_use=PROFILE, target=TARGET, rate=50)
+        assert await embedding_switch.start(
+            conn, in_use=PROFILE, target=TARGET, rate=50, generation=None
+        )
     async with profile_workers(TARGET) as (worker,):
         settings = core_settings(migrated_database, worker.base_url)
         async with build_core(settings, CoreMetrics(), run_rescan_loop=False):

@@ -39,8 +39,8 @@ async def test_re_requests_while_the_vector_is_coming_spend_no_retry(
         preset_version=None,
     )
     async with autocommit(engine) as conn:
-        assert await embedding_switch.start(conn, in_use=TARGET, target=PROFILE, rate=50)
-        assert await embedding_switch.cut_over(conn)
+        assert await facts.switch_start(conn, in_use=TARGET, target=PROFILE, rate=50)
+        assert await facts.switch_cut_over(conn)
         assert await embedding_switch.seed(conn, profile=PROFILE, completed_only=True) == 1
     settings = core_settings(migrated_database, str(worker.client.base_url))
     core_engine = create_engine(settings.database_url, pool_size=2)
