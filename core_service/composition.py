@@ -2,7 +2,9 @@
 builds the services and runs the rescan loop, and closes everything in reverse when it exits.
 
 ``core_service/main.py`` enters it in the FastAPI lifespan; ``pinlog-core rescan --once``
-builds its one pass from the same parts. Nothing here knows about HTTP routes.
+builds its one pass from the same parts; every operator command (``core_service/operations/``)
+runs on one ``Operations`` value that ``open_operations`` opens and closes. Nothing here knows
+about HTTP routes.
 """
 
 from __future__ import annotations
@@ -18,7 +20,11 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from core_service.metrics import CoreMetrics
 from core_service.repository.context_ai_state import Expiries
-from core_service.repository.db import command_timeout_for, create_engine
+from core_service.repository.db import (
+    COMMAND_TIMEOUT_SECONDS,
+    command_timeout_for,
+    create_engine,
+)
 from core_service.service.dispatch import WorkerDispatcher
 from core_service.service.lifecycle import ContextLifecycle
 from core_service.service.member_quotas import MemberQuotas, QuotaSettings
@@ -26,15 +32,16 @@ from core_service.service.member_tokens import TokenAuthenticator
 from core_service.service.pause import PauseSwitch
 from core_service.service.personal_search import PersonalSearch
 from core_service.service.process_requests import ProcessRequestSender
-from core_service.service.profile_in_use import ProfileInUse
+from core_service.service.profile_in_use import ProfileInUse, read_profile_in_use
 from core_service.service.record_pages import RecordPages
 from core_service.service.record_reads import RecordReader
 from core_service.service.reembed_backfill import ReembedBackfill
 from core_service.service.rescan import RescanScheduler
 from core_service.service.status import StatusGauges
 from core_service.service.worker_endpoints import WorkerEndpoints
+from core_service.service.worker_readiness import ReadinessReader, WorkerReadiness
 from core_service.service.worker_routing import ProfileRouting
-from core_service.settings import CoreSettings
+from core_service.settings import CoreDatabaseSettings, CoreSettings
 
 logger = logging.getLogger(__name__)
 
@@ -262,3 +269,94 @@ def _run_until_exit(stack: AsyncExitStack, run_forever) -> None:
             await task
 
     stack.push_async_callback(stop_task)
+
+
+# Connections of a command's engine: a command runs one statement at a time, or one beside
+# its dispatcher's.
+COMMAND_POOL_SIZE = 2
+
+
+def command_engine(
+    settings: CoreDatabaseSettings,
+    *,
+    pool_size: int = COMMAND_POOL_SIZE,
+    command_timeout_seconds: float | None = COMMAND_TIMEOUT_SECONDS,
+) -> AsyncEngine:
+    """The engine of one ``pinlog-core`` command run (every command opens its engine here);
+    ``command_timeout_seconds=None`` for migrations."""
+    return create_engine(
+        settings.database_url,
+        pool_size=pool_size,
+        transaction_pooling=settings.database_transaction_pooling,
+        command_timeout_seconds=command_timeout_seconds,
+    )
+
+
+class Operations:
+    """What an operator command runs on (``core_service/operations/``), opened once and closed
+    once by ``open_operations``: ``settings`` (the command's settings class), ``engine``,
+    ``metrics``, and, opened at first use and only with settings that name the workers, the
+    workers' readiness (``readings``), their clients (``endpoints``), their profiles
+    (``refresh_routing``) and a started dispatcher (``dispatcher``)."""
+
+    def __init__(self, settings, engine: AsyncEngine, stack: AsyncExitStack) -> None:
+        self.settings = settings
+        self.engine = engine
+        self.metrics = CoreMetrics()
+        self._stack = stack
+        self._reader: ReadinessReader | None = None
+        self._endpoints: WorkerEndpoints | None = None
+        self._dispatcher: WorkerDispatcher | None = None
+
+    async def profile_in_use(self) -> str:
+        """The profile in use now (no cache): the switch row's, else the configured one."""
+        return await read_profile_in_use(self.engine, configured=self.settings.embedding_profile)
+
+    @property
+    def reader(self) -> ReadinessReader:
+        """The reader of every listed worker's ``/readyz``."""
+        if self._reader is None:
+            self._reader = ReadinessReader(self.settings.worker_base_urls)
+            self._stack.push_async_callback(self._reader.aclose)
+        return self._reader
+
+    async def readings(self) -> list[WorkerReadiness]:
+        """Every listed worker's ``/readyz`` now (``ReadinessReader.read_all``)."""
+        return await self.reader.read_all()
+
+    def endpoints(self) -> WorkerEndpoints:
+        """One pooled client per listed worker (``build_worker_endpoints``)."""
+        if self._endpoints is None:
+            self._endpoints = build_worker_endpoints(self.settings)
+            self._stack.push_async_callback(self._endpoints.aclose)
+        return self._endpoints
+
+    async def refresh_routing(self) -> None:
+        """Read each worker's profile and body limit once (``ProfileRouting.refresh_once``)."""
+        routing = ProfileRouting(self.endpoints())
+        try:
+            await routing.refresh_once()
+        finally:
+            await routing.aclose()
+
+    def dispatcher(self) -> WorkerDispatcher:
+        """A started dispatcher to the listed workers; in-flight dispatches get
+        ``DISPATCH_DRAIN_SECONDS`` when the operations close."""
+        if self._dispatcher is None:
+            dispatcher = build_dispatcher(
+                self.settings, self.engine, self.endpoints(), self.metrics
+            )
+            dispatcher.start()
+            self._stack.push_async_callback(dispatcher.close, DISPATCH_DRAIN_SECONDS)
+            self._dispatcher = dispatcher
+        return self._dispatcher
+
+
+@asynccontextmanager
+async def open_operations(settings: CoreDatabaseSettings) -> AsyncIterator[Operations]:
+    """The ``Operations`` of one command run on ``settings``; everything it opened is closed
+    in reverse on exit (the dispatcher drained, the clients, then the engine)."""
+    async with AsyncExitStack() as stack:
+        engine = command_engine(settings)
+        stack.push_async_callback(engine.dispose)
+        yield Operations(settings, engine, stack)

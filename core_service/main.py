@@ -33,7 +33,7 @@ from core_service.errors import (
     UpstreamError,
 )
 from core_service.metrics import CoreMetrics
-from core_service.ops import bind_ops_socket, readiness_problems, serving_ops
+from core_service.operations_listener import bind_ops_socket, readiness_problems, serving_ops
 from core_service.settings import CoreSettings
 from pinlog_platform.http.body_limit import BodySizeLimitMiddleware
 from pinlog_platform.http.json_response import OrjsonResponse
@@ -63,7 +63,7 @@ def create_app(
     ``ops_socket``: the operations listener's socket, bound by the caller (``pinlog-core serve``
     binds it before anything else, so a port in use exits 2); when ``None`` and
     ``settings.ops_port`` is set, the lifespan binds it. ``app.state.ops_base_url`` is its URL
-    once started, else ``None`` (``core_service/ops.py``).
+    once started, else ``None`` (``core_service/operations_listener.py``).
     """
     settings = settings or CoreSettings()
     metrics = CoreMetrics()

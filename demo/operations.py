@@ -26,7 +26,7 @@ from app.repository.db import create_engine
 from app.service.preset_loader import read_preset_file
 from app.settings import Settings
 from core_service.repository.db import create_engine as create_core_engine
-from core_service.service import profile_in_use, reembed
+from core_service.service import profile_in_use, switch_status
 from demo.feed import ContextLine
 from demo.preset_reclassification import reclassify, write_new_list
 from demo.profile_switch import hashing_worker_settings, switch_profile
@@ -61,7 +61,7 @@ async def refusal(settings: Settings) -> str | None:
     that left another profile in use), or ``None``."""
     engine = create_core_engine(settings.database_url, pool_size=1)
     try:
-        now = await reembed.status(engine, configured=settings.embedding_profile)
+        now = await switch_status.read_switch_status(engine, configured=settings.embedding_profile)
     finally:
         await engine.dispose()
     if now.state == "idle" and now.profile_in_use == settings.embedding_profile:

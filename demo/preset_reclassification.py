@@ -22,9 +22,9 @@ from app.service.preset_loader import DEFAULT_PRESET_FILE, read_preset_file
 from app.settings import Settings
 from core_service.composition import build_dispatcher, build_worker_endpoints
 from core_service.metrics import CoreMetrics
+from core_service.operations.keyword_reprocess import KeywordReprocess, ReprocessReport
 from core_service.repository.db import create_engine as create_core_engine
-from core_service.service.keyword_reprocess import KeywordReprocess, ReprocessReport
-from core_service.service.reembed import profile_in_use
+from core_service.service.profile_in_use import read_profile_in_use
 from core_service.service.worker_readiness import ReadinessReader
 from core_service.settings import CoreSettings
 from demo.feed import ContextLine
@@ -109,7 +109,7 @@ async def judge_again(core_settings: CoreSettings, lines: Sequence[ContextLine])
     try:
         before = await load_results(engine, list(lines))
         started = time.monotonic()
-        profile = await profile_in_use(engine, configured=core_settings.embedding_profile)
+        profile = await read_profile_in_use(engine, configured=core_settings.embedding_profile)
         reprocess = KeywordReprocess(engine, profile=profile)
         version = await reprocess.wait_for_workers(reader, timeout_seconds=WORKER_WAIT_SECONDS)
         waited = time.monotonic() - started

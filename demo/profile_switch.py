@@ -23,9 +23,10 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.service.preset_loader import PresetFile
 from app.settings import OFFLINE_EMBEDDING_MODEL, OFFLINE_PROFILE, Settings
+from core_service.operations import reembed
 from core_service.repository.db import create_engine as create_core_engine
-from core_service.service import reembed
 from core_service.service.profile_in_use import PROPAGATION_SECONDS
+from core_service.service.switch_status import ReembedStatus
 from core_service.service.worker_readiness import ReadinessReader
 from demo.feed import ContextLine, member_tokens
 from demo.preset_reclassification import judge_again
@@ -122,7 +123,7 @@ async def switch_profile(
     return answered == "new" and run.complete
 
 
-async def _until_ready(engine: AsyncEngine, configured: str, say: Say) -> reembed.ReembedStatus:
+async def _until_ready(engine: AsyncEngine, configured: str, say: Say) -> ReembedStatus:
     """``reembed status`` every second until the backfill is complete, a line whenever the
     count of embedded notes changed."""
     said = -1

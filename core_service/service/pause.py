@@ -1,9 +1,10 @@
-"""Pausing dispatch for maintenance (docs/operations.md "Pause"): ``pinlog-core pause``/``resume``.
+"""Whether dispatching is paused for maintenance (docs/operations.md "Pause").
 
-The state is one row of ``core.dispatch_control``. Every core process reads it through a
-``PauseSwitch``, at most ``CACHE_SECONDS`` old; ``change`` writes it and returns once that bound
-(plus a margin for the read itself) has passed, so when ``pinlog-core pause`` returns, no core
-process decides to send anything any more (a request already on the wire finishes). While
+The state is one row of ``core.dispatch_control``, written by ``pinlog-core pause``/``resume``
+(``core_service/operations/pause.py``). Every core process reads it through a ``PauseSwitch``,
+at most ``CACHE_SECONDS`` old; the command returns once that bound (plus a margin for the read
+itself) has passed, so when ``pinlog-core pause`` returns, no core process decides to send
+anything any more (a request already on the wire finishes). While
 paused: creates, edits and deletes commit ``PENDING`` rows as usual; the dispatcher sends
 nothing (it holds what comes); the rescan claims nothing and spends nothing; the finalizer
 fails nothing.
@@ -20,14 +21,12 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from core_service.errors import CoreError, UnavailableError
 from core_service.metrics import CoreMetrics
 from core_service.repository import dispatch_control
-from core_service.repository.db import autocommit, transaction
+from core_service.repository.db import autocommit
 
 logger = logging.getLogger(__name__)
 
 # A core process acts on a pause state at most this old (seconds).
 CACHE_SECONDS = 1.0
-# What ``change`` waits after the write: the cache bound plus a margin for the read itself.
-PROPAGATION_SECONDS = CACHE_SECONDS + 0.5
 
 
 class PauseSwitch:
@@ -74,12 +73,3 @@ class PauseSwitch:
         if strict and self._failed:
             raise UnavailableError("pause state unknown: database unavailable")
         return self._paused
-
-
-async def change(engine: AsyncEngine, *, paused: bool) -> bool:
-    """Write the pause state (idempotent) and wait until every core process acts on it; the
-    state as stored."""
-    async with transaction(engine) as conn:
-        stored = await dispatch_control.set_paused(conn, paused=paused)
-    await asyncio.sleep(PROPAGATION_SECONDS)
-    return stored

@@ -65,3 +65,11 @@ class ProfileInUse:
                 logger.warning("embedding profile in use: %s (was %s)", value, self._value)
             self._value, self._read_at = value, started
             return value
+
+
+async def read_profile_in_use(engine: AsyncEngine, *, configured: str) -> str:
+    """The profile in use now (no cache): the switch row's, else ``configured``; what an
+    operator command acts on."""
+    async with autocommit(engine) as conn:
+        row = await embedding_switch.read(conn)
+    return configured if row is None else row.profile_in_use

@@ -50,10 +50,10 @@ from core_service.metrics import CoreMetrics
 from core_service.repository import embedding_switch
 from core_service.repository.db import autocommit
 from core_service.repository.embedding_switch import BackfillSource, BatchSlot
-from core_service.service import reembed
 from core_service.service.pause import PauseSwitch
 from core_service.service.process_requests import retry_after
 from core_service.service.profile_in_use import CACHE_SECONDS
+from core_service.service.switch_status import read_switch_status
 from core_service.service.worker_endpoints import WorkerEndpoints, WorkerUnanswered
 from pinlog_platform.contract.states.failure_reasons import FailureReason
 
@@ -346,7 +346,7 @@ class ReembedBackfill:
             return
         self._gauges_at = time.monotonic()
         try:
-            report = await reembed.status(self._engine, configured=self._configured)
+            report = await read_switch_status(self._engine, configured=self._configured)
         except CoreError as exc:
             logger.warning("switch gauges not refreshed (%s)", type(exc).__name__)
             return

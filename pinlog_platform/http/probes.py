@@ -1,7 +1,7 @@
 """``GET /healthz`` (``liveness``) and ``GET /metrics`` (``metrics``), the same on both
 services (§8). ``probes`` has both: the worker serves it (its whole API is internal); the core
 serves ``liveness`` on its public port and ``metrics`` on its operations listener only
-(``core_service/ops.py``).
+(``core_service/operations_listener.py``).
 
 Readiness is each service's own (what it needs differs), so it is not here. ``/metrics``
 serves the Prometheus registry of the app that mounts the router, found as

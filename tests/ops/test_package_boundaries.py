@@ -4,7 +4,9 @@ package imports neither. ``demo`` (development only, ``make run``) composes both
 but no product package imports it (``pinlog-ai demo`` is registered from the demo package) and
 its modules form no import cycle. Inside ``pinlog_platform``, the contract between the services
 (``contract/``) and the infrastructure they stand on import nothing from each other, and the
-database helpers never import the HTTP layer. Every import counts, a function's included.
+database helpers never import the HTTP layer. In the core, the operator procedures
+(``core_service/operations/``) stand on the request path's layers and never the reverse. Every
+import counts, a function's included.
 """
 
 from __future__ import annotations
@@ -137,3 +139,20 @@ def test_platform_arrows(part: str, forbidden: tuple[str, ...]):
         if any(_within(n, f) for n in names for f in forbidden)
     }
     assert crossing == {}
+
+
+@pytest.mark.parametrize(
+    "layer", ["core_service.api", "core_service.service", "core_service.repository"]
+)
+def test_no_core_layer_imports_the_operator_procedures(layer: str):
+    """What the request path and ``serve``'s loops use (the pause reader, token verification,
+    the backfill loop, the status gauges) lives where it can be imported without
+    ``core_service/operations/`` (docs/extending.md "An operator command")."""
+    modules = {m: n for m, n in _modules_of("core_service").items() if _within(m, layer)}
+    assert modules, f"{layer}: no such package"
+    importing = {
+        module: sorted(n for n in names if _within(n, "core_service.operations"))
+        for module, names in modules.items()
+        if any(_within(n, "core_service.operations") for n in names)
+    }
+    assert importing == {}

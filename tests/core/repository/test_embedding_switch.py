@@ -17,7 +17,7 @@ from sqlalchemy import text
 from core_service.repository import embedding_switch, keyword_reprocess
 from core_service.repository.db import autocommit, create_engine, transaction
 from core_service.repository.embedding_switch import BackfillSource
-from core_service.service import reembed
+from core_service.service.profile_in_use import read_profile_in_use
 from tests.core import support as facts
 from tests.core.harness import bearer
 from tests.core.support import (
@@ -806,7 +806,7 @@ async def test_after_a_cutover_judgments_of_the_previous_profile_are_stale_and_r
                 ),
                 {"p": profile, "id": context_id},
             )
-    in_use = await reembed.profile_in_use(engine, configured=PROFILE)
+    in_use = await read_profile_in_use(engine, configured=PROFILE)
 
     async with transaction(engine) as conn:
         stale = await keyword_reprocess.count_stale(conn, profile=in_use, version=1)

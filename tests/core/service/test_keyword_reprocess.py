@@ -1,4 +1,4 @@
-"""A reclassification run (``service.keyword_reprocess``) against workers over real HTTP
+"""A reclassification run (``operations.keyword_reprocess``) against workers over real HTTP
 (``FakeWorker``: real servers answering ``/readyz`` and the process endpoint): nothing is reset
 until every listed worker reports the current list version of the profile; then batches of
 ``rate`` contexts, one a second at most, each context dispatched once (origin ``reprocess``,
@@ -14,14 +14,14 @@ from prometheus_client import generate_latest
 
 from core_service.composition import build_dispatcher, build_worker_endpoints
 from core_service.metrics import CoreMetrics
-from core_service.repository import dispatch_control
-from core_service.repository.db import transaction
-from core_service.service import pause
-from core_service.service.keyword_reprocess import (
+from core_service.operations import pause
+from core_service.operations.keyword_reprocess import (
     KeywordReprocess,
     NoUsablePresets,
     WorkersNotReady,
 )
+from core_service.repository import dispatch_control
+from core_service.repository.db import transaction
 from core_service.service.worker_readiness import ReadinessReader
 from tests.core import support as facts
 from tests.core.harness import core_settings

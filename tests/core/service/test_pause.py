@@ -4,7 +4,7 @@ held work goes out. A real core app on uvicorn, ``FakeWorker`` over HTTP."""
 
 from __future__ import annotations
 
-from core_service.service import pause as dispatch_pause
+from core_service.operations import pause as dispatch_pause
 from tests.core import support as facts
 from tests.worker.harness import sample_value
 from tests.worker.support import set_statuses

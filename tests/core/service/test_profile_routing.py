@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import pytest
 
+from core_service.operations.keyword_reprocess import workers_on
 from core_service.repository.db import autocommit
-from core_service.service.keyword_reprocess import workers_on
 from core_service.service.personal_search import PersonalSearch
 from core_service.service.process_requests import DispatchResult, ProcessRequestSender
 from core_service.service.profile_in_use import ProfileInUse

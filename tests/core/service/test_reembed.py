@@ -1,4 +1,4 @@
-"""``pinlog-core reembed`` as operations (``core_service/service/reembed.py``) and the core's
+"""``pinlog-core reembed`` as operations (``core_service/operations/reembed.py``) and the core's
 backfill loop (``core_service/service/reembed_backfill.py``); docs/operations.md "Switching
 the embedding profile". Notes are saved through a real core app; the workers are real local
 HTTP servers (``FakeWorker`` for readiness, ``ProfileWorker`` for the backfill route), read
@@ -13,13 +13,13 @@ from prometheus_client import generate_latest
 from sqlalchemy import text
 
 from core_service.metrics import CoreMetrics
+from core_service.operations import pause as dispatch_pause
+from core_service.operations import reembed
+from core_service.operations.reembed import ReembedRefused
 from core_service.repository import embedding_switch
 from core_service.repository.db import autocommit
-from core_service.service import pause as dispatch_pause
-from core_service.service import reembed
 from core_service.service.pause import PauseSwitch
-from core_service.service.profile_in_use import CACHE_SECONDS
-from core_service.service.reembed import ReembedRefused
+from core_service.service.profile_in_use import CACHE_SECONDS, read_profile_in_use
 from core_service.service.reembed_backfill import ReembedBackfill
 from core_service.service.worker_readiness import ReadinessReader, WorkerReadiness
 from tests.core import support as facts
@@ -288,7 +288,7 @@ async def test_cutover_waits_for_the_backfill_unless_forced_and_for_a_ready_work
     row = await reembed.cut_over(engine, target_ready, configured=PROFILE, force=False)
 
     assert (row.state, row.profile_in_use, row.other_profile) == ("cut_over", TARGET, PROFILE)
-    assert await reembed.profile_in_use(engine, configured=PROFILE) == TARGET
+    assert await read_profile_in_use(engine, configured=PROFILE) == TARGET
 
 
 async def test_a_forced_cutover_before_the_backfill_is_done(engine, core_with_fake_worker):
@@ -335,7 +335,7 @@ async def test_rollback_returns_to_the_profile_in_use_before_the_switch(
     state = "rolling_back" if cut_over_first else "idle"
     assert (row.state, row.profile_in_use, row.other_profile) == (state, PROFILE, TARGET)
     assert not result.already
-    assert await reembed.profile_in_use(engine, configured=PROFILE) == PROFILE
+    assert await read_profile_in_use(engine, configured=PROFILE) == PROFILE
     status = await reembed.status(engine, configured=PROFILE)
     assert (status.state, status.target_profile, status.backfill_profile) == (
         (state, None, PROFILE if cut_over_first else None)

@@ -1,12 +1,13 @@
-"""``pinlog-core reembed rollback | cutover`` as processes (``core_service/cli.py``): a command
-that stops short of what it promised exits 1 with what is left (docs/operations.md
-"Switching the embedding profile"). The workers are real local HTTP servers; no core process
-runs, so no backfill loop fills anything unless a test does."""
+"""``pinlog-core reembed rollback | cutover`` as processes
+(``core_service/operations/reembed.py``): a command that stops short of what it promised exits
+1 with what is left (docs/operations.md "Switching the embedding profile"). The workers are real
+local HTTP servers; no core process runs, so no backfill loop fills anything unless a test
+does."""
 
 from __future__ import annotations
 
-from core_service.service import pause as dispatch_pause
-from core_service.service import reembed
+from core_service.operations import pause as dispatch_pause
+from core_service.operations import reembed
 from tests.core.harness import profile_workers
 from tests.core.service.test_reembed import _switched, readings
 from tests.core.support import TARGET, add_vector, set_backfill_completed, switch_row

@@ -9,7 +9,8 @@ docs/contract.md §1 and §5, Deviations).
   switch is backfilling, it finishes what a stopped run left). The core processes' backfill
   loop (``reembed_backfill``) does the rest at ``rate`` contexts a second.
 - **status**: coverage of the profile ``finish`` or ``cutover`` needs complete, failures by
-  reason, the measured pace and the time left.
+  reason, the measured pace and the time left (``service/switch_status.py``, which the
+  backfill loop's gauges read too).
 - **cutover**: refused until every live context has a vector of the target or a failed
   backfill (``--force`` cuts over earlier) and while a judgment is unstamped; the target
   becomes the profile in use; the previous one stays complete (the loop keeps filling it) so
@@ -33,22 +34,37 @@ one winner and a refusal, and a command whose switch changed meanwhile changes n
 from __future__ import annotations
 
 import asyncio
+import json
+import sys
+import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
+import typer
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from core_service.command_startup import fail, load, run_operation
+from core_service.composition import Operations
+from core_service.operations import counts
+from core_service.operations.keyword_reprocess import (
+    KeywordReprocess,
+    NoUsablePresets,
+    WorkersNotReady,
+    reprocess,
+)
 from core_service.repository import embedding_switch, keyword_reprocess
 from core_service.repository.db import autocommit
 from core_service.repository.embedding_switch import SwitchRow
-from core_service.service.profile_in_use import CACHE_SECONDS
+from core_service.service.profile_in_use import CACHE_SECONDS, PROPAGATION_SECONDS
+from core_service.service.switch_status import PACE_WINDOW_SECONDS, read_switch_status
 from core_service.service.worker_readiness import WorkerReadiness
+from pinlog_platform.cli import numbers
 
+# ``reembed status``'s procedure: the switch as it stands, as the backfill loop's gauges read it.
+status = read_switch_status
 # Judgments stamped, and rows removed, per statement.
 STAMP_BATCH = 5_000
 REMOVE_BATCH = 5_000
-# The pace is measured over this window (seconds).
-PACE_WINDOW_SECONDS = 60.0
 
 
 class ReembedRefused(Exception):
@@ -58,53 +74,6 @@ class ReembedRefused(Exception):
     def __init__(self, message: str, details: Sequence[str] = ()) -> None:
         super().__init__(message)
         self.details = tuple(details)
-
-
-@dataclass(frozen=True, slots=True)
-class ReembedStatus:
-    """What ``reembed status`` shows; ``as_json`` keys are pinned (docs/operations.md)."""
-
-    profile_in_use: str
-    target_profile: str | None
-    previous_profile: str | None
-    backfill_profile: str | None
-    state: str
-    total: int
-    done: int
-    failed: dict[str, int]
-    missing_in_use: int
-    rate_per_second: float
-    configured_rate: int | None
-    eta_seconds: float | None
-    vectors: dict[str, dict[str, int]] = field(default_factory=dict)
-    previous_done: int | None = None
-
-    @property
-    def failed_total(self) -> int:
-        return sum(self.failed.values())
-
-    @property
-    def complete(self) -> bool:
-        """Every live context has a vector of the backfill profile or a failed backfill."""
-        return self.done + self.failed_total >= self.total
-
-    def as_json(self) -> dict[str, object]:
-        return {
-            "profile_in_use": self.profile_in_use,
-            "target_profile": self.target_profile,
-            "previous_profile": self.previous_profile,
-            "backfill_profile": self.backfill_profile,
-            "state": self.state,
-            "total": self.total,
-            "done": self.done,
-            "failed": self.failed,
-            "missing_in_use": self.missing_in_use,
-            "rate_per_second": round(self.rate_per_second, 2),
-            "configured_rate": self.configured_rate,
-            "eta_seconds": None if self.eta_seconds is None else round(self.eta_seconds, 1),
-            "vectors": self.vectors,
-            "previous_done": self.previous_done,
-        }
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,61 +94,6 @@ class RollbackResult:
 
 def _ready_workers_of(readings: Sequence[WorkerReadiness], profile: str) -> list[WorkerReadiness]:
     return [r for r in readings if r.ready and r.profile == profile]
-
-
-async def profile_in_use(engine: AsyncEngine, *, configured: str) -> str:
-    """The profile in use now (no cache): the switch row's, else ``configured``."""
-    async with autocommit(engine) as conn:
-        row = await embedding_switch.read(conn)
-    return configured if row is None else row.profile_in_use
-
-
-async def status(engine: AsyncEngine, *, configured: str) -> ReembedStatus:
-    """The switch and its coverage now (a few statements; operator use, not a hot path).
-    ``backfill_profile`` is the profile ``done`` counts: the target while backfilling, the
-    profile in use in cut_over and rolling_back (what ``finish`` needs complete), none when
-    idle (``total``/``done`` are then the profile in use's coverage)."""
-    async with autocommit(engine) as conn:
-        row = await embedding_switch.read(conn)
-        in_use = configured if row is None else row.profile_in_use
-        other = None if row is None else row.other_profile
-        state = "idle" if row is None else row.state
-        measured = other if state == "backfilling" and other is not None else in_use
-        previous = other if state in ("cut_over", "rolling_back") else None
-        coverage = await embedding_switch.coverage(
-            conn,
-            profile=measured,
-            in_use=in_use,
-            window_seconds=PACE_WINDOW_SECONDS,
-            previous=previous,
-        )
-        failed = await embedding_switch.failed_by_reason(conn, profile=measured)
-        vectors = await embedding_switch.vectors_by_profile(conn)
-    pace = coverage.completed_recently / PACE_WINDOW_SECONDS
-    left = max(coverage.total - coverage.done - sum(failed.values()), 0)
-    if state == "backfilling" and left == 0:
-        state = "ready"
-    eta = None
-    if left == 0:
-        eta = 0.0
-    elif pace > 0:
-        eta = left / pace
-    return ReembedStatus(
-        profile_in_use=in_use,
-        target_profile={"backfilling": other, "ready": other, "cut_over": in_use}.get(state),
-        previous_profile=previous,
-        backfill_profile=None if state == "idle" else measured,
-        state=state,
-        total=coverage.total,
-        done=coverage.done,
-        failed=failed,
-        missing_in_use=coverage.missing_in_use,
-        rate_per_second=pace,
-        configured_rate=None if row is None else row.rate_per_second,
-        eta_seconds=eta,
-        vectors={p: {"live": live, "hidden": hidden} for p, (live, hidden) in vectors.items()},
-        previous_done=None if previous is None else coverage.previous_done,
-    )
 
 
 async def _read(engine: AsyncEngine) -> SwitchRow | None:
@@ -412,3 +326,315 @@ async def _finish_refused(
         "(`reembed status`) and finish again",
         details,
     )
+
+
+# Exit code of a `reembed` operation refused in the current state.
+REEMBED_REFUSED = 1
+# Seconds between two re-judging passes after a cutover or rollback.
+REJUDGE_PASS_SECONDS = 5.0
+
+commands = typer.Typer(
+    no_args_is_help=True,
+    rich_markup_mode=None,
+    help="Switch the embedding profile side by side (docs/operations.md)",
+)
+
+
+def _run(settings, step):
+    """Run ``step(operations)``; a refusal ends the command with ``REEMBED_REFUSED`` and its
+    reasons on stderr."""
+    try:
+        return run_operation(settings, step)
+    except ReembedRefused as exc:
+        fail(REEMBED_REFUSED, [str(exc), *(f"  {d}" for d in exc.details)])
+
+
+@commands.command("start")
+def reembed_start(
+    profile: str = typer.Option(
+        ..., "--profile", metavar="PROFILE", help="The embedding profile to switch to"
+    ),
+    rate: int = typer.Option(
+        50,
+        "--rate",
+        parser=numbers.whole(1, 10_000),
+        metavar="N",
+        help="Contexts embedded per second at most",
+    ),
+) -> None:
+    """Start embedding every live context under PROFILE beside the profile in use. Workers of
+    PROFILE must be listed in PINLOG_CORE_WORKER_BASE_URL and its presets loaded; the core
+    processes' backfill loop then runs at N contexts a second. Watch `reembed status`. Run
+    again while that switch is backfilling, it finishes what a stopped first run left."""
+    from core_service.settings import RescanSettings
+
+    settings = load(RescanSettings)
+
+    async def step(ops: Operations) -> StartResult:
+        return await start(
+            ops.engine,
+            await ops.readings(),
+            configured=settings.embedding_profile,
+            target=profile,
+            rate=rate,
+        )
+
+    result = _run(settings, step)
+    row = result.row
+    if result.resumed:
+        typer.echo(
+            f"profile {row.other_profile} was already backfilling beside {row.profile_in_use} "
+            f"at {row.rate_per_second} context(s) a second; judgments stamped and contexts "
+            "proposed (what an earlier run left)"
+        )
+        return
+    typer.echo(
+        f"backfilling profile {row.other_profile} beside {row.profile_in_use} at {rate} "
+        "context(s) a second; watch `pinlog-core reembed status`, then `reembed cutover`"
+    )
+
+
+@commands.command("status")
+def reembed_status(
+    as_json: bool = typer.Option(False, "--json", help="One JSON object (docs/operations.md)"),
+) -> None:
+    """The switch: profiles, state (idle, backfilling, ready, cut_over, rolling_back), coverage
+    of the profile being filled (the target while backfilling, the profile in use after a
+    cutover or rollback), failures by reason, pace and time left; a progress bar when attached
+    to a terminal."""
+    from core_service.settings import ProfileInUseSettings
+
+    settings = load(ProfileInUseSettings)
+    report = _run(settings, lambda ops: status(ops.engine, configured=settings.embedding_profile))
+    if as_json:
+        typer.echo(json.dumps(report.as_json()))
+        return
+    typer.echo(f"profile in use: {report.profile_in_use}")
+    typer.echo(f"state: {report.state}")
+    if report.backfill_profile is not None:
+        typer.echo(f"filling profile: {report.backfill_profile}")
+        settled = report.done + report.failed_total
+        if sys.stdout.isatty():
+            typer.echo(_progress_bar(settled, report.total))
+        typer.echo(f"done {report.done} of {report.total}, failed {report.failed_total}"
+                   + (f" ({counts(report.failed)})" if report.failed else ""))  # fmt: skip
+        eta = "unknown" if report.eta_seconds is None else f"{report.eta_seconds:.0f} s"
+        typer.echo(f"pace {report.rate_per_second:.1f}/s (set {report.configured_rate}/s), "
+                   f"time left {eta}")  # fmt: skip
+    if report.previous_profile is not None:
+        typer.echo(f"previous profile {report.previous_profile}: {report.previous_done} of "
+                   f"{report.total} with a vector")  # fmt: skip
+    if report.missing_in_use:
+        typer.echo(f"live contexts without a vector of the profile in use: {report.missing_in_use}")
+    for name, vectors in report.vectors.items():
+        typer.echo(f"vectors of {name}: {vectors['live']} live, {vectors['hidden']} hidden")
+
+
+def _progress_bar(done: int, total: int, width: int = 40) -> str:
+    share = 1.0 if total == 0 else min(done / total, 1.0)
+    filled = int(share * width)
+    return f"[{'#' * filled}{'.' * (width - filled)}] {share * 100:5.1f}%"
+
+
+def _rejudge_rate_option():
+    return typer.Option(
+        50,
+        "--rejudge-rate",
+        min=1,
+        max=10_000,
+        metavar="N",
+        help="Contexts whose keywords are judged again per second at most",
+    )
+
+
+def _wait_option(help_text: str):
+    return typer.Option(
+        120.0,
+        "--wait",
+        parser=numbers.decimal_seconds(0, numbers.MAX_WAIT_SECONDS),
+        metavar="SECONDS",
+        help=help_text,
+    )
+
+
+@commands.command("cutover")
+def reembed_cutover(
+    force: bool = typer.Option(False, "--force", help="Cut over before the backfill is done"),
+    wait: float = _wait_option(
+        "How long to wait for the re-judging (and the workers of the new profile)"
+    ),
+    rejudge_rate: int = _rejudge_rate_option(),
+) -> None:
+    """Make the target profile the one in use (search, judgments, new work), then judge every
+    context's keywords again under its presets, N a second (reads keep the previous keywords
+    meanwhile). Refused until every live context has a vector of it or a failed backfill.
+    Exits 1 saying what is left when the re-judging is not done within --wait."""
+    from core_service.settings import RescanSettings
+
+    settings = load(RescanSettings)
+
+    async def step(ops: Operations) -> None:
+        row = await cut_over(
+            ops.engine, await ops.readings(), configured=settings.embedding_profile, force=force
+        )
+        typer.echo(f"profile in use: {row.profile_in_use} (was {row.other_profile}); "
+                   f"{row.other_profile} is kept complete until `reembed finish`")  # fmt: skip
+        await rejudge_after_switch(ops, rate=rejudge_rate, wait=wait, until_idle=False)
+
+    _run(settings, step)
+
+
+@commands.command("rollback")
+def reembed_rollback(
+    wait: float = _wait_option(
+        "How long to wait for the rollback to end (idle) and its re-judging"
+    ),
+    rejudge_rate: int = _rejudge_rate_option(),
+) -> None:
+    """Go back to the profile in use before the switch (any time before `reembed finish`);
+    judgments made under the abandoned profile are made again, N a second. After a cutover the
+    switch is rolling_back until every note has a vector of the restored profile (the core
+    processes' backfill loop fills the gaps, then moves it to idle). Exits 1 saying what is
+    left when that and the re-judging are not done within --wait."""
+    from core_service.settings import RescanSettings
+
+    settings = load(RescanSettings)
+
+    async def step(ops: Operations) -> None:
+        result = await roll_back(ops.engine)
+        row = result.row
+        if result.already:
+            typer.echo(
+                f"already rolling back to {row.profile_in_use} ({row.other_profile} abandoned): "
+                "watch `pinlog-core reembed status` until it says idle"
+            )
+            return
+        typer.echo(f"profile in use: {row.profile_in_use}; {row.other_profile} abandoned "
+                   "(its vectors are removed by `reembed finish`)")  # fmt: skip
+        await rejudge_after_switch(
+            ops, rate=rejudge_rate, wait=wait, until_idle=row.state == "rolling_back"
+        )
+
+    _run(settings, step)
+
+
+class _DispatchPaused(Exception):
+    """Dispatching is paused: the re-judging cannot go on (``rejudge_after_switch``)."""
+
+
+def _stop_paused() -> None:
+    raise _DispatchPaused
+
+
+@dataclass(frozen=True)
+class JudgmentsLeft:
+    """Stale judgments under the profile in use, completed notes without its vector, and the
+    switch's state."""
+
+    stale: int
+    missing: int
+    state: str
+
+    def line(self) -> str:
+        return (
+            f"left: {self.stale} judgment(s) of another profile, {self.missing} note(s) "
+            f"without a vector of the profile in use, switch {self.state}"
+        )
+
+
+async def judgments_left(operations: Operations) -> JudgmentsLeft:
+    """What the re-judging after a switch still has to do (``JudgmentsLeft``)."""
+    now = await status(operations.engine, configured=operations.settings.embedding_profile)
+    plan = await KeywordReprocess(operations.engine, profile=now.profile_in_use).plan()
+    return JudgmentsLeft(plan.stale, now.missing_in_use, now.state)
+
+
+async def rejudge_after_switch(
+    operations: Operations, *, rate: int, wait: float, until_idle: bool
+) -> None:
+    """Once every core process acts on the new profile, judge again every judgment made
+    under another one (`reprocess keywords`' path, ``rate`` a second), until none is left,
+    no completed note lacks a vector of the profile in use and (``until_idle``) the switch
+    is idle. Exits ``REEMBED_REFUSED`` saying what is left when that is not so within
+    ``wait`` seconds, or at once while dispatching is paused."""
+    deadline = time.monotonic() + wait
+    typer.echo(f"waiting {PROPAGATION_SECONDS:g} s for every core process to use it")
+    await asyncio.sleep(PROPAGATION_SECONDS)
+    reset = taken = 0
+    while True:
+        try:
+            report = await reprocess(
+                operations,
+                rate=rate,
+                wait=max(deadline - time.monotonic(), 0.0),
+                on_paused=_stop_paused,
+            )
+        except (NoUsablePresets, WorkersNotReady) as exc:
+            await _stopped_short(
+                operations,
+                f"keywords not judged again yet ({type(exc).__name__}); run "
+                "`pinlog-core reprocess keywords` once the workers of the profile are ready",
+            )
+        except _DispatchPaused:
+            await _stopped_short(
+                operations,
+                "dispatching is paused (`pinlog-core resume`); run `pinlog-core reprocess "
+                "keywords` once it is resumed",
+            )
+        reset, taken = reset + report.reset, taken + report.taken
+        # Notes judged under the previous profile while the change spread, or waiting for
+        # their vector of the new one, are judged again once they have it.
+        left = await judgments_left(operations)
+        if left.stale == 0 and left.missing == 0 and (not until_idle or left.state == "idle"):
+            break
+        if time.monotonic() >= deadline:
+            await _stopped_short(operations, f"not done within --wait {wait:g} s", left)
+        typer.echo(f"{left.line()}; judging again in {REJUDGE_PASS_SECONDS:g} s")
+        await asyncio.sleep(min(REJUDGE_PASS_SECONDS, max(deadline - time.monotonic(), 0.0)))
+    typer.echo(f"judged again: {reset} context(s) reset, {taken} taken by a worker")
+
+
+async def _stopped_short(
+    operations: Operations, reason: str, left: JudgmentsLeft | None = None
+) -> None:
+    """Exit ``REEMBED_REFUSED`` with ``reason`` and what is left."""
+    if left is None:
+        left = await judgments_left(operations)
+    fail(REEMBED_REFUSED, [reason, left.line()])
+
+
+@commands.command("finish")
+def reembed_finish(
+    keep_old: bool = typer.Option(
+        False, "--keep-old", help="End the switch but keep the other profiles' vectors"
+    ),
+    force: bool = typer.Option(
+        False,
+        "--force",
+        help="Finish although some notes' backfill of the profile in use failed (their old "
+        "vector is kept)",
+    ),
+) -> None:
+    """End the switch: remove the other profiles' context vectors, backfill rows and preset
+    vectors in batches (kept with --keep-old), never a note's last vector. Refused while
+    backfilling or rolling back, while a completed note lacks a vector of the profile in use
+    or a backfill of it is open (failed backfills are listed and need --force); starts once
+    the switch has not changed for the profile cache window."""
+    from core_service.settings import ProfileInUseSettings
+
+    settings = load(ProfileInUseSettings)
+
+    def progress(removed: int) -> None:
+        typer.echo(f"removed {removed} row(s)")
+
+    def waiting(seconds: float) -> None:
+        typer.echo(f"waiting {seconds:.1f} s for every core process to use the profile in use")
+
+    row, removed = _run(
+        settings,
+        lambda ops: finish(
+            ops.engine, keep_old=keep_old, force=force, on_progress=progress, on_waiting=waiting
+        ),
+    )
+    kept = " (other profiles' vectors kept)" if keep_old else f"; removed {removed} row(s)"
+    typer.echo(f"switch finished: profile in use {row.profile_in_use}{kept}")

@@ -33,12 +33,16 @@ import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+import typer
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from core_service.command_startup import fail, load, run_operation
+from core_service.composition import Operations
 from core_service.repository import context, context_ai_state, keyword_reprocess
 from core_service.repository.db import autocommit, transaction
 from core_service.service.dispatch import DispatchOutcome, DispatchRequest, WorkerDispatcher
 from core_service.service.worker_readiness import ReadinessReader, WorkerReadiness
+from pinlog_platform.cli import exit_codes, numbers
 
 logger = logging.getLogger(__name__)
 
@@ -242,3 +246,124 @@ class KeywordReprocess:
                 return await dispatcher.dispatch(request, origin=ORIGIN)
 
         return list(await asyncio.gather(*(one(request) for request in requests)))
+
+
+# Exit code of `reprocess keywords` when the workers did not load the current list in time.
+WORKERS_NOT_READY = 1
+
+commands = typer.Typer(
+    no_args_is_help=True,
+    rich_markup_mode=None,
+    help="Judge finished work again after an operational change (docs/operations.md).",
+)
+
+
+async def stale_plan(operations: Operations) -> ReprocessPlan:
+    """How many judgments of the profile in use are older than its current list."""
+    return await KeywordReprocess(
+        operations.engine, profile=await operations.profile_in_use()
+    ).plan()
+
+
+async def reprocess(
+    operations: Operations,
+    *,
+    rate: int,
+    wait: float,
+    on_paused: Callable[[], None] | None = None,
+) -> ReprocessReport:
+    """Wait for the workers, then reset and dispatch (module docstring) under the profile in
+    use, printing what happens; ``on_paused`` is called while dispatching is paused (by
+    default it says so, and the run waits for `pinlog-core resume`)."""
+    reprocess = KeywordReprocess(operations.engine, profile=await operations.profile_in_use())
+    shown: list[str] = []
+
+    def waiting(version, readings) -> None:
+        lines = [reading.describe() for reading in readings]
+        if lines != shown:
+            shown[:] = lines
+            typer.echo(f"waiting for every worker to report preset list version {version}:")
+            for line in lines:
+                typer.echo(f"  {line}")
+
+    def progress(report) -> None:
+        typer.echo(
+            f"reset {report.reset}/{report.total} (taken {report.taken}, waiting "
+            f"{report.waiting}, skipped {report.skipped}) after {report.seconds:.1f} s"
+        )
+
+    version = await reprocess.wait_for_workers(
+        operations.reader, timeout_seconds=wait, on_wait=waiting
+    )
+    plan = await reprocess.plan(version)
+    typer.echo(
+        f"every worker is on preset list version {version} of profile {plan.profile}; "
+        f"{plan.stale} context(s) to judge again, {rate} a second at most"
+    )
+    await operations.refresh_routing()
+    return await reprocess.run(
+        plan,
+        operations.dispatcher(),
+        rate=rate,
+        on_progress=progress,
+        on_paused=on_paused
+        or (lambda: typer.echo("dispatch paused: waiting for `pinlog-core resume`")),
+    )
+
+
+@commands.command("keywords")
+def reprocess_keywords(
+    rate: int = typer.Option(
+        50,
+        "--rate",
+        parser=numbers.whole(1, 10_000),
+        metavar="N",
+        help="Contexts reset per second at most",
+    ),
+    wait: float = typer.Option(
+        120.0,
+        "--wait",
+        parser=numbers.decimal_seconds(0, numbers.MAX_WAIT_SECONDS),
+        metavar="SECONDS",
+        help="How long to wait for every worker to load the current preset list",
+    ),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Only count; change nothing"),
+) -> None:
+    """Judge again the keywords of every live context judged with an older preset list: wait
+    until every worker of PINLOG_CORE_WORKER_BASE_URL reports the current list version, then
+    send their keyword stages back to PENDING, N a second, and dispatch them. Reads keep
+    showing the previous keywords meanwhile."""
+    from core_service.settings import ProfileInUseSettings, RescanSettings
+
+    settings = load(ProfileInUseSettings if dry_run else RescanSettings)
+    try:
+        if dry_run:
+            plan = run_operation(settings, stale_plan)
+            typer.echo(
+                f"preset list version {plan.version} of profile {plan.profile}: would reset "
+                f"{plan.stale} context(s) judged with an older list"
+            )
+            return
+        report = run_operation(settings, lambda ops: reprocess(ops, rate=rate, wait=wait))
+    except NoUsablePresets:
+        fail(
+            exit_codes.DATABASE_NOT_READY,
+            [
+                f"no preset is usable under profile {settings.embedding_profile}: run "
+                "`pinlog-ai presets load` with that profile first"
+            ],
+        )
+    except WorkersNotReady as exc:
+        fail(
+            WORKERS_NOT_READY,
+            [
+                f"not every worker reported preset list version {exc.version} within "
+                f"{wait:g} s; nothing was reset. Their last answers:",
+                *(f"  {reading.describe()}" for reading in exc.readings),
+            ],
+        )
+    typer.echo(
+        f"reset {report.reset} context(s) for preset list version {report.version} in "
+        f"{report.seconds:.1f} s: taken by a worker {report.taken}, left for the rescan "
+        f"{report.waiting}, skipped {report.skipped} (changed meanwhile)"
+    )

@@ -23,14 +23,19 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from itertools import groupby
 
+import typer
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from core_service.command_startup import load, run_operation
+from core_service.composition import Operations
 from core_service.metrics import CoreMetrics
+from core_service.operations import counts
 from core_service.repository import context, context_ai_state, failed_contexts, member, record
 from core_service.repository.db import autocommit, transaction
 from core_service.repository.failed_contexts import FailedContext
 from core_service.service.dispatch import DispatchRequest, WorkerDispatcher
 from core_service.service.lifecycle import cancel_contexts, insert_context
+from pinlog_platform.cli import numbers
 from pinlog_platform.contract.states.failure_reasons import FailureReason
 
 logger = logging.getLogger(__name__)
@@ -201,3 +206,64 @@ def _batches(selected: list[FailedContext]) -> list[list[FailedContext]]:
             batches.append([])
         batches[-1].extend(contexts)
     return [batch for batch in batches if batch]
+
+
+commands = typer.Typer(rich_markup_mode=None)
+
+
+async def retry_failed(
+    operations: Operations, selection: Selection, *, dry_run: bool
+) -> list[FailedContext] | RetryFailedReport:
+    """What ``selection`` matches (``dry_run``: nothing written), or the report of replacing
+    it, the new contexts dispatched through the operations' dispatcher."""
+    if dry_run:
+        return await FailedReplacer(operations.engine, None, operations.metrics).select(selection)
+    replacer = FailedReplacer(operations.engine, operations.dispatcher(), operations.metrics)
+    return await replacer.replace(selection)
+
+
+@commands.command("retry-failed")
+def retry_failed_command(
+    reason: str | None = typer.Option(
+        None, "--reason", metavar="CODE", help="Only this failure reason"
+    ),
+    since: float | None = typer.Option(
+        None,
+        "--since",
+        metavar="DURATION",
+        help="Only failures this recent: 30m, 24h, 7d (at most 36500d)",
+        parser=numbers.duration_seconds(),
+    ),
+    member: int | None = typer.Option(
+        None, "--member", parser=numbers.whole(1), metavar="ID", help="Only this member's"
+    ),
+    limit: int | None = typer.Option(
+        None, "--limit", parser=numbers.whole(1), metavar="N", help="At most N contexts"
+    ),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Only count; write nothing"),
+) -> None:
+    """Replace each live context with a FAILED stage by a new one with the same body (a
+    fresh budget), dispatched at once; input failures only when --reason names them."""
+    from core_service.settings import RescanSettings, StateClockSettings
+
+    if reason is not None and reason not in {code.value for code in FailureReason}:
+        raise typer.BadParameter(
+            "one of " + ", ".join(code.value for code in FailureReason), param_hint="--reason"
+        )
+    settings = load(StateClockSettings if dry_run else RescanSettings)
+    selection = Selection(reason=reason, member_id=member, since_seconds=since, limit=limit)
+    result = run_operation(settings, lambda ops: retry_failed(ops, selection, dry_run=dry_run))
+    if dry_run:
+        typer.echo(f"would replace {len(result)} context(s)")
+        typer.echo("by reason: " + counts(Counter(failed.reason for failed in result)))
+        return
+    for replacement in result.replaced:
+        typer.echo(f"{replacement.old_id} -> {replacement.new_id} ({replacement.reason})")
+    typer.echo(
+        f"replaced {len(result.replaced)} context(s); skipped {result.skipped} changed meanwhile"
+    )
+    typer.echo("by reason: " + counts(result.by_reason()))
+    typer.echo(
+        f"taken by a worker {result.taken}; "
+        f"left PENDING for the rescan {len(result.replaced) - result.taken}"
+    )
