@@ -35,6 +35,9 @@ from app.repository.named_statements import compile_named
 from app.repository.stage_pool import StagePool
 from app.repository.stage_saves import STORE_VECTOR_FROM, STORE_VECTOR_ON_CONFLICT
 
+# Words the statements quote that are not statuses: the empty array of an empty claim.
+NON_STATUS_LITERALS = frozenset({"{}"})
+
 # Claim the rows of :context_ids under :embedding_profile that are PENDING, or PROCESSING and
 # stale (module docstring), each only while its context is live and the request's text digest
 # (:text_sha256s, by position) and owner (:user_ids, :record_ids) are the ones the core wrote

@@ -168,6 +168,8 @@ ONE_STAGE_STATEMENTS: Mapping[str, Stage] = MappingProxyType(
         "app.repository.invariants:KEYWORDS_OF_UNFINISHED_STAGE": Stage.KEYWORD,
         # the embedding-profile switch: vectors under another profile (docs/operations.md)
         "app.repository.profile_vectors:SAVE_BACKFILL_VECTOR": Stage.EMBEDDING,
+        "app.repository.profile_vectors:CLAIM_BACKFILL": Stage.EMBEDDING,
+        "core_service.repository.embedding_switch:PROPOSE_BATCH": Stage.EMBEDDING,
         "core_service.repository.embedding_switch:SEED_BACKFILL": Stage.EMBEDDING,
         "core_service.repository.embedding_switch:COVERAGE": Stage.EMBEDDING,
         "core_service.repository.embedding_switch:FAILED_BY_REASON": Stage.EMBEDDING,
