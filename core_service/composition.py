@@ -31,6 +31,7 @@ from core_service.service.record_pages import RecordPages
 from core_service.service.record_reads import RecordReader
 from core_service.service.reembed_backfill import ReembedBackfill
 from core_service.service.rescan import RescanScheduler
+from core_service.service.search_terms import SearchAnalyser
 from core_service.service.status import StatusGauges
 from core_service.service.worker_endpoints import WorkerEndpoints
 from core_service.service.worker_routing import ProfileRouting
@@ -164,12 +165,14 @@ async def build_core(
             command_timeout_seconds=command_timeout,
         )
         stack.push_async_callback(probe_engine.dispose)
+        analyser = SearchAnalyser()
+        await analyser.load()  # before the first note or search, off the event loop
         core = Core(
             engine=engine,
             probe_engine=probe_engine,
             dispatcher=dispatcher,
             pause=pause,
-            lifecycle=ContextLifecycle(engine, dispatcher, metrics),
+            lifecycle=ContextLifecycle(engine, dispatcher, metrics, analyser),
             reader=RecordReader(engine),
             pages=RecordPages(engine),
             search=PersonalSearch(
@@ -177,6 +180,7 @@ async def build_core(
                 endpoints,
                 profile_in_use=profile_in_use,
                 cuts=settings.search_cuts_for,
+                analyser=analyser,
             ),
             authenticator=TokenAuthenticator(
                 engine,

@@ -229,13 +229,14 @@ async def get_record(record_id: Id, member_id: MemberId, reader: Reader) -> Reco
     response_model=SearchResults,
     response_model_by_alias=True,
     responses={
-        **ok(200, "The member's closest records, best first", SEARCH_EXAMPLE),
+        **ok(200, "The member's matching records, best fused score first", SEARCH_EXAMPLE),
         **COMMON,
         **UPSTREAM,
     },
 )
 async def search(body: SearchBody, member_id: MemberId, service: Search) -> SearchResults:
-    """The member's own records closest to the query (§7), best first."""
+    """The member's own records that match the query, lexically, semantically or by keyword,
+    best fused score first (§7 and its Additions; docs/search.md)."""
     hits = await service.search(member_id=member_id, query=body.query, limit=body.limit)
     return SearchResults(
         results=[
@@ -244,6 +245,8 @@ async def search(body: SearchBody, member_id: MemberId, service: Search) -> Sear
                 context_id=h.context_id,
                 similarity=h.similarity,
                 keyword_matched=h.keyword_matched,
+                matched_by=list(h.matched_by),
+                score=h.score,
             )
             for h in hits
         ]

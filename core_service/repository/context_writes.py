@@ -24,6 +24,8 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from core_service.repository.context import INSERT_CONTEXT_COLUMNS
 from core_service.repository.context_ai_state import INSERT_PENDING_STATE_COLUMNS
+from core_service.repository.context_search import NEW_SEARCH_TERMS, term_parameters
+from pinlog_platform.search.terms import Terms
 from pinlog_platform.text_fingerprint import fingerprint
 
 # The new context and its PENDING/PENDING/0 state row, from a CTE `target` (record_id,
@@ -135,6 +137,8 @@ CREATE_CONTEXT = text(
         SELECT id AS record_id, now() AS origin_created_at FROM record
     ),"""  # noqa: S608 (constant fragments)
     + _NEW_CONTEXT_AND_STATE
+    + ","
+    + NEW_SEARCH_TERMS
     + """
     SELECT EXISTS (SELECT 1 FROM member) AS member_active,
            record.id AS record_id, record.created AS record_created,
@@ -162,6 +166,8 @@ ADD_CONTEXT = text(
         SELECT id AS record_id, now() AS origin_created_at FROM record
     ),"""
     + _NEW_CONTEXT_AND_STATE
+    + ","
+    + NEW_SEARCH_TERMS
     + """
     SELECT EXISTS (SELECT 1 FROM member) AS member_active,
            record.external_place_id, record.place_name, new_context.id AS context_id
@@ -202,6 +208,8 @@ MODIFY_CONTEXT = text(
         WHERE NOT old.deleted AND NOT old.unchanged
     ),"""
     + _NEW_CONTEXT_AND_STATE
+    + ","
+    + NEW_SEARCH_TERMS
     + """,
     touched AS (
         UPDATE core.record AS r SET updated_at = now()
@@ -356,8 +364,11 @@ async def create(
     external_place_id: str,
     place_name: str,
     body: str,
+    terms: Terms,
+    analyser_version: str,
 ) -> CreateOutcome:
-    """Run ``CREATE_CONTEXT``. Inputs are normalised already; ``body`` is the stored text."""
+    """Run ``CREATE_CONTEXT``. Inputs are normalised already; ``body`` is the stored text,
+    ``terms`` its search terms (``pinlog_platform.search.terms``)."""
     row = (
         await conn.execute(
             CREATE_CONTEXT,
@@ -367,7 +378,8 @@ async def create(
                 "place_name": place_name,
                 "body": body,
                 "text_sha256": fingerprint(body),
-            },
+            }
+            | term_parameters(terms, analyser_version),
         )
     ).one()
     if row.context_id is None:
@@ -381,8 +393,16 @@ async def create(
     )
 
 
-async def add(conn: AsyncConnection, *, member_id: int, record_id: int, body: str) -> AddedContext:
-    """Run ``ADD_CONTEXT``."""
+async def add(
+    conn: AsyncConnection,
+    *,
+    member_id: int,
+    record_id: int,
+    body: str,
+    terms: Terms,
+    analyser_version: str,
+) -> AddedContext:
+    """Run ``ADD_CONTEXT`` (``terms``: the body's search terms)."""
     row = (
         await conn.execute(
             ADD_CONTEXT,
@@ -391,7 +411,8 @@ async def add(conn: AsyncConnection, *, member_id: int, record_id: int, body: st
                 "record_id": record_id,
                 "body": body,
                 "text_sha256": fingerprint(body),
-            },
+            }
+            | term_parameters(terms, analyser_version),
         )
     ).one()
     if row.context_id is None:
@@ -400,9 +421,15 @@ async def add(conn: AsyncConnection, *, member_id: int, record_id: int, body: st
 
 
 async def modify(
-    conn: AsyncConnection, *, member_id: int, context_id: int, body: str
+    conn: AsyncConnection,
+    *,
+    member_id: int,
+    context_id: int,
+    body: str,
+    terms: Terms,
+    analyser_version: str,
 ) -> ModifyOutcome:
-    """Run ``MODIFY_CONTEXT`` with the normalised new ``body``."""
+    """Run ``MODIFY_CONTEXT`` with the normalised new ``body`` and its search terms."""
     row = (
         await conn.execute(
             MODIFY_CONTEXT,
@@ -411,7 +438,8 @@ async def modify(
                 "context_id": context_id,
                 "body": body,
                 "text_sha256": fingerprint(body),
-            },
+            }
+            | term_parameters(terms, analyser_version),
         )
     ).one()
     return ModifyOutcome(

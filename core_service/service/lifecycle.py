@@ -27,6 +27,7 @@ from core_service.repository import (
     context,
     context_ai_state,
     context_embedding,
+    context_search,
     context_writes,
     member,
     place,
@@ -39,6 +40,8 @@ from core_service.service.context_body import (
     refuse_control_characters,
 )
 from core_service.service.dispatch import DispatchRequest, WorkerDispatcher
+from core_service.service.search_terms import SearchAnalyser
+from pinlog_platform.search.terms import Terms
 
 logger = logging.getLogger(__name__)
 
@@ -70,11 +73,16 @@ class ContextLifecycle:
     """Create, add, modify, delete contexts; delete records; withdraw members (§9)."""
 
     def __init__(
-        self, engine: AsyncEngine, dispatcher: WorkerDispatcher, metrics: CoreMetrics
+        self,
+        engine: AsyncEngine,
+        dispatcher: WorkerDispatcher,
+        metrics: CoreMetrics,
+        analyser: SearchAnalyser,
     ) -> None:
         self._engine = engine
         self._dispatcher = dispatcher
         self._metrics = metrics
+        self._analyser = analyser
 
     async def create_record(
         self, *, member_id: int, external_place_id: str, place_name: str, body: str
@@ -96,6 +104,7 @@ class ContextLifecycle:
         place_name = normalize_text(
             place_name, field="placeName", max_characters=PLACE_NAME_CHARACTERS
         )
+        terms = await self._analyser.terms(stored_body)
         created = await single_statement(
             self._engine,
             partial(
@@ -104,6 +113,8 @@ class ContextLifecycle:
                 external_place_id=external_place_id,
                 place_name=place_name,
                 body=stored_body,
+                terms=terms,
+                analyser_version=self._analyser.version,
             ),
         )
         if not created.member_active:
@@ -115,7 +126,7 @@ class ContextLifecycle:
                 record_created,
                 record_place_name,
             ) = await self._create_step_by_step(
-                member_id, external_place_id, place_name, stored_body
+                member_id, external_place_id, place_name, stored_body, terms
             )
         else:
             record_id, context_id = created.record_id, created.context_id
@@ -138,9 +149,17 @@ class ContextLifecycle:
         ``UnavailableError`` (503).
         """
         stored_body = normalize_body(body)
+        terms = await self._analyser.terms(stored_body)
         added = await single_statement(
             self._engine,
-            partial(context_writes.add, member_id=member_id, record_id=record_id, body=stored_body),
+            partial(
+                context_writes.add,
+                member_id=member_id,
+                record_id=record_id,
+                body=stored_body,
+                terms=terms,
+                analyser_version=self._analyser.version,
+            ),
         )
         if not added.member_active:
             raise UnauthenticatedError("member is not active")
@@ -172,10 +191,16 @@ class ContextLifecycle:
         already deleted), ``UnavailableError`` (503).
         """
         stored_body = normalize_body(body)
+        terms = await self._analyser.terms(stored_body)
         outcome = await single_statement(
             self._engine,
             partial(
-                context_writes.modify, member_id=member_id, context_id=context_id, body=stored_body
+                context_writes.modify,
+                member_id=member_id,
+                context_id=context_id,
+                body=stored_body,
+                terms=terms,
+                analyser_version=self._analyser.version,
             ),
         )
         _refuse_unless_live(outcome)
@@ -244,7 +269,12 @@ class ContextLifecycle:
         return len(context_ids)
 
     async def _create_step_by_step(
-        self, member_id: int, external_place_id: str, place_name: str, stored_body: str
+        self,
+        member_id: int,
+        external_place_id: str,
+        place_name: str,
+        stored_body: str,
+        terms: Terms,
     ) -> tuple[int, int, bool, str]:
         """§9 Create as one statement per row, each with a new snapshot: for the rare create
         that met a place or record committed concurrently (``context_writes`` module
@@ -259,6 +289,13 @@ class ContextLifecycle:
                 conn, member_id, stored_place.place_id, place_name
             )
             context_id = await insert_context(conn, member_id, record_id, stored_body)
+            await context_search.insert_terms(
+                conn,
+                context_id=context_id,
+                member_id=member_id,
+                terms=terms,
+                analyser_version=self._analyser.version,
+            )
         self._metrics.create_step_by_step.inc()
         return record_id, context_id, record_created, record_place_name
 

@@ -1,0 +1,213 @@
+"""``core.context_search_doc`` and ``core.context_search_term``: the lexical index of personal
+search (docs/search.md; migration 0080).
+
+Terms are written with the context (``NEW_SEARCH_TERMS``, a fragment of the create, add and
+edit statements of ``context_writes``), by ``insert_terms`` in a step-by-step transaction, and
+replaced by ``pinlog-core reindex search``. Search's lists (``SEARCH_LISTS``) score one
+member's live contexts BM25-style and find the records carrying a named preset.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from pinlog_platform.keyword_reads import keywords_shown
+from pinlog_platform.search.lexical import BM25_B, BM25_K1
+from pinlog_platform.search.terms import Terms
+
+# A context's terms from a CTE `new_context` (id) holding at most one row; parameters
+# :member_id, :analyser_version, :term_count, :terms (varchar[]), :term_counts (int[]).
+NEW_SEARCH_TERMS = """
+    new_search_doc AS (
+        INSERT INTO core.context_search_doc (context_id, member_id, analyser_version, term_count)
+        SELECT id, CAST(:member_id AS bigint), CAST(:analyser_version AS varchar),
+               CAST(:term_count AS int)
+        FROM new_context
+        RETURNING context_id
+    ),
+    new_search_terms AS (
+        INSERT INTO core.context_search_term (member_id, term, context_id, tf)
+        SELECT CAST(:member_id AS bigint), t.term, d.context_id, t.tf
+        FROM new_search_doc AS d,
+             unnest(CAST(:terms AS varchar[]), CAST(:term_counts AS int[])) AS t(term, tf)
+    )"""
+
+INSERT_TERMS = text(
+    """
+    WITH new_context AS (SELECT CAST(:context_id AS bigint) AS id),"""
+    + NEW_SEARCH_TERMS
+    + """
+    SELECT 1
+    """
+)
+
+
+def term_parameters(terms: Terms, analyser_version: str) -> dict[str, object]:
+    """The parameters ``NEW_SEARCH_TERMS`` reads (besides ``member_id``)."""
+    return {
+        "analyser_version": analyser_version,
+        "term_count": terms.length,
+        "terms": list(terms.terms),
+        "term_counts": list(terms.counts),
+    }
+
+
+async def insert_terms(
+    conn: AsyncConnection, *, context_id: int, member_id: int, terms: Terms, analyser_version: str
+) -> None:
+    """The terms of a context just inserted in this transaction."""
+    params = {"context_id": context_id, "member_id": member_id}
+    await conn.execute(INSERT_TERMS, params | term_parameters(terms, analyser_version))
+
+
+# BM25 over one member's live, analysed contexts (docs/search.md "Lexical"): document
+# frequency, count and mean length over those contexts; idf = ln(1 + (N - df + 0.5) / (df +
+# 0.5)). `hits` reads the primary key (member_id, term, context_id) for the query's terms only;
+# `docs` reads the member's rows of context_search_doc by its member index. A context is live
+# when it and its record are not deleted (a withdrawal deletes every record); the best context
+# per record, best first, ties by record id; only records scoring at least :floor_share of the
+# best record's score (BM25's scale grows with the member's notes: a share, not a constant).
+#
+# The name matches (docs/search.md "Keyword"): the member's live records with a keyword the
+# owner may see (§9: shown by keywords_shown, the preset active and PUBLIC or PRIVATE_ONLY)
+# among :named_ids, each record's best such context by confidence (then the newest), best
+# confidence first. Both lists in one round trip, `kind` telling them apart.
+SEARCH_LISTS = text(
+    """
+    WITH docs AS (
+        SELECT d.context_id, c.record_id, d.term_count
+        FROM core.context_search_doc AS d
+        JOIN core.context AS c ON c.id = d.context_id
+        JOIN core.record AS r ON r.id = c.record_id
+        WHERE d.member_id = :member_id AND c.member_id = :member_id
+          AND c.deleted_at IS NULL AND r.deleted_at IS NULL AND r.member_id = :member_id
+          AND cardinality(CAST(:terms AS varchar[])) > 0
+    ),
+    stats AS (
+        SELECT CAST(count(*) AS float8) AS n,
+               greatest(CAST(avg(term_count) AS float8), 1) AS mean_length
+        FROM docs
+    ),
+    hits AS (
+        SELECT t.term, t.tf, docs.context_id, docs.record_id, docs.term_count
+        FROM core.context_search_term AS t
+        JOIN docs ON docs.context_id = t.context_id
+        WHERE t.member_id = :member_id AND t.term = ANY(CAST(:terms AS varchar[]))
+    ),
+    frequency AS (
+        SELECT term, count(*) AS df FROM hits GROUP BY term
+    ),
+    scored AS (
+        SELECT hits.record_id, hits.context_id,
+               sum(ln(1 + (stats.n - frequency.df + 0.5) / (frequency.df + 0.5))
+                   * hits.tf * (params.k1 + 1)
+                   / (hits.tf + params.k1 * (1 - params.b
+                                             + params.b * hits.term_count / stats.mean_length)))
+                   AS score
+        FROM hits JOIN frequency USING (term) CROSS JOIN stats
+        CROSS JOIN (SELECT CAST(:k1 AS float8) AS k1, CAST(:b AS float8) AS b) AS params
+        GROUP BY hits.record_id, hits.context_id
+    ),
+    lexical AS (
+        SELECT record_id, context_id, score FROM (
+            SELECT record_id, context_id, score, max(score) OVER () AS top FROM (
+                SELECT DISTINCT ON (record_id) record_id, context_id, score
+                FROM scored
+                ORDER BY record_id, score DESC, context_id DESC
+            ) AS per_record
+        ) AS best
+        WHERE score > 0 AND score >= CAST(:floor_share AS float8) * top
+        ORDER BY score DESC, record_id
+        LIMIT :limit
+    ),
+    named AS (
+        SELECT record_id, context_id, confidence FROM (
+            SELECT DISTINCT ON (c.record_id) c.record_id, c.id AS context_id,
+                   coalesce(CAST(ck.confidence AS float8), 0) AS confidence
+            FROM core.context AS c
+            JOIN core.record AS r ON r.id = c.record_id
+            JOIN ai.context_ai_state AS s ON s.context_id = c.id
+            JOIN ai.context_keyword AS ck ON ck.context_id = c.id
+            JOIN ai.keyword_preset AS kp ON kp.id = ck.keyword_id
+            WHERE c.member_id = :member_id AND r.member_id = :member_id
+              AND c.deleted_at IS NULL AND r.deleted_at IS NULL
+              AND ck.keyword_id = ANY(CAST(:named_ids AS int[]))
+              AND kp.is_active AND kp.visibility IN ('PUBLIC', 'PRIVATE_ONLY')
+              AND """  # noqa: S608 (a constant fragment)
+    + keywords_shown("s")
+    + """
+            ORDER BY c.record_id, ck.confidence DESC NULLS LAST, c.id DESC
+        ) AS best
+        ORDER BY confidence DESC, record_id
+        LIMIT :limit
+    )
+    SELECT 'lexical' AS kind, record_id, context_id, score FROM lexical
+    UNION ALL
+    SELECT 'keyword', record_id, context_id, confidence FROM named
+    """
+)
+
+
+@dataclass(frozen=True, slots=True)
+class ListHit:
+    """A record's context in one of the core's lists: ``score`` is BM25 (lexical) or the
+    keyword's confidence (keyword, 0 when the judgment recorded none)."""
+
+    record_id: int
+    context_id: int
+    score: float
+
+
+@dataclass(frozen=True, slots=True)
+class CoreLists:
+    lexical: list[ListHit]
+    named: list[ListHit]
+
+
+async def search_lists(
+    conn: AsyncConnection,
+    *,
+    member_id: int,
+    terms: Sequence[str],
+    named_ids: Sequence[int],
+    floor_share: float,
+    limit: int,
+) -> CoreLists:
+    """The lexical list (records whose live contexts share a term with ``terms``, each scoring
+    at least ``floor_share`` of the best one) and the name matches (records carrying a
+    preset of ``named_ids``), each at most ``limit``, best first."""
+    params = {
+        "member_id": member_id,
+        "terms": list(terms),
+        "named_ids": list(named_ids),
+        "k1": BM25_K1,
+        "b": BM25_B,
+        "floor_share": floor_share,
+        "limit": limit,
+    }
+    lists = CoreLists([], [])
+    for row in await conn.execute(SEARCH_LISTS, params):
+        hit = ListHit(int(row.record_id), int(row.context_id), float(row.score))
+        (lists.lexical if row.kind == "lexical" else lists.named).append(hit)
+    return lists
+
+
+# Active presets as search's name matching reads them (docs/search.md "Keyword"): the names
+# and examples of the presets a member may see (BLOCKED ones are never shown, §9).
+VISIBLE_PRESETS = text(
+    """
+    SELECT id, display_name, examples FROM ai.keyword_preset
+    WHERE is_active AND visibility IN ('PUBLIC', 'PRIVATE_ONLY')
+    ORDER BY id
+    """
+)
+
+
+async def visible_presets(conn: AsyncConnection) -> list[tuple[int, str, list[str]]]:
+    """``(id, display_name, examples)`` of the presets a member may see."""
+    rows = await conn.execute(VISIBLE_PRESETS)
+    return [(int(r.id), r.display_name, list(r.examples or [])) for r in rows]
