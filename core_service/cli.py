@@ -30,6 +30,12 @@ reembed_app = typer.Typer(
     help="Switch the embedding profile side by side (docs/operations.md)",
 )
 app.add_typer(reembed_app, name="reembed")
+reindex_app = typer.Typer(
+    no_args_is_help=True,
+    rich_markup_mode=None,
+    help='Rebuild derived indexes (docs/operations.md "Search index").',
+)
+app.add_typer(reindex_app, name="reindex")
 
 PROGRAM = "pinlog-core"
 add_version_option(app, PROGRAM, help_text="PinLog core service.")
@@ -337,6 +343,7 @@ def status(
     from core_service.repository.db import create_engine
     from core_service.service.status import read_status
     from core_service.settings import StateClockSettings
+    from pinlog_platform.search.terms import ANALYSER_VERSION
 
     settings = _load(StateClockSettings)
 
@@ -348,7 +355,9 @@ def status(
         )
         try:
             return await read_status(
-                engine, processing_expiry_seconds=settings.processing_expiry_seconds
+                engine,
+                processing_expiry_seconds=settings.processing_expiry_seconds,
+                analyser_version=ANALYSER_VERSION,
             )
         finally:
             await engine.dispose()
@@ -624,6 +633,45 @@ async def _reprocess(settings, *, rate: int, wait: float):
             await endpoints.aclose()
     finally:
         await reader.aclose()
+        await engine.dispose()
+
+
+@reindex_app.command("search")
+def reindex_search(
+    rate: int = typer.Option(
+        200, "--rate", min=1, max=100_000, metavar="N", help="Contexts indexed per second at most"
+    ),
+) -> None:
+    """Write personal search's terms for every live context without terms or with terms of
+    another analyser version (core_service/service/search_reindex.py): resumable, safe beside
+    running services."""
+    from core_service.settings import CoreDatabaseSettings
+
+    settings = _load(CoreDatabaseSettings)
+    report = _run_with_database(lambda: _reindex_search(settings, rate=rate))
+    typer.echo(
+        f"indexed {report.indexed} context(s) in {report.seconds:.1f} s; "
+        f"{report.covered} of {report.total} live context(s) indexed"
+    )
+
+
+async def _reindex_search(settings, *, rate: int):
+    from core_service.repository.db import create_engine
+    from core_service.service.search_reindex import reindex
+    from core_service.service.search_terms import SearchAnalyser
+
+    engine = create_engine(
+        settings.database_url,
+        pool_size=1,
+        transaction_pooling=settings.database_transaction_pooling,
+    )
+    analyser = SearchAnalyser()
+    try:
+        await analyser.load()
+        return await reindex(
+            engine, analyser, rate=rate, on_progress=lambda n: typer.echo(f"indexed {n}")
+        )
+    finally:
         await engine.dispose()
 
 

@@ -211,3 +211,124 @@ async def visible_presets(conn: AsyncConnection) -> list[tuple[int, str, list[st
     """``(id, display_name, examples)`` of the presets a member may see."""
     rows = await conn.execute(VISIBLE_PRESETS)
     return [(int(r.id), r.display_name, list(r.examples or [])) for r in rows]
+
+
+# `pinlog-core reindex search`: the next live contexts (their record and member active), in id
+# order
+# from :after_id, whose terms are missing or of another analyser version.
+CONTEXTS_TO_INDEX = text(
+    """
+    SELECT c.id, c.member_id, c.body
+    FROM core.context AS c
+    JOIN core.record AS r ON r.id = c.record_id
+    JOIN core.member AS m ON m.id = c.member_id
+    LEFT JOIN core.context_search_doc AS d ON d.context_id = c.id
+    WHERE c.id > :after_id AND c.deleted_at IS NULL AND r.deleted_at IS NULL
+      AND m.deleted_at IS NULL
+      AND (d.context_id IS NULL OR d.analyser_version <> :analyser_version)
+    ORDER BY c.id
+    LIMIT :batch
+    """
+)
+
+# Replace the terms of a batch of contexts: each context's document row upserted (its lock
+# orders two reindexers on one context), then the terms no longer produced deleted and the
+# others upserted, for contexts that still exist. A context's body never changes, so terms
+# written for it stay right whatever happens to it meanwhile (a deleted context's terms are
+# never matched: the lexical query checks liveness).
+REPLACE_TERMS = text(
+    """
+    WITH given AS (
+        SELECT * FROM unnest(CAST(:context_ids AS bigint[]), CAST(:term_counts AS int[]))
+            AS g(context_id, term_count)
+    ),
+    given_terms AS (
+        SELECT * FROM unnest(CAST(:term_context_ids AS bigint[]),
+                             CAST(:terms AS varchar[]), CAST(:tfs AS int[]))
+            AS t(context_id, term, tf)
+    ),
+    doc AS (
+        INSERT INTO core.context_search_doc (context_id, member_id, analyser_version, term_count)
+        SELECT c.id, c.member_id, CAST(:analyser_version AS varchar), given.term_count
+        FROM given JOIN core.context AS c ON c.id = given.context_id
+        ORDER BY c.id
+        ON CONFLICT (context_id) DO UPDATE
+        SET analyser_version = EXCLUDED.analyser_version, term_count = EXCLUDED.term_count
+        RETURNING context_id, member_id
+    ),
+    gone AS (
+        DELETE FROM core.context_search_term AS t
+        USING doc
+        WHERE t.context_id = doc.context_id
+          AND NOT EXISTS (
+              SELECT 1 FROM given_terms AS g
+              WHERE g.context_id = t.context_id AND g.term = t.term
+          )
+    ),
+    written AS (
+        INSERT INTO core.context_search_term (member_id, term, context_id, tf)
+        SELECT doc.member_id, g.term, g.context_id, g.tf
+        FROM given_terms AS g JOIN doc ON doc.context_id = g.context_id
+        ON CONFLICT (member_id, term, context_id) DO UPDATE SET tf = EXCLUDED.tf
+    )
+    SELECT count(*) AS indexed FROM doc
+    """
+)
+
+# `status`: live contexts (their record and member active, as status counts them), and those
+# whose terms are of :analyser_version.
+INDEX_COVERAGE = text(
+    """
+    SELECT count(*) AS total,
+           count(d.context_id) FILTER (WHERE d.analyser_version = :analyser_version) AS indexed
+    FROM core.context AS c
+    JOIN core.record AS r ON r.id = c.record_id
+    JOIN core.member AS m ON m.id = c.member_id
+    LEFT JOIN core.context_search_doc AS d ON d.context_id = c.id
+    WHERE c.deleted_at IS NULL AND r.deleted_at IS NULL AND m.deleted_at IS NULL
+    """
+)
+
+
+@dataclass(frozen=True, slots=True)
+class ContextToIndex:
+    context_id: int
+    member_id: int
+    body: str
+
+
+async def contexts_to_index(
+    conn: AsyncConnection, *, after_id: int, analyser_version: str, batch: int
+) -> list[ContextToIndex]:
+    """``CONTEXTS_TO_INDEX``."""
+    params = {"after_id": after_id, "analyser_version": analyser_version, "batch": batch}
+    rows = await conn.execute(CONTEXTS_TO_INDEX, params)
+    return [ContextToIndex(int(r.id), int(r.member_id), r.body) for r in rows]
+
+
+async def replace_terms(
+    conn: AsyncConnection, *, terms: dict[int, Terms], analyser_version: str
+) -> int:
+    """``REPLACE_TERMS`` for ``terms`` (context id -> its terms); how many were written."""
+    ids = sorted(terms)
+    term_context_ids, words, tfs = [], [], []
+    for context_id in ids:
+        for word, tf in zip(terms[context_id].terms, terms[context_id].counts, strict=True):
+            term_context_ids.append(context_id)
+            words.append(word)
+            tfs.append(tf)
+    params = {
+        "context_ids": ids,
+        "term_counts": [terms[i].length for i in ids],
+        "term_context_ids": term_context_ids,
+        "terms": words,
+        "tfs": tfs,
+        "analyser_version": analyser_version,
+    }
+    return int((await conn.execute(REPLACE_TERMS, params)).scalar_one())
+
+
+async def index_coverage(conn: AsyncConnection, *, analyser_version: str) -> tuple[int, int]:
+    """``(indexed, total)`` live contexts (``INDEX_COVERAGE``)."""
+    row = (await conn.execute(INDEX_COVERAGE, {"analyser_version": analyser_version})).one()
+    return int(row.indexed), int(row.total)
