@@ -19,6 +19,10 @@ class InvalidCursorError(CoreError, ValueError):
     """A list cursor this service did not issue (malformed, or not a position): HTTP 422."""
 
 
+class InvalidKeywordError(CoreError, ValueError):
+    """A keyword code to browse by that is unknown, inactive or ``BLOCKED``: HTTP 422."""
+
+
 class NotFoundError(CoreError):
     """No such record or context for this member, or one of another member: HTTP 404.
 

@@ -24,6 +24,7 @@ from core_service.errors import (
     CoreError,
     InvalidBodyError,
     InvalidCursorError,
+    InvalidKeywordError,
     NotFoundError,
     RateLimitedError,
     UnauthenticatedError,
@@ -125,6 +126,7 @@ def create_app(
 _ERROR_STATUSES: tuple[tuple[type[CoreError], int], ...] = (
     (InvalidBodyError, 422),
     (InvalidCursorError, 422),
+    (InvalidKeywordError, 422),
     (UnauthenticatedError, 401),
     (RateLimitedError, 429),
     (NotFoundError, 404),

@@ -56,6 +56,10 @@ def _canonical_id(value: object) -> object:
 Id = Annotated[int, Path(ge=1, le=BIGINT_MAX), BeforeValidator(_canonical_id)]
 PageSize = Annotated[int, Query(ge=1, le=100)]
 Cursor = Annotated[str | None, Query(min_length=1, max_length=200)]
+# A preset code to browse by (app/presets: ^[A-Z][A-Z0-9_]*$, at most 50 characters).
+KeywordCode = Annotated[
+    str | None, Query(min_length=1, max_length=50, pattern=r"^[A-Z][A-Z0-9_]*$")
+]
 
 # Every route authenticates the caller before its body is read (401 before 422 or any work).
 router = APIRouter(prefix="/api/v1", route_class=AuthenticatedRoute)
@@ -165,10 +169,16 @@ async def withdraw(member_id: MemberId, lifecycle: Lifecycle) -> Response:
     responses={**ok(200, "One page of the member's records", LIST_EXAMPLE), **COMMON},
 )
 async def list_records(
-    member_id: MemberId, pages: Pages, limit: PageSize = 20, cursor: Cursor = None
+    member_id: MemberId,
+    pages: Pages,
+    limit: PageSize = 20,
+    cursor: Cursor = None,
+    keyword: KeywordCode = None,
 ) -> RecordList:
-    """The member's own active records, newest first; ``nextCursor`` asks for the next page."""
-    page = await pages.page(member_id=member_id, limit=limit, cursor=cursor)
+    """The member's own active records, newest first; ``nextCursor`` asks for the next page.
+    ``keyword=CODE``: only records carrying that keyword in the owner's view, the cursor bound
+    to it; an unknown, inactive or ``BLOCKED`` code is 422."""
+    page = await pages.page(member_id=member_id, limit=limit, cursor=cursor, keyword=keyword)
     return RecordList(
         records=[
             RecordListItem(

@@ -20,11 +20,14 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from core_service.repository.record_view import VISIBLE_KEYWORDS, KeywordView, decode_json_list
+from pinlog_platform.keyword_reads import keywords_shown
 
 AI_STATES = ("pending", "processing", "completed", "failed")
 
 # One page of the member's active records strictly after the key (:after_created_at,
 # :after_id) in newest-first order (no key: from the newest), with per-record aggregates.
+# :keyword_id (browse by keyword, docs/core-service.md): only records with a live context whose
+# keywords the owner sees (§9, keywords_shown) include that preset; NULL: every record.
 LIST_MEMBER_RECORDS = text(
     """
     WITH page AS (
@@ -34,12 +37,23 @@ LIST_MEMBER_RECORDS = text(
           AND (CAST(:after_created_at AS timestamptz) IS NULL
                OR (r.created_at, r.id)
                   < (CAST(:after_created_at AS timestamptz), CAST(:after_id AS bigint)))
+          AND (CAST(:keyword_id AS int) IS NULL OR EXISTS (
+              SELECT 1
+              FROM core.context AS kc
+              JOIN ai.context_ai_state AS ks ON ks.context_id = kc.id
+              JOIN ai.context_keyword AS ck ON ck.context_id = kc.id
+              WHERE kc.record_id = r.id AND kc.deleted_at IS NULL
+                AND ck.keyword_id = CAST(:keyword_id AS int)
+                AND """  # noqa: S608 (constant fragments)
+    + keywords_shown("ks")
+    + """
+          ))
         ORDER BY r.created_at DESC, r.id DESC
         LIMIT :limit
     )
     SELECT r.id AS record_id, r.created_at, p.external_place_id,
            coalesce(r.place_name, p.name) AS place_name,
-           ai.context_count, ai.pending, ai.processing, ai.completed, ai.failed,"""  # noqa: S608 (constant fragments)
+           ai.context_count, ai.pending, ai.processing, ai.completed, ai.failed,"""
     + VISIBLE_KEYWORDS
     + """
     FROM page AS r
@@ -88,14 +102,17 @@ async def list_page(
     member_id: int,
     after: tuple[datetime, int] | None,
     limit: int,
+    keyword_id: int | None = None,
 ) -> list[RecordSummary]:
-    """Up to ``limit`` of the member's active records after the key ``after``, newest first."""
+    """Up to ``limit`` of the member's active records after the key ``after``, newest first;
+    with ``keyword_id``, only those carrying that keyword in the owner's view."""
     after_created_at, after_id = after if after is not None else (None, None)
     params = {
         "viewer_id": member_id,
         "after_created_at": after_created_at,
         "after_id": after_id,
         "limit": limit,
+        "keyword_id": keyword_id,
     }
     return [
         RecordSummary(
@@ -112,3 +129,17 @@ async def list_page(
         )
         for row in await conn.execute(LIST_MEMBER_RECORDS, params)
     ]
+
+
+# A keyword a member may browse by: an active preset that is not BLOCKED (§9).
+BROWSABLE_KEYWORD = text(
+    """
+    SELECT id FROM ai.keyword_preset
+    WHERE code = :code AND is_active AND visibility IN ('PUBLIC', 'PRIVATE_ONLY')
+    """
+)
+
+
+async def browsable_keyword(conn: AsyncConnection, code: str) -> int | None:
+    """The id of the preset ``code`` when a member may browse by it, else ``None``."""
+    return (await conn.execute(BROWSABLE_KEYWORD, {"code": code})).scalar_one_or_none()
