@@ -332,3 +332,27 @@ async def index_coverage(conn: AsyncConnection, *, analyser_version: str) -> tup
     """``(indexed, total)`` live contexts (``INDEX_COVERAGE``)."""
     row = (await conn.execute(INDEX_COVERAGE, {"analyser_version": analyser_version})).one()
     return int(row.indexed), int(row.total)
+
+
+# A context that replaces another with the same body (`pinlog-core retry-failed`) gets the
+# other's terms, of whatever analyser version (none when it had none: `reindex search` then).
+COPY_TERMS = text(
+    """
+    WITH doc AS (
+        INSERT INTO core.context_search_doc (context_id, member_id, analyser_version, term_count)
+        SELECT CAST(:new_id AS bigint), member_id, analyser_version, term_count
+        FROM core.context_search_doc WHERE context_id = :old_id
+        RETURNING context_id, member_id
+    )
+    INSERT INTO core.context_search_term (member_id, term, context_id, tf)
+    SELECT doc.member_id, t.term, doc.context_id, t.tf
+    FROM core.context_search_term AS t, doc
+    WHERE t.context_id = :old_id AND t.member_id = doc.member_id
+    """
+)
+
+
+async def copy_terms(conn: AsyncConnection, *, old_id: int, new_id: int) -> None:
+    """``COPY_TERMS``: ``new_id`` (same body, inserted in this transaction) gets the terms of
+    ``old_id``."""
+    await conn.execute(COPY_TERMS, {"old_id": old_id, "new_id": new_id})

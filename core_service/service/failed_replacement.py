@@ -26,7 +26,14 @@ from itertools import groupby
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from core_service.metrics import CoreMetrics
-from core_service.repository import context, context_ai_state, failed_contexts, member, record
+from core_service.repository import (
+    context,
+    context_ai_state,
+    context_search,
+    failed_contexts,
+    member,
+    record,
+)
 from core_service.repository.db import autocommit, transaction
 from core_service.repository.failed_contexts import FailedContext
 from core_service.service.dispatch import DispatchRequest, WorkerDispatcher
@@ -164,6 +171,8 @@ class FailedReplacer:
                 new_id = await insert_context(
                     conn, member_id, record_id, old.body, old.origin_created_at
                 )
+                # The same body: the same search terms (docs/search.md).
+                await context_search.copy_terms(conn, old_id=failed.context_id, new_id=new_id)
                 done.append(
                     (
                         Replacement(failed.context_id, new_id, failed.reason),
