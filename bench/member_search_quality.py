@@ -12,8 +12,15 @@ of the core's ``LEXICAL_MATCHES``); *keyword* is the core's name matches (preset
 examples share a term with the query) plus the worker's keyword hits (presets whose vector has
 a cosine above ``KEYWORD_MATCH_THRESHOLD`` to the query), over the keywords the offline learned
 judge gives each note, best confidence first. Fusion and cuts are
-``pinlog_platform.search.fusion``; "before" is today's semantic list with the offline profile's
-cuts (``pinlog_platform.search.default_cuts``).
+``pinlog_platform.search.fusion``; "before" is the semantic list with the cuts the core applied
+before fusion (``BEFORE_CUTS``, chosen by ``bench/search_quality.py`` on topic queries).
+
+The core's cuts under fusion (they drop only semantic-only results) are chosen here by a rule
+fixed beforehand, after the lexical floor: among floors and word floors of 0.24..0.40 (the word
+floor the lower) and ratios 0..0.9, the highest fusion recall@5 over queries with relevant
+notes with at most ``NOTHING_AT_MOST`` of them answered with nothing; ties by no-match silence,
+then higher floors and ratio. ``pinlog_platform.search.MEASURED_CUTS`` holds the result for the
+offline profile.
 
 Scores are per record (search answers one row per record): recall@5 as
 ``bench/search_quality.py`` defines it (found among the first five / min(relevant, 5)), MRR@10,
@@ -26,6 +33,7 @@ result, ``silent`` the share of no-match queries answered with no result.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import math
 from collections import defaultdict
 from dataclasses import dataclass
@@ -52,6 +60,10 @@ KINDS = ("in_note", "paraphrase", "short", "english", "no_match")
 # member with few notes) is chosen by a rule fixed beforehand: among these shares, the one with
 # the fusion's highest recall@5 over all queries with relevant notes; ties: the lower share.
 FLOORS = [round(x, 2) for x in np.arange(0.0, 1.001, 0.05)]
+BEFORE_CUTS = SearchCuts(floor=0.36, floor_word=0.24, top_ratio=0.50)
+CUT_FLOORS = [round(x, 2) for x in np.arange(0.24, 0.401, 0.02)]
+CUT_RATIOS = [round(x, 1) for x in np.arange(0.0, 0.91, 0.1)]
+NOTHING_AT_MOST = 0.05
 
 
 @dataclass(frozen=True, slots=True)
@@ -213,14 +225,17 @@ COMBINATIONS = [
 ]
 
 
-def evaluate(data, floor: float, k: int):
+def evaluate(data, floor: float, k: int, cuts: SearchCuts | None = None):
+    """Every row of ``COMBINATIONS``: the semantic rows with ``BEFORE_CUTS``, the others with
+    ``cuts`` (the offline profile's defaults when None)."""
     notes, queries = data[0], data[1]
     lists = build_lists(data, floor)
-    cuts = default_cuts(OFFLINE_PROFILE)
+    cuts = default_cuts(OFFLINE_PROFILE) if cuts is None else cuts
     rows = []
     for label, names, cut in COMBINATIONS:
+        applied = BEFORE_CUTS if names == (SEMANTIC,) else cuts
         ranked = [
-            _ranked(q, lst, names, cuts if cut else SearchCuts(), k)
+            _ranked(q, lst, names, applied if cut else SearchCuts(), k)
             for q, lst in zip(queries, lists, strict=True)
         ]
         rows.append(
@@ -233,10 +248,32 @@ def evaluate(data, floor: float, k: int):
     return rows
 
 
+def choose_cuts(data, floor: float, k: int) -> SearchCuts:
+    """The rule of the module docstring for the fused search's cuts."""
+    notes, queries = data[0], data[1]
+    lists = build_lists(data, floor)
+    names = (LEXICAL, SEMANTIC, KEYWORD)
+    best = None
+    for cut_floor, word, ratio in itertools.product(CUT_FLOORS, CUT_FLOORS, CUT_RATIOS):
+        if word > cut_floor:
+            continue
+        cuts = SearchCuts(floor=float(cut_floor), floor_word=float(word), top_ratio=float(ratio))
+        ranked = [_ranked(q, lst, names, cuts, k) for q, lst in zip(queries, lists, strict=True)]
+        s = score(queries, notes, ranked)
+        if s.nothing > NOTHING_AT_MOST:
+            continue
+        key = (round(s.recall, 6), round(s.silent, 6), cut_floor, word, ratio)
+        if best is None or key > best[0]:
+            best = (key, cuts)
+    assert best is not None, "no cuts keep the share answered with nothing"
+    return best[1]
+
+
 def choose_floor(data, k: int) -> float:
+    """The lexical floor by the rule at ``FLOORS``, under the cuts before fusion."""
     best = None
     for floor in FLOORS:
-        recall = round(evaluate(data, floor, k)[-1][1]["all"].recall, 6)
+        recall = round(evaluate(data, floor, k, BEFORE_CUTS)[-1][1]["all"].recall, 6)
         if best is None or recall > best[0]:
             best = (recall, floor)
     return best[1]
@@ -280,17 +317,24 @@ def render(rows, floor: float, k: int, queries) -> str:
     return "\n".join(lines).replace("nan", "–")
 
 
-async def run(k_values=(60,)) -> str:
+async def run(k: int = 60) -> str:
     data = await _prepare()
-    best = None
-    for k in k_values:
-        floor = choose_floor(data, k)
-        rows = evaluate(data, floor, k)
-        key = rows[-1][1]["all"].recall
-        if best is None or key > best[0]:
-            best = (key, floor, k, rows)
-    _, floor, k, rows = best
-    return render(rows, floor, k, data[1])
+    floor = choose_floor(data, k)
+    cuts = choose_cuts(data, floor, k)
+    rows = evaluate(data, floor, k, cuts)
+    default = default_cuts(OFFLINE_PROFILE)
+    note = (
+        "the offline profile's defaults"
+        if cuts == default
+        else f"NOT the offline profile's defaults ({default.floor:.2f} / "
+        f"{default.floor_word:.2f} / {default.top_ratio:.2f}): update MEASURED_CUTS"
+    )
+    return (
+        render(rows, floor, k, data[1])
+        + f"\n\nCuts under fusion chosen: {cuts.floor:.2f} / {cuts.floor_word:.2f} / "
+        f"{cuts.top_ratio:.2f} ({note}); before: {BEFORE_CUTS.floor:.2f} / "
+        f"{BEFORE_CUTS.floor_word:.2f} / {BEFORE_CUTS.top_ratio:.2f}"
+    )
 
 
 def main() -> None:
