@@ -9,6 +9,23 @@ import asyncio
 from pinlog_platform.korean_lemmas import shared_analyser
 from pinlog_platform.search.terms import ANALYSER_VERSION, Terms, analyse
 
+# Everyday note shapes (nouns, stems, endings, English, emoji) for the warm-up.
+WARM_UP_TEXTS = (
+    "창가 자리가 조용해서 노트북으로 작업하기 좋았어요. 콘센트도 넉넉함",
+    "비 오는 날 빗소리 들으면서 커피 한 잔 ☔ 라떼가 진짜 맛있었다",
+    "친구들이랑 새벽까지 술 마심ㅋㅋ 안주는 별로였는데 분위기 최고",
+    "주말엔 사람 많아서 시끄러움. 평일 오전에 가야 여유 있음",
+    "quiet cafe with a nice view, good for studying 📚",
+)
+
+
+def _load_and_warm() -> None:
+    analyser = shared_analyser()
+    analyser.load()
+    for _ in range(3):
+        for text in WARM_UP_TEXTS:
+            analyse(text)
+
 
 class SearchAnalyser:
     """``version``: what a context's terms are recorded with (``ANALYSER_VERSION``)."""
@@ -17,8 +34,10 @@ class SearchAnalyser:
         self.version = version
 
     async def load(self) -> None:
-        """Load the analyser's model (a few seconds of CPU, once per process)."""
-        await asyncio.to_thread(shared_analyser().load)
+        """Load the analyser's model (a few seconds of CPU, once per process) and warm it:
+        its first analyses cost about ten times the later ones (bench/lexical_query.py), which
+        the first notes and searches would otherwise pay, one at a time, behind its lock."""
+        await asyncio.to_thread(_load_and_warm)
 
     async def terms(self, text: str) -> Terms:
         """The terms of ``text``."""
