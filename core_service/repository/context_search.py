@@ -231,30 +231,37 @@ CONTEXTS_TO_INDEX = text(
     """
 )
 
-# Replace the terms of a batch of contexts: each context's document row upserted (its lock
-# orders two reindexers on one context), then the terms no longer produced deleted and the
-# others upserted, for contexts that still exist. A context's body never changes, so terms
+# Replace the terms of a batch of contexts, in two statements of one transaction. First each
+# context's document row is upserted: its row lock orders every writer of that context's terms
+# (a second reindexer waits here until the first commits). Then, in a statement whose snapshot
+# is taken after that lock (so it sees what the first one committed), the terms no longer
+# produced are deleted and the others upserted. A context's body never changes, so terms
 # written for it stay right whatever happens to it meanwhile (a deleted context's terms are
 # never matched: the lexical query checks liveness).
-REPLACE_TERMS = text(
+UPSERT_DOCS = text(
     """
-    WITH given AS (
-        SELECT * FROM unnest(CAST(:context_ids AS bigint[]), CAST(:term_counts AS int[]))
-            AS g(context_id, term_count)
-    ),
-    given_terms AS (
+    INSERT INTO core.context_search_doc (context_id, member_id, analyser_version, term_count)
+    SELECT c.id, c.member_id, CAST(:analyser_version AS varchar), g.term_count
+    FROM unnest(CAST(:context_ids AS bigint[]), CAST(:term_counts AS int[]))
+         AS g(context_id, term_count)
+    JOIN core.context AS c ON c.id = g.context_id
+    ORDER BY c.id
+    ON CONFLICT (context_id) DO UPDATE
+    SET analyser_version = EXCLUDED.analyser_version, term_count = EXCLUDED.term_count
+    RETURNING context_id
+    """
+)
+
+REPLACE_TERM_ROWS = text(
+    """
+    WITH given_terms AS (
         SELECT * FROM unnest(CAST(:term_context_ids AS bigint[]),
                              CAST(:terms AS varchar[]), CAST(:tfs AS int[]))
             AS t(context_id, term, tf)
     ),
     doc AS (
-        INSERT INTO core.context_search_doc (context_id, member_id, analyser_version, term_count)
-        SELECT c.id, c.member_id, CAST(:analyser_version AS varchar), given.term_count
-        FROM given JOIN core.context AS c ON c.id = given.context_id
-        ORDER BY c.id
-        ON CONFLICT (context_id) DO UPDATE
-        SET analyser_version = EXCLUDED.analyser_version, term_count = EXCLUDED.term_count
-        RETURNING context_id, member_id
+        SELECT context_id, member_id FROM core.context_search_doc
+        WHERE context_id = ANY(CAST(:context_ids AS bigint[]))
     ),
     gone AS (
         DELETE FROM core.context_search_term AS t
@@ -264,14 +271,11 @@ REPLACE_TERMS = text(
               SELECT 1 FROM given_terms AS g
               WHERE g.context_id = t.context_id AND g.term = t.term
           )
-    ),
-    written AS (
-        INSERT INTO core.context_search_term (member_id, term, context_id, tf)
-        SELECT doc.member_id, g.term, g.context_id, g.tf
-        FROM given_terms AS g JOIN doc ON doc.context_id = g.context_id
-        ON CONFLICT (member_id, term, context_id) DO UPDATE SET tf = EXCLUDED.tf
     )
-    SELECT count(*) AS indexed FROM doc
+    INSERT INTO core.context_search_term (member_id, term, context_id, tf)
+    SELECT doc.member_id, g.term, g.context_id, g.tf
+    FROM given_terms AS g JOIN doc ON doc.context_id = g.context_id
+    ON CONFLICT (member_id, term, context_id) DO UPDATE SET tf = EXCLUDED.tf
     """
 )
 
@@ -309,7 +313,8 @@ async def contexts_to_index(
 async def replace_terms(
     conn: AsyncConnection, *, terms: dict[int, Terms], analyser_version: str
 ) -> int:
-    """``REPLACE_TERMS`` for ``terms`` (context id -> its terms); how many were written."""
+    """``UPSERT_DOCS`` then ``REPLACE_TERM_ROWS`` for ``terms`` (context id -> its terms), in
+    the caller's transaction; how many contexts were written (those that exist)."""
     ids = sorted(terms)
     term_context_ids, words, tfs = [], [], []
     for context_id in ids:
@@ -317,15 +322,15 @@ async def replace_terms(
             term_context_ids.append(context_id)
             words.append(word)
             tfs.append(tf)
-    params = {
+    docs = {
         "context_ids": ids,
         "term_counts": [terms[i].length for i in ids],
-        "term_context_ids": term_context_ids,
-        "terms": words,
-        "tfs": tfs,
         "analyser_version": analyser_version,
     }
-    return int((await conn.execute(REPLACE_TERMS, params)).scalar_one())
+    written = len((await conn.execute(UPSERT_DOCS, docs)).all())
+    params = {"context_ids": ids, "term_context_ids": term_context_ids, "terms": words, "tfs": tfs}
+    await conn.execute(REPLACE_TERM_ROWS, params)
+    return written
 
 
 async def index_coverage(conn: AsyncConnection, *, analyser_version: str) -> tuple[int, int]:

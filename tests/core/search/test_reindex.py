@@ -9,11 +9,13 @@ import asyncio
 
 from sqlalchemy import text
 
+from core_service.repository import context_search
 from core_service.repository.db import create_engine
 from core_service.service.search_reindex import reindex
 from core_service.service.search_terms import SearchAnalyser
 from pinlog_platform.search.terms import ANALYSER_VERSION, analyse
 from tests.core.harness import bearer
+from tests.worker.open_transactions import finished_behind_lock
 
 BODIES = [f"카페 {i}번째 메모, 조용한 창가 자리와 라떼" for i in range(30)]
 
@@ -106,3 +108,33 @@ async def test_reindex_beside_edits_deletes_and_another_run(
     assert reports[0].indexed + reports[1].indexed >= 18  # the 20 less those deleted or edited
     again = await reindex(engine, analyser, rate=10_000)
     assert (again.indexed, again.covered, again.total) == (0, 28, 28)
+
+
+async def test_two_term_replacements_of_one_context_serialise_on_its_document_row(
+    core_with_fake_worker, engine
+):
+    """A replacement holds the context's document row until it commits; another replacement
+    of the same context waits for it, then writes its own terms whole (no duplicate key, no
+    mix of the two term sets)."""
+    created = (await core_with_fake_worker.create(1, "카페 라떼", place="a")).json()
+    context_id = created["contextId"]
+    first = {context_id: analyse("국밥 국물")}
+    second = {context_id: analyse("바다 산책 노을")}
+    async with engine.connect() as holder:
+        transaction = await holder.begin()
+        await context_search.replace_terms(holder, terms=first, analyser_version="v-first")
+
+        async def replace_second() -> int:
+            async with engine.begin() as conn:
+                return await context_search.replace_terms(
+                    conn, terms=second, analyser_version=ANALYSER_VERSION
+                )
+
+        written = await finished_behind_lock(engine, replace_second(), transaction.commit)
+
+    async with engine.connect() as conn:
+        rows = (await conn.execute(LIVE_TERMS)).all()
+    assert written == 1
+    assert [(r.id, r.analyser_version, list(r.terms)) for r in rows] == [
+        (context_id, ANALYSER_VERSION, _expected("바다 산책 노을"))
+    ]
