@@ -159,3 +159,40 @@ async def test_uncut_semantic_results_follow_the_lexical_match_by_fused_score(co
     assert results[1]["matchedBy"] == ["semantic"]
     assert results[0]["score"] > results[1]["score"]
     assert all(isinstance(r["similarity"], float) for r in results)
+
+
+async def _keywords(engine, context_id, *keyword_ids):
+    """The note's judgment replaced by these keywords (confidence 0.9)."""
+    async with engine.begin() as conn:
+        await conn.execute(
+            text("DELETE FROM ai.context_keyword WHERE context_id = :id"), {"id": context_id}
+        )
+        for keyword_id in keyword_ids:
+            await conn.execute(
+                text(
+                    "INSERT INTO ai.context_keyword (context_id, keyword_id, confidence, "
+                    "preset_version) VALUES (:id, :k, 0.9, 1)"
+                ),
+                {"id": context_id, "k": keyword_id},
+            )
+
+
+async def test_keyword_list_finds_a_record_by_a_preset_the_query_names(core, engine):
+    """ "혼술" names the PRIVATE_ONLY preset SOLO_DRINKING (26) by its display name: the owner's
+    record carrying it is found by keyword though its note has neither word; another member's
+    is not, nor a record carrying only the BLOCKED preset RUDE_SERVICE (21) for "불친절"."""
+    bar = await _completed(core, engine, 1, "바 자리 분위기 최고", "bar")
+    rude = await _completed(core, engine, 1, "다시 갈 일은 없을 듯", "rude")
+    theirs = await _completed(core, engine, 2, "바 자리 분위기 최고", "bar")
+    await _keywords(engine, bar["contextId"], 26)
+    await _keywords(engine, rude["contextId"], 21)
+    await _keywords(engine, theirs["contextId"], 26)
+
+    solo = await _search(core, 1, "혼술")
+    blocked = await _search(core, 1, "불친절")
+
+    (found,) = [r for r in solo if r["recordId"] == bar["recordId"]]
+    assert "keyword" in found["matchedBy"] and "lexical" not in found["matchedBy"]
+    assert theirs["recordId"] not in {r["recordId"] for r in solo}
+    assert all("keyword" not in r["matchedBy"] for r in blocked)
+    assert solo[0]["recordId"] == bar["recordId"]
