@@ -154,10 +154,13 @@ class PresetNames:
                 logger.warning("preset names not read (%s)", type(exc).__name__)
                 return
             by_term: dict[str, set[int]] = {}
-            for preset_id, name, examples in presets:
-                for text in (name, *examples):
-                    for term in (await self._analyser.terms(text)).terms:
-                        by_term.setdefault(term, set()).add(preset_id)
+            owners = [preset_id for preset_id, name, examples in presets for _ in (name, *examples)]
+            texts = [text for _, name, examples in presets for text in (name, *examples)]
+            for preset_id, terms in zip(
+                owners, await self._analyser.terms_of_each(texts), strict=True
+            ):
+                for term in terms.terms:
+                    by_term.setdefault(term, set()).add(preset_id)
             self._by_term = {term: frozenset(ids) for term, ids in by_term.items()}
             self._read_at = started
 

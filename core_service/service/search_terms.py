@@ -42,3 +42,7 @@ class SearchAnalyser:
     async def terms(self, text: str) -> Terms:
         """The terms of ``text``."""
         return await asyncio.to_thread(analyse, text)
+
+    async def terms_of_each(self, texts: list[str]) -> list[Terms]:
+        """The terms of each of ``texts``, in one trip to a thread."""
+        return await asyncio.to_thread(lambda: [analyse(text) for text in texts])
