@@ -196,3 +196,16 @@ async def test_keyword_list_finds_a_record_by_a_preset_the_query_names(core, eng
     assert theirs["recordId"] not in {r["recordId"] for r in solo}
     assert all("keyword" not in r["matchedBy"] for r in blocked)
     assert solo[0]["recordId"] == bar["recordId"]
+
+
+async def test_a_deleted_records_notes_are_never_matched_by_their_words(core, engine):
+    """§10 #3 for the lexical list: the terms of a deleted record's notes stay in the index,
+    the lexical query checks liveness."""
+    kept = await _completed(core, engine, 1, "카페 창가 자리", "a")
+    gone = await _completed(core, engine, 1, "카페 라떼", "b")
+    deleted = await core.client.delete(f"/api/v1/records/{gone['recordId']}", headers=bearer(1))
+    assert deleted.status_code == 204
+
+    results = await _search(core, 1, "카페")
+
+    assert [(r["recordId"], r["matchedBy"][0]) for r in results] == [(kept["recordId"], "lexical")]
