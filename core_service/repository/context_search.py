@@ -64,13 +64,14 @@ async def insert_terms(
     await conn.execute(INSERT_TERMS, params | term_parameters(terms, analyser_version))
 
 
-# BM25 over one member's live, analysed contexts (docs/search.md "Lexical"): document
-# frequency, count and mean length over those contexts; idf = ln(1 + (N - df + 0.5) / (df +
-# 0.5)). `hits` reads the primary key (member_id, term, context_id) for the query's terms only;
-# `docs` reads the member's rows of context_search_doc by its member index. A context is live
-# when it and its record are not deleted (a withdrawal deletes every record); the best context
-# per record, best first, ties by record id; only records scoring at least :floor_share of the
-# best record's score (BM25's scale grows with the member's notes: a share, not a constant).
+# BM25 (docs/search.md "Lexical"): the collection statistics are the member's analysed
+# contexts, every version (a replaced or deleted note's terms stay until a purge): the count
+# and mean length read by an index-only scan of the member index, each term's document
+# frequency from the primary key range (member_id, term) of the query's terms; idf = ln(1 +
+# (N - df + 0.5) / (df + 0.5)). Only the hits whose context and record are live (not deleted;
+# a withdrawal deletes every record) are scored, the best context per record, best first, ties
+# by record id; only records scoring at least :floor_share of the best record's score are kept
+# (BM25's scale grows with the member's notes: a share, not a constant).
 #
 # The name matches (docs/search.md "Keyword"): the member's live records with a keyword the
 # owner may see (§9: shown by keywords_shown, the preset active and PUBLIC or PRIVATE_ONLY)
@@ -78,39 +79,39 @@ async def insert_terms(
 # confidence first. Both lists in one round trip, `kind` telling them apart.
 SEARCH_LISTS = text(
     """
-    WITH docs AS (
-        SELECT d.context_id, c.record_id, d.term_count
-        FROM core.context_search_doc AS d
-        JOIN core.context AS c ON c.id = d.context_id
-        JOIN core.record AS r ON r.id = c.record_id
-        WHERE d.member_id = :member_id AND c.member_id = :member_id
-          AND c.deleted_at IS NULL AND r.deleted_at IS NULL AND r.member_id = :member_id
-          AND cardinality(CAST(:terms AS varchar[])) > 0
-    ),
-    stats AS (
+    WITH stats AS MATERIALIZED (
         SELECT CAST(count(*) AS float8) AS n,
                greatest(CAST(avg(term_count) AS float8), 1) AS mean_length
-        FROM docs
+        FROM core.context_search_doc
+        WHERE member_id = :member_id AND cardinality(CAST(:terms AS varchar[])) > 0
     ),
     hits AS (
-        SELECT t.term, t.tf, docs.context_id, docs.record_id, docs.term_count
+        SELECT t.term, t.tf, t.context_id
         FROM core.context_search_term AS t
-        JOIN docs ON docs.context_id = t.context_id
         WHERE t.member_id = :member_id AND t.term = ANY(CAST(:terms AS varchar[]))
     ),
     frequency AS (
         SELECT term, count(*) AS df FROM hits GROUP BY term
     ),
+    live AS (
+        SELECT hits.term, hits.tf, c.id AS context_id, c.record_id, d.term_count
+        FROM hits
+        JOIN core.context AS c ON c.id = hits.context_id
+        JOIN core.record AS r ON r.id = c.record_id
+        JOIN core.context_search_doc AS d ON d.context_id = c.id
+        WHERE c.member_id = :member_id AND r.member_id = :member_id
+          AND c.deleted_at IS NULL AND r.deleted_at IS NULL
+    ),
     scored AS (
-        SELECT hits.record_id, hits.context_id,
+        SELECT live.record_id, live.context_id,
                sum(ln(1 + (stats.n - frequency.df + 0.5) / (frequency.df + 0.5))
-                   * hits.tf * (params.k1 + 1)
-                   / (hits.tf + params.k1 * (1 - params.b
-                                             + params.b * hits.term_count / stats.mean_length)))
+                   * live.tf * (params.k1 + 1)
+                   / (live.tf + params.k1 * (1 - params.b
+                                             + params.b * live.term_count / stats.mean_length)))
                    AS score
-        FROM hits JOIN frequency USING (term) CROSS JOIN stats
+        FROM live JOIN frequency USING (term) CROSS JOIN stats
         CROSS JOIN (SELECT CAST(:k1 AS float8) AS k1, CAST(:b AS float8) AS b) AS params
-        GROUP BY hits.record_id, hits.context_id
+        GROUP BY live.record_id, live.context_id
     ),
     lexical AS (
         SELECT record_id, context_id, score FROM (

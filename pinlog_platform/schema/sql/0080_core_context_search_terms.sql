@@ -7,16 +7,18 @@
 --     that produced its terms (pinlog_platform.search.terms.ANALYSER_VERSION).
 --   context_search_term: one row per (member, lemma, context) with the lemma's count in the
 --     context; the primary key is the lexical query's index (one member's rows, given terms).
--- Liveness is not stored here: the lexical query joins core.context and core.record, so a
--- deleted, replaced or record-deleted context (or a withdrawn member's) is never matched.
+-- Liveness is not stored here: the lexical query joins core.context and core.record for its
+-- hits, so a deleted, replaced or record-deleted context (or a withdrawn member's) is never
+-- matched; BM25's statistics count every analysed version of the member's notes.
 CREATE TABLE IF NOT EXISTS core.context_search_doc (
     context_id       BIGINT       PRIMARY KEY REFERENCES core.context (id) ON DELETE CASCADE,
     member_id        BIGINT       NOT NULL,
     analyser_version VARCHAR(100) NOT NULL,
     term_count       INT          NOT NULL CHECK (term_count >= 0)
 );
+-- The lexical query's collection statistics: an index-only scan of one member's rows.
 CREATE INDEX IF NOT EXISTS context_search_doc_member_idx
-    ON core.context_search_doc (member_id);
+    ON core.context_search_doc (member_id) INCLUDE (term_count);
 
 CREATE TABLE IF NOT EXISTS core.context_search_term (
     member_id  BIGINT      NOT NULL,
