@@ -63,6 +63,7 @@ bench: venv
 eval: venv
 	$(BIN)/python -m bench.keyword_quality
 	$(BIN)/python -m bench.search_quality
+	$(BIN)/python -m bench.member_search_quality
 
 # Regenerate docs/configuration.md from the settings classes.
 docs: venv

@@ -14,7 +14,15 @@ from core_service.command_startup import (
     run_operation,
     run_with_database,
 )
-from core_service.operations import keyword_reprocess, pause, reembed, retry_failed, status, tokens
+from core_service.operations import (
+    keyword_reprocess,
+    pause,
+    reembed,
+    retry_failed,
+    search_reindex,
+    status,
+    tokens,
+)
 from core_service.settings import ENV_PREFIX
 from pinlog_platform.cli import exit_codes, numbers, serve_options, startup
 from pinlog_platform.cli.version import add_version_option
@@ -30,6 +38,7 @@ app.add_typer(pause.commands)
 app.add_typer(retry_failed.commands)
 app.add_typer(keyword_reprocess.commands, name="reprocess")
 app.add_typer(reembed.commands, name="reembed")
+app.add_typer(search_reindex.commands, name="reindex")
 
 add_version_option(app, PROGRAM, help_text="PinLog core service.")
 

@@ -37,6 +37,7 @@ from core_service.service.record_pages import RecordPages
 from core_service.service.record_reads import RecordReader
 from core_service.service.reembed_backfill import ReembedBackfill
 from core_service.service.rescan import RescanScheduler
+from core_service.service.search_terms import SearchAnalyser
 from core_service.service.status import StatusGauges
 from core_service.service.worker_endpoints import WorkerEndpoints
 from core_service.service.worker_readiness import ReadinessReader, WorkerReadiness
@@ -198,13 +199,19 @@ async def build_core(
             command_timeout_seconds=command_timeout,
         )
         stack.push_async_callback(probe_engine.dispose)
+        analyser = SearchAnalyser()
+        await analyser.load()  # before the first note or search, off the event loop
         core = Core(
             engine=engine,
             probe_engine=probe_engine,
             dispatcher=dispatcher,
             pause=pause,
             lifecycle=ContextLifecycle(
-                engine, dispatcher, metrics, daily_notes=settings.member_daily_notes
+                engine,
+                dispatcher,
+                metrics,
+                analyser=analyser,
+                daily_notes=settings.member_daily_notes,
             ),
             reader=RecordReader(engine),
             pages=RecordPages(engine),
@@ -213,6 +220,7 @@ async def build_core(
                 endpoints,
                 profile_in_use=profile_in_use,
                 cuts=settings.search_cuts_for,
+                analyser=analyser,
             ),
             authenticator=TokenAuthenticator(
                 engine,

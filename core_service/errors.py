@@ -24,6 +24,10 @@ class InvalidInputError(CoreError, ValueError):
     bound to it, SQLSTATE class 22) that validation let through: HTTP 422."""
 
 
+class InvalidKeywordError(CoreError, ValueError):
+    """A keyword code to browse by that is unknown, inactive or ``BLOCKED``: HTTP 422."""
+
+
 class NotFoundError(CoreError):
     """No such record or context for this member, or one of another member: HTTP 404.
 

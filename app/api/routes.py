@@ -10,6 +10,8 @@ from fastapi.responses import JSONResponse
 from app.api import responses
 from app.api.schemas import (
     BackfillBody,
+    ContextSimilarityItem,
+    KeywordHitItem,
     ProcessContextBody,
     SearchBody,
     SearchResponse,
@@ -112,16 +114,36 @@ async def process_context(
     "/internal/v1/search",
     response_model=SearchResponse,
     response_model_by_alias=True,
+    # contextSimilarities and keywordHits only when the request named contextIds.
+    response_model_exclude_unset=True,
     responses=responses.SEARCH,
 )
 async def search(body: SearchBody, service: Search) -> SearchResponse:
     """Personal search (§7): 200, or 422 / 502 / 503 mapped in ``main.py`` (§6)."""
-    hits = await service.search(
+    answer = await service.search(
         user_id=body.user_id,
         query=body.query,
         limit=body.limit,
         embedding_profile=body.embedding_profile,
+        context_ids=None if body.context_ids is None else list(body.context_ids),
     )
+    additions = {}
+    if answer.additions is not None:
+        additions = {
+            "context_similarities": [
+                ContextSimilarityItem(context_id=c.context_id, similarity=c.similarity)
+                for c in answer.additions.context_similarities
+            ],
+            "keyword_hits": [
+                KeywordHitItem(
+                    record_id=k.record_id,
+                    context_id=k.context_id,
+                    similarity=k.similarity,
+                    confidence=k.confidence,
+                )
+                for k in answer.additions.keyword_hits
+            ],
+        }
     return SearchResponse(
         results=[
             SearchResult(
@@ -130,8 +152,10 @@ async def search(body: SearchBody, service: Search) -> SearchResponse:
                 similarity=h.similarity,
                 keyword_matched=h.keyword_matched,
             )
-            for h in hits
-        ]
+            for h in answer.hits
+        ],
+        matched_keyword_ids=answer.matched_keyword_ids,
+        **additions,
     )
 
 

@@ -65,6 +65,11 @@ class SearchBody(BaseModel):
     query: StrictStr
     limit: Annotated[StrictInt, Field(ge=1, le=100)] = 20
     embedding_profile: StrictStr = Field(alias="embeddingProfile", max_length=100)
+    # The core's fused search (docs/contract.md §7, Addition "fused search"): the contexts its
+    # own lists found, for their cosines; absent, the answer is §7's list alone.
+    context_ids: Annotated[list[ContextId], Field(max_length=200)] | None = Field(
+        default=None, alias="contextIds"
+    )
 
 
 class SearchResult(BaseModel):
@@ -74,5 +79,27 @@ class SearchResult(BaseModel):
     keyword_matched: bool = Field(serialization_alias="keywordMatched")
 
 
+class ContextSimilarityItem(BaseModel):
+    context_id: int = Field(serialization_alias="contextId")
+    similarity: float
+
+
+class KeywordHitItem(BaseModel):
+    record_id: int = Field(serialization_alias="recordId")
+    context_id: int = Field(serialization_alias="contextId")
+    similarity: float
+    confidence: float | None
+
+
 class SearchResponse(BaseModel):
+    """§7's ``results``; ``matchedKeywordIds`` always; ``contextSimilarities`` and
+    ``keywordHits`` only when the request named ``contextIds`` (§7 Addition)."""
+
     results: list[SearchResult]
+    matched_keyword_ids: list[int] = Field(serialization_alias="matchedKeywordIds")
+    context_similarities: list[ContextSimilarityItem] | None = Field(
+        default=None, serialization_alias="contextSimilarities"
+    )
+    keyword_hits: list[KeywordHitItem] | None = Field(
+        default=None, serialization_alias="keywordHits"
+    )

@@ -30,46 +30,134 @@ class SearchHit:
 
 # The quoted words of SEARCH_SIMILAR that are not statuses (tests/platform/test_stage_vocabulary.py
 # holds every other quoted word to the status vocabulary).
-NON_STATUS_LITERALS = frozenset({"NaN", "PUBLIC", "PRIVATE_ONLY"})
+NON_STATUS_LITERALS = frozenset({"NaN", "PUBLIC", "PRIVATE_ONLY", "{}", "similarity", "keyword"})
+
+# The active presets the owner may see (PUBLIC or PRIVATE_ONLY, §9) whose vector of this
+# profile has a cosine to the query above :keyword_threshold: computed once per search.
+_MATCHED_PRESETS = """
+    matched AS MATERIALIZED (
+        SELECT kp.id
+        FROM ai.keyword_preset AS kp
+        JOIN ai.keyword_preset_embedding AS kv
+          ON kv.preset_id = kp.id AND kv.embedding_profile = :profile
+        WHERE kp.is_active AND kp.visibility IN ('PUBLIC', 'PRIVATE_ONLY')
+          AND 1 - (kv.embedding <=> CAST(:query AS vector)) > :keyword_threshold
+    )"""
 
 # Exact cosine over one user's live, completed vectors of one profile; the best context per
 # record; the limit applied after de-duplication (§7). NaN (a zero vector) never qualifies (FC-04).
 # keyword_matched: a live context of the record (the user's, not deleted) whose keywords may
 # be shown (COMPLETED, or the previous judgment while re-judged:
-# pinlog_platform.contract.keyword_reads)
-# has an active PUBLIC or PRIVATE_ONLY preset (the owner's view, §9) whose vector of this
-# profile has a cosine to the query above :keyword_threshold.
+# pinlog_platform.contract.keyword_reads) carries a preset of `matched`. One row even when the
+# user has no vector (matched_ids).
 SEARCH_SIMILAR = text(
-    """
-    SELECT record_id, context_id, similarity, EXISTS (
-        SELECT 1
-        FROM ai.context_embedding AS ke
-        JOIN ai.context_ai_state AS ks ON ks.context_id = ke.context_id
-        JOIN ai.context_keyword AS ck ON ck.context_id = ke.context_id
-        JOIN ai.keyword_preset AS kp ON kp.id = ck.keyword_id
-        JOIN ai.keyword_preset_embedding AS kv
-          ON kv.preset_id = kp.id AND kv.embedding_profile = :profile
-        WHERE ke.user_id = :user_id AND ke.record_id = best.record_id AND ke.is_deleted = false
-          AND """  # noqa: S608 (a constant fragment)
+    "WITH"  # noqa: S608 (constant fragments)
+    + _MATCHED_PRESETS
+    + """
+    SELECT (SELECT coalesce(array_agg(id ORDER BY id), '{}') FROM matched) AS matched_ids,
+           found.*
+    FROM (VALUES (1)) AS one
+    LEFT JOIN LATERAL (
+        SELECT record_id, context_id, similarity, EXISTS (
+            SELECT 1
+            FROM ai.context_embedding AS ke
+            JOIN ai.context_ai_state AS ks ON ks.context_id = ke.context_id
+            JOIN ai.context_keyword AS ck ON ck.context_id = ke.context_id
+            WHERE ke.user_id = :user_id AND ke.record_id = best.record_id
+              AND ke.is_deleted = false
+              AND """
     + keywords_shown("ks")
     + """
-          AND kp.is_active AND kp.visibility IN ('PUBLIC', 'PRIVATE_ONLY')
-          AND 1 - (kv.embedding <=> CAST(:query AS vector)) > :keyword_threshold
-    ) AS keyword_matched
-    FROM (
-        SELECT DISTINCT ON (e.record_id) e.record_id, e.context_id,
-               1 - (e.embedding <=> CAST(:query AS vector)) AS similarity
-        FROM ai.context_embedding AS e
-        JOIN ai.context_ai_state AS s ON s.context_id = e.context_id
-        WHERE e.user_id = :user_id AND e.is_deleted = false
-          AND e.embedding_profile = :profile AND s.embedding_status = 'COMPLETED'
-          AND 1 - (e.embedding <=> CAST(:query AS vector)) <> 'NaN'::float8
-        ORDER BY e.record_id, similarity DESC, e.context_id
-    ) AS best
-    ORDER BY similarity DESC, record_id
-    LIMIT :limit
+              AND ck.keyword_id IN (SELECT id FROM matched)
+        ) AS keyword_matched
+        FROM (
+            SELECT DISTINCT ON (e.record_id) e.record_id, e.context_id,
+                   1 - (e.embedding <=> CAST(:query AS vector)) AS similarity
+            FROM ai.context_embedding AS e
+            JOIN ai.context_ai_state AS s ON s.context_id = e.context_id
+            WHERE e.user_id = :user_id AND e.is_deleted = false
+              AND e.embedding_profile = :profile AND s.embedding_status = 'COMPLETED'
+              AND 1 - (e.embedding <=> CAST(:query AS vector)) <> 'NaN'::float8
+            ORDER BY e.record_id, similarity DESC, e.context_id
+        ) AS best
+        ORDER BY similarity DESC, record_id
+        LIMIT :limit
+    ) AS found ON true
     """
 )
+
+# For the core's fused search (docs/contract.md §7, Addition "fused search"), given the ids of
+# `matched` and the contexts the core's lists found:
+#   kind 'similarity': each of :context_ids with a live, completed vector of this profile of
+#     the user, and its cosine to the query;
+#   kind 'keyword': the user's records carrying a keyword of :matched_ids that the owner may
+#     see, on a live vector of this profile, each record's best such context (confidence, then
+#     cosine), best confidence first, at most :limit.
+SEARCH_ADDITIONS = text(
+    """
+    SELECT 'similarity' AS kind, e.record_id, e.context_id,
+           1 - (e.embedding <=> CAST(:query AS vector)) AS similarity, NULL AS confidence
+    FROM ai.context_embedding AS e
+    JOIN ai.context_ai_state AS s ON s.context_id = e.context_id
+    WHERE e.user_id = :user_id AND e.context_id = ANY(CAST(:context_ids AS bigint[]))
+      AND e.is_deleted = false AND e.embedding_profile = :profile
+      AND s.embedding_status = 'COMPLETED'
+      AND 1 - (e.embedding <=> CAST(:query AS vector)) <> 'NaN'::float8
+    UNION ALL
+    SELECT 'keyword', record_id, context_id, similarity, confidence FROM (
+        SELECT * FROM (
+            SELECT DISTINCT ON (ke.record_id) ke.record_id, ke.context_id,
+                   1 - (ke.embedding <=> CAST(:query AS vector)) AS similarity,
+                   CAST(ck.confidence AS float8) AS confidence
+            FROM ai.context_embedding AS ke
+            JOIN ai.context_ai_state AS ks ON ks.context_id = ke.context_id
+            JOIN ai.context_keyword AS ck ON ck.context_id = ke.context_id
+            WHERE ke.user_id = :user_id AND ke.is_deleted = false
+              AND ke.embedding_profile = :profile
+              AND ck.keyword_id = ANY(CAST(:matched_ids AS int[]))
+              AND """  # noqa: S608 (a constant fragment)
+    + keywords_shown("ks")
+    + """
+              AND 1 - (ke.embedding <=> CAST(:query AS vector)) <> 'NaN'::float8
+            ORDER BY ke.record_id, ck.confidence DESC NULLS LAST, similarity DESC,
+                     ke.context_id
+        ) AS per_record
+        ORDER BY confidence DESC NULLS LAST, similarity DESC, record_id
+        LIMIT :limit
+    ) AS keyword_hits
+    """
+)
+
+
+@dataclass(frozen=True, slots=True)
+class SimilarRecords:
+    """The §7 list and the ids of the presets the query matched (``matched_ids``)."""
+
+    hits: list[SearchHit]
+    matched_ids: list[int]
+
+
+@dataclass(frozen=True, slots=True)
+class ContextSimilarity:
+    context_id: int
+    similarity: float
+
+
+@dataclass(frozen=True, slots=True)
+class KeywordHit:
+    """A record's best context carrying a matched keyword; ``confidence`` None when the
+    judgment recorded none."""
+
+    record_id: int
+    context_id: int
+    similarity: float
+    confidence: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class SearchAdditions:
+    context_similarities: list[ContextSimilarity]
+    keyword_hits: list[KeywordHit]
 
 
 async def search_similar(
@@ -80,8 +168,9 @@ async def search_similar(
     profile: str,
     limit: int,
     keyword_match_threshold: float,
-) -> list[SearchHit]:
-    """Records of ``user_id`` closest to ``query`` (float32 ``(dimension,)``), best first."""
+) -> SimilarRecords:
+    """Records of ``user_id`` closest to ``query`` (float32 ``(dimension,)``), best first, and
+    the matched presets."""
     params = {
         "user_id": user_id,
         "query": query,
@@ -89,12 +178,47 @@ async def search_similar(
         "limit": limit,
         "keyword_threshold": keyword_match_threshold,
     }
-    return [
+    rows = (await conn.execute(SEARCH_SIMILAR, params)).all()
+    hits = [
         SearchHit(
             row.record_id,
             row.context_id,
             clamp_similarity(float(row.similarity)),
             bool(row.keyword_matched),
         )
-        for row in await conn.execute(SEARCH_SIMILAR, params)
+        for row in rows
+        if row.record_id is not None
     ]
+    return SimilarRecords(hits, [int(i) for i in rows[0].matched_ids])
+
+
+async def search_additions(
+    conn: AsyncConnection,
+    *,
+    user_id: int,
+    query: np.ndarray,
+    profile: str,
+    context_ids: list[int],
+    matched_ids: list[int],
+    limit: int,
+) -> SearchAdditions:
+    """``SEARCH_ADDITIONS``: cosines of ``context_ids`` and the keyword hits."""
+    params = {
+        "user_id": user_id,
+        "query": query,
+        "profile": profile,
+        "context_ids": context_ids,
+        "matched_ids": matched_ids,
+        "limit": limit,
+    }
+    similarities, keyword_hits = [], []
+    for row in await conn.execute(SEARCH_ADDITIONS, params):
+        similarity = clamp_similarity(float(row.similarity))
+        if row.kind == "similarity":
+            similarities.append(ContextSimilarity(int(row.context_id), similarity))
+        else:
+            confidence = None if row.confidence is None else float(row.confidence)
+            keyword_hits.append(
+                KeywordHit(int(row.record_id), int(row.context_id), similarity, confidence)
+            )
+    return SearchAdditions(similarities, keyword_hits)

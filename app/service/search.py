@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import time
+from dataclasses import dataclass
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -25,7 +26,7 @@ from app.errors import (
 from app.metrics import WorkerMetrics, search_outcome
 from app.providers.base import EmbeddingProvider
 from app.repository import context_embedding
-from app.repository.context_embedding import SearchHit
+from app.repository.context_embedding import SearchAdditions, SearchHit, SimilarRecords
 from app.repository.db import client_autocommit
 from app.service import context_text
 from app.service.provider_gate import ProviderGate
@@ -33,6 +34,16 @@ from pinlog_platform.contract.search import SearchCuts
 from pinlog_platform.db.sqlstates import worth_one_retry
 
 logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class SearchAnswer:
+    """The §7 list (``hits``), the presets the query matched (``matched_keyword_ids``), and,
+    when the request named ``contextIds``, the additions of the core's fused search."""
+
+    hits: list[SearchHit]
+    matched_keyword_ids: list[int]
+    additions: SearchAdditions | None = None
 
 
 class SearchService:
@@ -61,25 +72,35 @@ class SearchService:
         self._keyword_match_threshold = keyword_match_threshold
 
     async def search(
-        self, *, user_id: int, query: str, limit: int, embedding_profile: str
-    ) -> list[SearchHit]:
+        self,
+        *,
+        user_id: int,
+        query: str,
+        limit: int,
+        embedding_profile: str,
+        context_ids: list[int] | None = None,
+    ) -> SearchAnswer:
         """Up to ``limit`` records of ``user_id``, one per record (its best context), by
         descending cosine similarity clamped to [-1, 1], then the configured cuts (none by
         default: §7's exact set); each says whether a keyword visible to the owner matches the
-        query (``keyword_matched``). Raises as described in the module docstring.
+        query (``keyword_matched``). With ``context_ids`` (the core's fused search, §7
+        Addition), also their cosines and the keyword hits, in a second statement; without,
+        the cost of §7's list alone. Raises as described in the module docstring.
         """
         started = time.perf_counter()
         try:
-            hits = await self._search(user_id, query, limit, embedding_profile)
+            hits = await self._search(user_id, query, limit, embedding_profile, context_ids)
         except Exception as exc:
             self._latency[search_outcome(exc)].observe(time.perf_counter() - started)
             raise
         self._latency["ok"].observe(time.perf_counter() - started)
         return hits
 
-    async def _nearest(self, user_id: int, vector, limit: int) -> list[SearchHit]:
+    async def _nearest(
+        self, user_id: int, vector, limit: int, context_ids: list[int] | None
+    ) -> tuple[SimilarRecords, SearchAdditions | None]:
         async with client_autocommit(self._engine) as conn:
-            return await context_embedding.search_similar(
+            similar = await context_embedding.search_similar(
                 conn,
                 user_id=user_id,
                 query=vector,
@@ -87,10 +108,27 @@ class SearchService:
                 limit=limit,
                 keyword_match_threshold=self._keyword_match_threshold,
             )
+            if context_ids is None:
+                return similar, None
+            additions = await context_embedding.search_additions(
+                conn,
+                user_id=user_id,
+                query=vector,
+                profile=self._profile,
+                context_ids=context_ids,
+                matched_ids=similar.matched_ids,
+                limit=limit,
+            )
+            return similar, additions
 
     async def _search(
-        self, user_id: int, query: str, limit: int, embedding_profile: str
-    ) -> list[SearchHit]:
+        self,
+        user_id: int,
+        query: str,
+        limit: int,
+        embedding_profile: str,
+        context_ids: list[int] | None,
+    ) -> SearchAnswer:
         if embedding_profile != self._profile:
             logger.warning(
                 "search profile mismatch: requested=%s server=%s",
@@ -133,15 +171,15 @@ class SearchService:
             raise PermanentError("embedding upstream failed") from None
         try:
             try:
-                hits = await self._nearest(user_id, vector, limit)
+                similar, additions = await self._nearest(user_id, vector, limit, context_ids)
             except TransientError as exc:
                 if not worth_one_retry(exc):
                     raise
                 # A read on a connection that could not serve (it died while pooled, or sits
                 # on a read-only server): once more on a fresh one (§6).
-                hits = await self._nearest(user_id, vector, limit)
+                similar, additions = await self._nearest(user_id, vector, limit, context_ids)
         except TransientError as exc:
             # The log names the cause (lock timeout or unavailable); the body stays fixed (§6).
             logger.warning("search database transient failure: cause=%s", type(exc).__name__)
             raise TransientError("database unavailable") from None
-        return self._cuts.apply(text, hits)
+        return SearchAnswer(self._cuts.apply(text, similar.hits), similar.matched_ids, additions)

@@ -79,5 +79,14 @@ LIST_EXAMPLE = {
     "nextCursor": "MjAyNi0xMi0wMVQxMDowMDowMCswMDowMC82NQ",
 }
 SEARCH_EXAMPLE = {
-    "results": [{"recordId": 65, "contextId": 67, "similarity": 0.56, "keywordMatched": True}]
+    "results": [
+        {
+            "recordId": 65,
+            "contextId": 67,
+            "similarity": 0.56,
+            "keywordMatched": True,
+            "matchedBy": ["lexical", "semantic", "keyword"],
+            "score": 0.0492,
+        }
+    ]
 }

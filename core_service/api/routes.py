@@ -57,6 +57,10 @@ Id = Annotated[int, Path(ge=1, le=BIGINT_MAX), BeforeValidator(_canonical_id)]
 # A count in a query spelled canonically too (422 otherwise).
 PageSize = Annotated[int, Query(ge=1, le=100), BeforeValidator(_canonical_id)]
 Cursor = Annotated[str | None, Query(min_length=1, max_length=200)]
+# A preset code to browse by (app/presets: ^[A-Z][A-Z0-9_]*$, at most 50 characters).
+KeywordCode = Annotated[
+    str | None, Query(min_length=1, max_length=50, pattern=r"^[A-Z][A-Z0-9_]*$")
+]
 
 # Every route authenticates the caller before its body is read (401 before 422 or any work).
 router = APIRouter(prefix="/api/v1", route_class=AuthenticatedRoute)
@@ -166,10 +170,16 @@ async def withdraw(member_id: MemberId, lifecycle: Lifecycle) -> Response:
     responses={**ok(200, "One page of the member's records", LIST_EXAMPLE), **COMMON},
 )
 async def list_records(
-    member_id: MemberId, pages: Pages, limit: PageSize = 20, cursor: Cursor = None
+    member_id: MemberId,
+    pages: Pages,
+    limit: PageSize = 20,
+    cursor: Cursor = None,
+    keyword: KeywordCode = None,
 ) -> RecordList:
-    """The member's own active records, newest first; ``nextCursor`` asks for the next page."""
-    page = await pages.page(member_id=member_id, limit=limit, cursor=cursor)
+    """The member's own active records, newest first; ``nextCursor`` asks for the next page.
+    ``keyword=CODE``: only records carrying that keyword in the owner's view, the cursor bound
+    to it; an unknown, inactive or ``BLOCKED`` code is 422."""
+    page = await pages.page(member_id=member_id, limit=limit, cursor=cursor, keyword=keyword)
     return RecordList(
         records=[
             RecordListItem(
@@ -230,13 +240,14 @@ async def get_record(record_id: Id, member_id: MemberId, reader: Reader) -> Reco
     response_model=SearchResults,
     response_model_by_alias=True,
     responses={
-        **ok(200, "The member's closest records, best first", SEARCH_EXAMPLE),
+        **ok(200, "The member's matching records, best fused score first", SEARCH_EXAMPLE),
         **COMMON,
         **UPSTREAM,
     },
 )
 async def search(body: SearchBody, member_id: MemberId, service: Search) -> SearchResults:
-    """The member's own records closest to the query (§7), best first."""
+    """The member's own records that match the query, lexically, semantically or by keyword,
+    best fused score first (§7 and its Additions; docs/search.md)."""
     hits = await service.search(member_id=member_id, query=body.query, limit=body.limit)
     return SearchResults(
         results=[
@@ -245,6 +256,8 @@ async def search(body: SearchBody, member_id: MemberId, service: Search) -> Sear
                 context_id=h.context_id,
                 similarity=h.similarity,
                 keyword_matched=h.keyword_matched,
+                matched_by=list(h.matched_by),
+                score=h.score,
             )
             for h in hits
         ]

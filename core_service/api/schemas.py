@@ -116,10 +116,18 @@ class RecordList(BaseModel):
 
 
 class SearchResultItem(BaseModel):
+    """One record (docs/search.md): ``similarity`` null while its context has no live vector
+    of the profile in use; ``matchedBy`` lists ``lexical``, ``semantic``, ``keyword``;
+    ``score`` is the fused (reciprocal rank) score."""
+
     record_id: int = Field(serialization_alias="recordId")
     context_id: int = Field(serialization_alias="contextId")
-    similarity: float
+    similarity: float | None
     keyword_matched: bool = Field(serialization_alias="keywordMatched")
+    matched_by: list[Literal["lexical", "semantic", "keyword"]] = Field(
+        serialization_alias="matchedBy"
+    )
+    score: float
 
 
 class SearchResults(BaseModel):

@@ -30,7 +30,14 @@ from core_service.command_startup import load, run_operation
 from core_service.composition import Operations
 from core_service.metrics import CoreMetrics
 from core_service.operations import counts
-from core_service.repository import context, context_ai_state, failed_contexts, member, record
+from core_service.repository import (
+    context,
+    context_ai_state,
+    context_search,
+    failed_contexts,
+    member,
+    record,
+)
 from core_service.repository.db import autocommit, transaction
 from core_service.repository.failed_contexts import FailedContext
 from core_service.service.dispatch import DispatchRequest, WorkerDispatcher
@@ -169,6 +176,8 @@ class FailedReplacer:
                 new_id = await insert_context(
                     conn, member_id, record_id, old.body, old.origin_created_at
                 )
+                # The same body: the same search terms (docs/search.md).
+                await context_search.copy_terms(conn, old_id=failed.context_id, new_id=new_id)
                 done.append(
                     (
                         Replacement(failed.context_id, new_id, failed.reason),

@@ -13,15 +13,18 @@ import typer
 from core_service.command_startup import load, run_operation
 from core_service.composition import Operations
 from core_service.service.status import StatusReport, read_status
+from pinlog_platform.contract.search.terms import ANALYSER_VERSION
 
 commands = typer.Typer(rich_markup_mode=None)
 
 
 async def current_status(operations: Operations) -> StatusReport:
-    """The status now (one statement)."""
+    """The status now (two statements: the counts, then the search index's coverage under
+    the analyser in use)."""
     return await read_status(
         operations.engine,
         processing_expiry_seconds=operations.settings.processing_expiry_seconds,
+        analyser_version=ANALYSER_VERSION,
     )
 
 

@@ -28,6 +28,8 @@ from core_service.repository.context_ai_state import (
     CANCEL_EVERY_STAGE,
     INSERT_PENDING_STATE_COLUMNS,
 )
+from core_service.repository.context_search import NEW_SEARCH_TERMS, term_parameters
+from pinlog_platform.contract.search.terms import Terms
 from pinlog_platform.contract.text_fingerprint import fingerprint
 
 # The daily note cap's day is the UTC calendar day (member_daily_notes): a time zone, not a status.
@@ -152,6 +154,8 @@ CREATE_CONTEXT = text(
         SELECT id AS record_id, now() AS origin_created_at FROM record
     ),"""  # noqa: S608 (constant fragments)
     + _NEW_CONTEXT_AND_STATE
+    + ","
+    + NEW_SEARCH_TERMS
     + """
     SELECT EXISTS (SELECT 1 FROM member) AS member_active,
            (EXISTS (SELECT 1 FROM target) AND NOT """
@@ -182,6 +186,8 @@ ADD_CONTEXT = text(
         SELECT id AS record_id, now() AS origin_created_at FROM record
     ),"""
     + _NEW_CONTEXT_AND_STATE
+    + ","
+    + NEW_SEARCH_TERMS
     + """
     SELECT EXISTS (SELECT 1 FROM member) AS member_active,
            (EXISTS (SELECT 1 FROM target) AND NOT """
@@ -225,6 +231,8 @@ MODIFY_CONTEXT = text(
         WHERE NOT old.deleted AND NOT old.unchanged
     ),"""
     + _NEW_CONTEXT_AND_STATE
+    + ","
+    + NEW_SEARCH_TERMS
     + """,
     touched AS (
         UPDATE core.record AS r SET updated_at = now()
@@ -389,9 +397,12 @@ async def create(
     place_name: str,
     body: str,
     daily_notes: int,
+    terms: Terms,
+    analyser_version: str,
 ) -> CreateOutcome:
-    """Run ``CREATE_CONTEXT``. Inputs are normalised already; ``body`` is the stored text;
-    ``daily_notes`` is the member's daily note cap (0 = off)."""
+    """Run ``CREATE_CONTEXT``. Inputs are normalised already; ``body`` is the stored text,
+    ``terms`` its search terms (``pinlog_platform.contract.search.terms``); ``daily_notes``
+    is the member's daily note cap (0 = off)."""
     row = (
         await conn.execute(
             CREATE_CONTEXT,
@@ -402,7 +413,8 @@ async def create(
                 "body": body,
                 "text_sha256": fingerprint(body),
                 "daily_notes": daily_notes,
-            },
+            }
+            | term_parameters(terms, analyser_version),
         )
     ).one()
     if row.context_id is None:
@@ -419,9 +431,17 @@ async def create(
 
 
 async def add(
-    conn: AsyncConnection, *, member_id: int, record_id: int, body: str, daily_notes: int
+    conn: AsyncConnection,
+    *,
+    member_id: int,
+    record_id: int,
+    body: str,
+    daily_notes: int,
+    terms: Terms,
+    analyser_version: str,
 ) -> AddedContext:
-    """Run ``ADD_CONTEXT`` (``daily_notes``: the daily note cap, 0 = off)."""
+    """Run ``ADD_CONTEXT`` (``daily_notes``: the daily note cap, 0 = off; ``terms``: the
+    body's search terms)."""
     row = (
         await conn.execute(
             ADD_CONTEXT,
@@ -431,7 +451,8 @@ async def add(
                 "body": body,
                 "text_sha256": fingerprint(body),
                 "daily_notes": daily_notes,
-            },
+            }
+            | term_parameters(terms, analyser_version),
         )
     ).one()
     if row.context_id is None:
@@ -447,10 +468,18 @@ async def add(
 
 
 async def modify(
-    conn: AsyncConnection, *, member_id: int, context_id: int, body: str, daily_notes: int
+    conn: AsyncConnection,
+    *,
+    member_id: int,
+    context_id: int,
+    body: str,
+    daily_notes: int,
+    terms: Terms,
+    analyser_version: str,
 ) -> ModifyOutcome:
-    """Run ``MODIFY_CONTEXT`` with the normalised new ``body`` (``daily_notes``: the daily
-    note cap, 0 = off; an edit that writes a new context counts as a note)."""
+    """Run ``MODIFY_CONTEXT`` with the normalised new ``body`` and its search terms
+    (``daily_notes``: the daily note cap, 0 = off; an edit that writes a new context counts as
+    a note)."""
     row = (
         await conn.execute(
             MODIFY_CONTEXT,
@@ -460,7 +489,8 @@ async def modify(
                 "body": body,
                 "text_sha256": fingerprint(body),
                 "daily_notes": daily_notes,
-            },
+            }
+            | term_parameters(terms, analyser_version),
         )
     ).one()
     return ModifyOutcome(

@@ -25,6 +25,7 @@ from core_service.repository.record_view import (
     KeywordView,
     decode_json_list,
 )
+from pinlog_platform.contract.keyword_reads import keywords_shown
 from pinlog_platform.contract.states import STAGE_ORDER, Status
 
 AI_STATES = ("pending", "processing", "completed", "failed")
@@ -48,6 +49,8 @@ RECORD_STATE = (
 
 # One page of the member's active records strictly after the key (:after_created_at,
 # :after_id) in newest-first order (no key: from the newest), with per-record aggregates.
+# :keyword_id (browse by keyword, docs/core-service.md): only records with a live context whose
+# keywords the owner sees (§9, keywords_shown) include that preset; NULL: every record.
 LIST_MEMBER_RECORDS = text(
     """
     WITH page AS (
@@ -57,6 +60,17 @@ LIST_MEMBER_RECORDS = text(
           AND (CAST(:after_created_at AS timestamptz) IS NULL
                OR (r.created_at, r.id)
                   < (CAST(:after_created_at AS timestamptz), CAST(:after_id AS bigint)))
+          AND (CAST(:keyword_id AS int) IS NULL OR EXISTS (
+              SELECT 1
+              FROM core.context AS kc
+              JOIN ai.context_ai_state AS ks ON ks.context_id = kc.id
+              JOIN ai.context_keyword AS ck ON ck.context_id = kc.id
+              WHERE kc.record_id = r.id AND kc.deleted_at IS NULL
+                AND ck.keyword_id = CAST(:keyword_id AS int)
+                AND """
+    + keywords_shown("ks")
+    + """
+          ))
         ORDER BY r.created_at DESC, r.id DESC
         LIMIT :limit
     )
@@ -106,14 +120,17 @@ async def list_page(
     member_id: int,
     after: tuple[datetime, int] | None,
     limit: int,
+    keyword_id: int | None = None,
 ) -> list[RecordSummary]:
-    """Up to ``limit`` of the member's active records after the key ``after``, newest first."""
+    """Up to ``limit`` of the member's active records after the key ``after``, newest first;
+    with ``keyword_id``, only those carrying that keyword in the owner's view."""
     after_created_at, after_id = after if after is not None else (None, None)
     params = {
         "viewer_id": member_id,
         "after_created_at": after_created_at,
         "after_id": after_id,
         "limit": limit,
+        "keyword_id": keyword_id,
     }
     return [
         RecordSummary(
@@ -130,3 +147,17 @@ async def list_page(
         )
         for row in await conn.execute(LIST_MEMBER_RECORDS, params)
     ]
+
+
+# A keyword a member may browse by: an active preset that is not BLOCKED (§9).
+BROWSABLE_KEYWORD = text(
+    """
+    SELECT id FROM ai.keyword_preset
+    WHERE code = :code AND is_active AND visibility IN ('PUBLIC', 'PRIVATE_ONLY')
+    """
+)
+
+
+async def browsable_keyword(conn: AsyncConnection, code: str) -> int | None:
+    """The id of the preset ``code`` when a member may browse by it, else ``None``."""
+    return (await conn.execute(BROWSABLE_KEYWORD, {"code": code})).scalar_one_or_none()

@@ -36,6 +36,7 @@ from core_service.repository import (
     context,
     context_ai_state,
     context_embedding,
+    context_search,
     context_writes,
     member,
     member_daily_notes,
@@ -49,6 +50,8 @@ from core_service.service.context_body import (
     refuse_control_characters,
 )
 from core_service.service.dispatch import DispatchRequest, WorkerDispatcher
+from core_service.service.search_terms import SearchAnalyser
+from pinlog_platform.contract.search.terms import Terms
 
 logger = logging.getLogger(__name__)
 
@@ -86,6 +89,7 @@ class ContextLifecycle:
         metrics: CoreMetrics,
         *,
         daily_notes: int = 0,
+        analyser: SearchAnalyser,
     ) -> None:
         """``daily_notes``: notes (creates, added contexts, edits that write a new context) a
         member may make per UTC day; 0 = off (``PINLOG_CORE_MEMBER_DAILY_NOTES``)."""
@@ -93,6 +97,7 @@ class ContextLifecycle:
         self._dispatcher = dispatcher
         self._metrics = metrics
         self._daily_notes = daily_notes
+        self._analyser = analyser
 
     async def create_record(
         self, *, member_id: int, external_place_id: str, place_name: str, body: str
@@ -115,6 +120,7 @@ class ContextLifecycle:
         place_name = normalize_text(
             place_name, field="placeName", max_characters=PLACE_NAME_CHARACTERS
         )
+        terms = await self._analyser.terms(stored_body)
         created = await client_single_statement(
             self._engine,
             partial(
@@ -126,6 +132,8 @@ class ContextLifecycle:
                     place_name=place_name,
                     body=stored_body,
                     daily_notes=self._daily_notes,
+                    terms=terms,
+                    analyser_version=self._analyser.version,
                 ),
             ),
         )
@@ -138,7 +146,7 @@ class ContextLifecycle:
                 record_created,
                 record_place_name,
             ) = await self._create_step_by_step(
-                member_id, external_place_id, place_name, stored_body
+                member_id, external_place_id, place_name, stored_body, terms
             )
         else:
             record_id, context_id = created.record_id, created.context_id
@@ -161,6 +169,7 @@ class ContextLifecycle:
         ``RateLimitedError`` (429: the daily note cap), ``UnavailableError`` (503).
         """
         stored_body = normalize_body(body)
+        terms = await self._analyser.terms(stored_body)
         added = await client_single_statement(
             self._engine,
             partial(
@@ -171,6 +180,8 @@ class ContextLifecycle:
                     record_id=record_id,
                     body=stored_body,
                     daily_notes=self._daily_notes,
+                    terms=terms,
+                    analyser_version=self._analyser.version,
                 ),
             ),
         )
@@ -205,6 +216,7 @@ class ContextLifecycle:
         writes a new context takes like a create), ``UnavailableError`` (503).
         """
         stored_body = normalize_body(body)
+        terms = await self._analyser.terms(stored_body)
         outcome = await client_single_statement(
             self._engine,
             partial(
@@ -215,6 +227,8 @@ class ContextLifecycle:
                     context_id=context_id,
                     body=stored_body,
                     daily_notes=self._daily_notes,
+                    terms=terms,
+                    analyser_version=self._analyser.version,
                 ),
             ),
         )
@@ -284,7 +298,12 @@ class ContextLifecycle:
         return len(context_ids)
 
     async def _create_step_by_step(
-        self, member_id: int, external_place_id: str, place_name: str, stored_body: str
+        self,
+        member_id: int,
+        external_place_id: str,
+        place_name: str,
+        stored_body: str,
+        terms: Terms,
     ) -> tuple[int, int, bool, str]:
         """§9 Create as one statement per row, each with a new snapshot: for the rare create
         that met a place or record committed concurrently (``context_writes`` module
@@ -306,6 +325,13 @@ class ContextLifecycle:
             if self._daily_notes > 0:
                 self._count_daily_note("admitted")
             context_id = await insert_context(conn, member_id, record_id, stored_body)
+            await context_search.insert_terms(
+                conn,
+                context_id=context_id,
+                member_id=member_id,
+                terms=terms,
+                analyser_version=self._analyser.version,
+            )
         self._metrics.create_step_by_step.inc()
         return record_id, context_id, record_created, record_place_name
 

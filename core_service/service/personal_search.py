@@ -1,27 +1,46 @@
-"""Personal search for a member (§7): the worker ranks, the core re-checks.
+"""Personal search for a member (§7 and its Additions in docs/contract.md; docs/search.md):
+three lists fused by rank, the core re-checks every hit.
 
-The worker's ``POST /internal/v1/search`` is called with the member as ``userId`` and the
-embedding profile in use (``profile_in_use``), on an instance serving that profile
-(``worker_routing``); every hit is then re-checked in core (the member owns the record and the
-context, neither is deleted) before it is shown. The cuts are the profile's.
+1. The core analyses the query (``SearchAnalyser``, in a thread) and, in one statement, runs
+   the *lexical* list (BM25 over the member's live notes' terms) and the keyword list's *name
+   matches* (records carrying a preset whose name or examples share a term with the query).
+2. It calls the worker's ``POST /internal/v1/search`` once, with the member as ``userId``, the
+   embedding profile in use (``profile_in_use``), on an instance serving that profile
+   (``worker_routing``), and the contexts its lists found as ``contextIds``: the *semantic*
+   list (§7), the cosines of those contexts and the worker's *keyword hits*.
+3. One statement re-checks every context (the member owns it and its record, neither is
+   deleted) before anything is shown; reciprocal rank fusion ranks the records; the cuts
+   (``pinlog_platform.contract.search``) apply to results only the semantic list found.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import orjson
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from core_service.errors import UnavailableError, UpstreamError
-from core_service.repository import context
+from core_service.errors import CoreError, UnavailableError, UpstreamError
+from core_service.repository import context, context_search
 from core_service.repository.db import autocommit
 from core_service.service.context_body import normalize_body
 from core_service.service.profile_in_use import ProfileInUse
+from core_service.service.search_terms import SearchAnalyser
 from core_service.service.worker_endpoints import WorkerAnswer, WorkerEndpoints, WorkerUnanswered
 from pinlog_platform.contract.search import SearchCuts, clamp_similarity
+from pinlog_platform.contract.search.fusion import (
+    KEYWORD,
+    LEXICAL,
+    LIST_ORDER,
+    RRF_K,
+    SEMANTIC,
+    apply_cuts,
+    fuse,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -32,17 +51,29 @@ SEARCH_READ_TIMEOUT_SECONDS = 10.0
 # The whole answer, however slowly its bytes arrive (the read timeout times each wait for
 # bytes, not the answer).
 SEARCH_DEADLINE_SECONDS = 12.0
+# The lexical list keeps records scoring at least this share of the best one's BM25 score,
+# chosen on the development queries (bench/member_search_quality.py; docs/search.md).
+LEXICAL_FLOOR_SHARE = 0.95
+# The worker accepts at most this many contextIds (§7 Addition).
+MAX_CONTEXT_IDS = 200
+# How long the presets' names and examples (name matching) are reused before a re-read.
+PRESET_NAMES_CACHE_SECONDS = 60.0
 
 
 @dataclass(frozen=True, slots=True)
 class SearchHit:
-    """One record's best context; ``similarity`` is cosine clamped to -1..1;
-    ``keyword_matched`` as the worker says (§7), false when it does not say."""
+    """One record in the fused ranking: its ``context_id`` (the record's matching live context
+    with the highest cosine, else the newest), ``similarity`` (that context's cosine to the
+    query clamped to -1..1, ``None`` without a live vector of the profile in use),
+    ``keyword_matched`` (§7), ``matched_by`` (lists in ``LIST_ORDER``) and the fused
+    ``score``."""
 
     record_id: int
     context_id: int
-    similarity: float
+    similarity: float | None
     keyword_matched: bool = False
+    matched_by: tuple[str, ...] = (SEMANTIC,)
+    score: float = 0.0
 
 
 def _worker_id(value: object) -> int:
@@ -53,25 +84,93 @@ def _worker_id(value: object) -> int:
     return value
 
 
-def _parsed_hits(answer: WorkerAnswer) -> list[SearchHit]:
-    """The worker's hits; ``UpstreamError`` (502) for an answer not of §7's shape."""
+@dataclass(frozen=True, slots=True)
+class _WorkerLists:
+    semantic: list[tuple[int, int, float, bool]]  # record, context, similarity, matched
+    similarities: dict[int, float]  # context -> cosine
+    keyword_hits: list[tuple[int, int, float, float]]  # record, context, similarity, confidence
+
+
+def _parsed(answer: WorkerAnswer) -> _WorkerLists:
+    """The worker's lists; ``UpstreamError`` (502) for an answer not of §7's shape."""
     try:
-        hits = [
-            SearchHit(
+        body = orjson.loads(answer.body)
+        semantic = [
+            (
                 _worker_id(item["recordId"]),
                 _worker_id(item["contextId"]),
                 clamp_similarity(float(item["similarity"])),
                 item.get("keywordMatched", False) is True,
             )
-            for item in orjson.loads(answer.body)["results"]
+            for item in body["results"]
         ]
-    except (ValueError, KeyError, TypeError) as exc:
+        similarities = {
+            _worker_id(item["contextId"]): clamp_similarity(float(item["similarity"]))
+            for item in body.get("contextSimilarities") or ()
+        }
+        keyword_hits = [
+            (
+                _worker_id(item["recordId"]),
+                _worker_id(item["contextId"]),
+                clamp_similarity(float(item["similarity"])),
+                float(item.get("confidence") or 0.0),
+            )
+            for item in body.get("keywordHits") or ()
+        ]
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
         logger.error("search: malformed answer from the worker (%s)", type(exc).__name__)
         raise UpstreamError("search failed") from None
-    if not all(0 < hit.record_id < 2**63 and 0 < hit.context_id < 2**63 for hit in hits):
+    ids = [i for hit in semantic for i in hit[:2]] + list(similarities)
+    ids += [i for hit in keyword_hits for i in hit[:2]]
+    if not all(0 < i < 2**63 for i in ids):
         logger.error("search: ids out of range in the worker's answer")
         raise UpstreamError("search failed")
-    return hits
+    return _WorkerLists(semantic, similarities, keyword_hits)
+
+
+class PresetNames:
+    """Which visible presets a query names (their display name or an example shares a term
+    with the query): read and analysed at most every ``PRESET_NAMES_CACHE_SECONDS``."""
+
+    def __init__(self, engine: AsyncEngine, analyser: SearchAnalyser) -> None:
+        self._engine = engine
+        self._analyser = analyser
+        self._by_term: dict[str, frozenset[int]] = {}
+        self._read_at = -PRESET_NAMES_CACHE_SECONDS
+        self._lock = asyncio.Lock()
+
+    async def named(self, terms: list[str]) -> list[int]:
+        """Ids of the presets ``terms`` name, ascending; the last list read when a re-read
+        fails (never raises)."""
+        if time.monotonic() - self._read_at >= PRESET_NAMES_CACHE_SECONDS:
+            await self._refresh()
+        found: set[int] = set()
+        for term in terms:
+            found |= self._by_term.get(term, frozenset())
+        return sorted(found)
+
+    async def _refresh(self) -> None:
+        async with self._lock:
+            started = time.monotonic()
+            if started - self._read_at < PRESET_NAMES_CACHE_SECONDS:
+                return
+            try:
+                async with autocommit(self._engine) as conn:
+                    presets = await context_search.visible_presets(conn)
+            except CoreError as exc:
+                self._read_at = time.monotonic()
+                logger.warning("preset names not read (%s)", type(exc).__name__)
+                return
+            by_term: dict[str, set[int]] = {}
+            owners = [preset_id for preset_id, name, examples in presets for _ in (name, *examples)]
+            texts = [text for _, name, examples in presets for text in (name, *examples)]
+            for preset_id, terms in zip(
+                owners, await self._analyser.terms_of_each(texts), strict=True
+            ):
+                for term in terms.terms:
+                    by_term.setdefault(term, set()).add(preset_id)
+            self._by_term = {term: frozenset(ids) for term, ids in by_term.items()}
+            self._read_at = started
 
 
 class PersonalSearch:
@@ -82,41 +181,117 @@ class PersonalSearch:
         *,
         profile_in_use: ProfileInUse,
         cuts: Callable[[str], SearchCuts],
+        analyser: SearchAnalyser,
+        lexical_floor_share: float = LEXICAL_FLOOR_SHARE,
+        rrf_k: int = RRF_K,
     ) -> None:
         self._engine = engine
         self._endpoints = endpoints
         self._profile_in_use = profile_in_use
         self._cuts = cuts
+        self._analyser = analyser
+        self._preset_names = PresetNames(engine, analyser)
+        self._lexical_floor_share = lexical_floor_share
+        self._rrf_k = rrf_k
 
     async def search(self, *, member_id: int, query: str, limit: int) -> list[SearchHit]:
-        """Up to ``limit`` of the member's own live records, best first, after the cuts
-        (``pinlog_platform.contract.search``; the Deviation of docs/contract.md §7).
+        """Up to ``limit`` of the member's own live records, best fused score first, after the
+        cuts on semantic-only results (module docstring; docs/contract.md §7 Additions and
+        Deviation). Round trips: one statement before the worker call, one after (the preset
+        names and the profile in use are cached).
 
         Raises ``InvalidBodyError`` (422: blank or over-long query), ``UnavailableError``
         (503: worker or database unavailable), ``UpstreamError`` (502: the worker refused).
         """
         normalised = normalize_body(query, field="query")
+        terms = list((await self._analyser.terms(normalised)).terms)
+        named_ids = await self._preset_names.named(terms)
         profile = await self._profile_in_use.current()
+        async with autocommit(self._engine) as conn:
+            core_lists = await context_search.search_lists(
+                conn,
+                member_id=member_id,
+                terms=terms,
+                named_ids=named_ids,
+                floor_share=self._lexical_floor_share,
+                limit=limit,
+            )
+        found = [hit.context_id for hit in core_lists.lexical + core_lists.named]
         payload = {
             "userId": member_id,
             "query": normalised,
             "limit": limit,
             "embeddingProfile": profile,
+            "contextIds": list(dict.fromkeys(found))[:MAX_CONTEXT_IDS],
         }
-        hits = _parsed_hits(await self._ask_a_worker(payload, profile))
-        if not hits:
+        worker = _parsed(await self._ask_a_worker(payload, profile))
+        candidates = (
+            [(h.record_id, h.context_id) for h in core_lists.lexical + core_lists.named]
+            + [(r, c) for r, c, _, _ in worker.semantic]
+            + [(r, c) for r, c, _, _ in worker.keyword_hits]
+        )
+        if not candidates:
             return []
         async with autocommit(self._engine) as conn:
             allowed = await context.filter_active_owned(
-                conn, member_id=member_id, context_ids=[hit.context_id for hit in hits]
+                conn, member_id=member_id, context_ids=sorted({c for _, c in candidates})
             )
-        # Trust nothing but ids the core confirms as a pair; one row per record (§7).
-        shown, seen_records = [], set()
-        for hit in hits:
-            if (hit.context_id, hit.record_id) in allowed and hit.record_id not in seen_records:
-                seen_records.add(hit.record_id)
-                shown.append(hit)
-        return self._cuts(profile).apply(normalised, shown)
+        return self._ranked(normalised, profile, core_lists, worker, allowed, limit)
+
+    def _ranked(
+        self,
+        query: str,
+        profile: str,
+        core_lists: context_search.CoreLists,
+        worker: _WorkerLists,
+        allowed: set[tuple[int, int]],
+        limit: int,
+    ) -> list[SearchHit]:
+        """Fusion over the re-checked hits (``allowed``: (context, record) pairs)."""
+        cosine = dict(worker.similarities)
+        for _, context_id, similarity, _ in worker.semantic:
+            cosine[context_id] = similarity
+        for _, context_id, similarity, _ in worker.keyword_hits:
+            cosine.setdefault(context_id, similarity)
+        keyword_matched = {r for r, _, _, matched in worker.semantic if matched}
+        keyword_matched |= {r for r, _, _, _ in worker.keyword_hits}
+        lists: dict[str, list[int]] = {name: [] for name in LIST_ORDER}
+        contexts: dict[int, set[int]] = {}  # record -> its matching live contexts
+
+        def add(name: str, record_id: int, context_id: int) -> None:
+            # Trust nothing but ids the core confirms as a pair; a record once per list.
+            if (context_id, record_id) not in allowed:
+                return
+            contexts.setdefault(record_id, set()).add(context_id)
+            if record_id not in lists[name]:
+                lists[name].append(record_id)
+
+        for hit in core_lists.lexical:
+            add(LEXICAL, hit.record_id, hit.context_id)
+        for record_id, context_id, _, _ in worker.semantic:
+            add(SEMANTIC, record_id, context_id)
+        # The keyword list: name matches and the worker's hits, best confidence first.
+        keyword = [(h.score, h.record_id, h.context_id) for h in core_lists.named]
+        keyword += [(conf, r, c) for r, c, _, conf in worker.keyword_hits]
+        for _, record_id, context_id in sorted(keyword, key=lambda k: (-k[0], k[1], k[2])):
+            add(KEYWORD, record_id, context_id)
+        best_context = {
+            record_id: max(ids, key=lambda c: (cosine.get(c) is not None, cosine.get(c, 0), c))
+            for record_id, ids in contexts.items()
+        }
+        similarity = {r: cosine.get(c) for r, c in best_context.items()}
+        fused = apply_cuts(query, fuse(lists, k=self._rrf_k), similarity, self._cuts(profile))
+        return [
+            SearchHit(
+                f.record_id,
+                best_context[f.record_id],
+                similarity[f.record_id],
+                f.record_id in keyword_matched,
+                f.matched_by,
+                f.score,
+            )
+            for f in fused[:limit]
+        ]
 
     async def _ask_a_worker(self, payload: dict[str, object], profile: str) -> WorkerAnswer:
         """The first 200 from the instances serving ``profile``, in turn; an instance that is

@@ -17,7 +17,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from core_service.errors import CoreError
 from core_service.metrics import CoreMetrics
-from core_service.repository import status_counts
+from core_service.repository import context_search, status_counts
 from core_service.repository.db import autocommit
 from pinlog_platform.contract.states import Status
 
@@ -40,9 +40,13 @@ class StatusReport:
     retry_count: dict[str, int]
     spend: dict[str, dict[str, float | int]]
     reprocess: dict[str, object]
+    # {"indexed", "total"} live contexts (docs/operations.md); None where not read (gauges).
+    search_index: dict[str, int] | None = None
 
     @classmethod
-    def from_counts(cls, counts: status_counts.StatusCounts) -> StatusReport:
+    def from_counts(
+        cls, counts: status_counts.StatusCounts, search_index: dict[str, int] | None = None
+    ) -> StatusReport:
         return cls(
             paused=counts.paused,
             stages={
@@ -68,12 +72,15 @@ class StatusReport:
                 **counts.reprocess,
                 "failed_context_ids": list(counts.reprocess_failed_ids),
             },
+            search_index=search_index,
         )
 
     def as_json(self) -> dict[str, object]:
         """Exactly the keys of docs/operations.md "Status"; ``reprocess`` is
         ``{"pending", "processing", "failed", "failed_context_ids"}``, ``spend`` is
-        ``{"today": {...}, "month": {...}}``."""
+        ``{"today": {...}, "month": {...}}``, ``search_index`` ``{"indexed", "total"}`` (when
+        read)."""
+        search_index = {} if self.search_index is None else {"search_index": self.search_index}
         return {
             "paused": self.paused,
             "stages": self.stages,
@@ -84,6 +91,7 @@ class StatusReport:
             "retry_count": self.retry_count,
             "spend": self.spend,
             "reprocess": self.reprocess,
+            **search_index,
         }
 
     def as_text(self) -> str:
@@ -113,6 +121,15 @@ class StatusReport:
                 f"reprocess:     {reprocess['pending']} waiting, {reprocess['processing']} "
                 f"running, {reprocess['failed']} failed (showing their previous keywords)"
                 + (f": {failed_ids}" if failed_ids else ""),
+                *(
+                    [
+                        f"search index:  {self.search_index['indexed']} of "
+                        f"{self.search_index['total']} live contexts indexed (`pinlog-core "
+                        "reindex search` indexes the rest)"
+                    ]
+                    if self.search_index is not None
+                    else []
+                ),
                 "stages of live contexts:",
                 header,
                 *rows,
@@ -127,11 +144,24 @@ def _spent(spend: dict[str, float | int]) -> str:
     return f"${spend['usd']:.6f} ({spend['tokens']} tokens{unpriced})"
 
 
-async def read_status(engine: AsyncEngine, *, processing_expiry_seconds: float) -> StatusReport:
-    """The status now. Raises ``UnavailableError`` if the database is down."""
+async def read_status(
+    engine: AsyncEngine,
+    *,
+    processing_expiry_seconds: float,
+    analyser_version: str | None = None,
+) -> StatusReport:
+    """The status now; with ``analyser_version`` (the command, not the gauges) also the
+    search index's coverage under it, a second statement. Raises ``UnavailableError`` if the
+    database is down."""
     async with autocommit(engine) as conn:
         counts = await status_counts.read(conn, processing_expiry_seconds=processing_expiry_seconds)
-    return StatusReport.from_counts(counts)
+        search_index = None
+        if analyser_version is not None:
+            indexed, total = await context_search.index_coverage(
+                conn, analyser_version=analyser_version
+            )
+            search_index = {"indexed": indexed, "total": total}
+    return StatusReport.from_counts(counts, search_index)
 
 
 class StatusGauges:

@@ -11,9 +11,12 @@ pinned separately. Real HTTP, real PostgreSQL.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+from types import SimpleNamespace
 
 from core_service.service.dispatch import DispatchRequest
+from tests.core import support as facts
 from tests.core.harness import bearer, core_settings, running_core
 from tests.fault_proxy import fault_proxy
 
@@ -129,3 +132,29 @@ async def test_a_dispatch_a_worker_took_costs_one_statement(
         before = proxy.round_trips
         await dispatcher.dispatch(request, origin="commit")
         assert proxy.round_trips - before == 1
+
+
+async def test_a_search_costs_at_most_three_round_trips(migrated_database, members, worker, engine):
+    """Personal search (member quotas off; the profile in use and the presets' names cached):
+    the member check every authenticated route makes, one statement for the core's lists
+    before the worker call, one re-check after it (docs/scaling.md)."""
+    async with (
+        fault_proxy(migrated_database) as proxy,
+        _core_through(proxy, SimpleNamespace(base_url=str(worker.client.base_url))) as core,
+    ):
+        created = await core.create(1, "조용한 카페 창가 자리", place="p-search")
+        assert created.status_code == 201
+        context_id = created.json()["contextId"]
+        async with asyncio.timeout(15):  # the dispatch and its counting statement are over
+            while (await facts.state(engine, context_id)).statuses != ("COMPLETED", "COMPLETED"):  # noqa: ASYNC110
+                await asyncio.sleep(0.05)  # polls the database: no event to wait on
+        search = {"query": "카페에서", "limit": 10}
+        warm = await core.client.post("/api/v1/search", json=search, headers=bearer(1))
+        assert warm.status_code == 200
+        trips, response = await _counted(
+            proxy, core.client.post("/api/v1/search", json=search, headers=bearer(1))
+        )
+
+    assert response.status_code == 200
+    assert [r["recordId"] for r in response.json()["results"]] == [created.json()["recordId"]]
+    assert trips == 3

@@ -192,8 +192,13 @@ async def test_status_json_has_exactly_the_documented_keys_and_counts(engine, mi
     text_code, text_out, _ = await _run([*CORE, "status"], env)
 
     assert code == 0, err
-    assert_status_of_mix(json.loads(out), expected)
+    status = json.loads(out)
+    # The mix's contexts are written without search terms (as before migration 0080).
+    live = sum(expected["stages"]["embedding"].values())
+    assert status.pop("search_index") == {"indexed": 0, "total": live}
+    assert_status_of_mix(status, expected)
     assert text_code == 0 and "PAUSED" in text_out and "backlog:       3" in text_out
+    assert f"search index:  0 of {live} live contexts indexed" in text_out
     assert spend_line(expected) in text_out.splitlines()
 
 
@@ -233,3 +238,23 @@ async def test_serve_checks_the_database_first_exit_3_unreachable_4_without_sche
     assert err.splitlines() == [
         "pinlog-core: database error: the schema is missing: run `pinlog-core db upgrade`"
     ]
+
+
+async def test_reindex_search_indexes_what_is_missing_and_status_counts_it(
+    engine, migrated_database
+):
+    """``pinlog-core reindex search`` over contexts written without terms: all indexed, then
+    a second run has nothing to do; ``status --json`` counts them."""
+    expected = await build_status_mix(engine)
+    live = sum(expected["stages"]["embedding"].values())
+    env = _environment(PINLOG_CORE_DATABASE_URL=migrated_database)
+
+    code, out, err = await _run([*CORE, "reindex", "search", "--rate", "1000"], env)
+    again_code, again, _ = await _run([*CORE, "reindex", "search"], env)
+    status_code, status, _ = await _run([*CORE, "status", "--json"], env)
+
+    assert code == 0, err
+    assert out.splitlines()[-1].endswith(f"{live} of {live} live context(s) indexed")
+    assert again_code == 0 and again.startswith("indexed 0 context(s) in ")
+    assert status_code == 0
+    assert json.loads(status)["search_index"] == {"indexed": live, "total": live}

@@ -34,6 +34,19 @@ async def _fail(engine, context_id: int, embedding: tuple[str, str], keyword: tu
         )  # fmt: skip
 
 
+async def _search_terms(engine, context_id: int) -> list[tuple]:
+    async with engine.connect() as conn:
+        rows = await conn.execute(
+            text(
+                "SELECT d.analyser_version, d.term_count, t.term, t.tf "
+                "FROM core.context_search_doc AS d JOIN core.context_search_term AS t "
+                "USING (context_id) WHERE context_id = :id ORDER BY t.term"
+            ),
+            {"id": context_id},
+        )
+        return [tuple(row) for row in rows]
+
+
 async def _retry_failed(env, *args: str) -> list[str]:
     code, out, err = await run_command("core_service.cli", "retry-failed", *args, env=env)
     assert code == 0, err[-3000:]
@@ -75,6 +88,8 @@ async def test_failed_notes_are_replaced_by_new_contexts_that_complete(
         assert (await facts.context(engine, old)).deleted
         assert (await facts.state(engine, new)).retry_count == 0
         assert (await facts.context(engine, new)).body == (await facts.context(engine, old)).body
+        # The same body, the same search terms (docs/search.md).
+        assert await _search_terms(engine, new) == await _search_terms(engine, old) != []
     read = await core.client.get(f"/api/v1/records/{created[0]['recordId']}", headers=bearer(1))
     assert {c["contextId"] for c in read.json()["contexts"]} == {fine, replacement}
     edited = await core.client.put(

@@ -17,6 +17,7 @@ async def test_a_page_is_an_index_range_in_list_order(engine):
         "after_created_at": datetime(2026, 1, 1, tzinfo=UTC),
         "after_id": 5,
         "limit": 21,
+        "keyword_id": None,  # the plain list (browse by keyword adds a per-record check)
     }
     async with engine.begin() as conn:
         # Tiny test tables: make the planner show what the index can do (a range in list

@@ -14,6 +14,7 @@ from core_service.repository.db import autocommit
 from core_service.service.personal_search import PersonalSearch
 from core_service.service.process_requests import DispatchResult, ProcessRequestSender
 from core_service.service.profile_in_use import ProfileInUse
+from core_service.service.search_terms import SearchAnalyser
 from core_service.service.worker_endpoints import WorkerEndpoints
 from core_service.service.worker_readiness import WorkerReadiness
 from tests.core.harness import DISPATCH_REQUEST as REQUEST
@@ -142,7 +143,9 @@ async def test_process_requests_name_the_profile_in_use_and_move_on_after_a_409(
 
 
 async def _search(engine, endpoints, profile_in_use: ProfileInUse, cuts):
-    search = PersonalSearch(engine, endpoints, profile_in_use=profile_in_use, cuts=cuts)
+    search = PersonalSearch(
+        engine, endpoints, profile_in_use=profile_in_use, cuts=cuts, analyser=SearchAnalyser()
+    )
     return await search.search(member_id=1, query="조용한 카페", limit=5)
 
 
@@ -176,6 +179,7 @@ async def test_search_asks_only_the_workers_of_the_profile_in_use(
     assert {body["embeddingProfile"] for body in old.searched} == {PROFILE}
     assert new.searched[0] == {
         "userId": 1, "query": "조용한 카페", "limit": 5, "embeddingProfile": TARGET,
+        "contextIds": [context_id],  # the core's lexical list found it (조용)
     }  # fmt: skip
 
 

@@ -159,7 +159,8 @@ async def test_s7_results_are_best_first_with_only_record_context_and_finite_sim
 
     assert response.status_code == 200
     body = strict_json(response)
-    assert set(body) == {"results"}
+    # matchedKeywordIds: the §7 Addition "fused search" (docs/contract.md); nothing else.
+    assert set(body) == {"results", "matchedKeywordIds"}
     assert [set(result) for result in body["results"]] == [
         {"recordId", "contextId", "similarity", "keywordMatched"}
     ] * len(notes)

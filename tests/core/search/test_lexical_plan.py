@@ -1,0 +1,60 @@
+"""The lexical list's plan (docs/search.md): the core's search statement reads the term index
+for one member's rows and the given terms only, never a sequential scan of the term or
+document tables, however many notes other members have."""
+
+from __future__ import annotations
+
+from sqlalchemy import text
+
+from core_service.repository.context_search import SEARCH_LISTS
+
+# Member 2: 3,000 notes, each with the term 카페 and four of its own; member 1: three notes.
+SEED = [
+    "INSERT INTO core.place (external_place_id, name) VALUES ('plan-a', 'a'), ('plan-b', 'b')",
+    """INSERT INTO core.record (member_id, place_id, place_name)
+       SELECT m, p.id, 'x' FROM (VALUES (1, 'plan-a'), (2, 'plan-b')) AS v(m, ext)
+       JOIN core.place AS p ON p.external_place_id = v.ext""",
+    """INSERT INTO core.context (record_id, member_id, body, origin_created_at)
+       SELECT r.id, r.member_id, 'note ' || g, now()
+       FROM core.record AS r
+       CROSS JOIN LATERAL generate_series(1, CASE r.member_id WHEN 1 THEN 3 ELSE 3000 END) AS g
+       WHERE r.member_id IN (1, 2)""",
+    """INSERT INTO core.context_search_doc (context_id, member_id, analyser_version, term_count)
+       SELECT id, member_id, 'v', 5 FROM core.context""",
+    """INSERT INTO core.context_search_term (member_id, term, context_id, tf)
+       SELECT member_id, t, id, 1 FROM core.context
+       CROSS JOIN LATERAL unnest(ARRAY['카페', 'a' || id, 'b' || id, 'c' || id, 'd' || id]) AS t""",
+    "ANALYZE core.context, core.record, core.context_search_doc, core.context_search_term",
+]
+
+
+def _nodes(plan: dict):
+    yield plan
+    for child in plan.get("Plans", ()):
+        yield from _nodes(child)
+
+
+async def test_the_lexical_list_reads_one_members_rows_by_index(engine, members):
+    async with engine.begin() as conn:
+        for statement in SEED:
+            await conn.execute(text(statement))
+        params = {"member_id": 1, "terms": ["카페"], "named_ids": [], "k1": 1.2, "b": 0.75,
+                  "floor_share": 0.95, "limit": 20}  # fmt: skip
+        explained = await conn.execute(
+            text("EXPLAIN (ANALYZE, FORMAT JSON) " + SEARCH_LISTS.text), params
+        )
+        plan = explained.scalar_one()[0]["Plan"]
+        found = (await conn.execute(SEARCH_LISTS, params)).all()
+
+    nodes = list(_nodes(plan))
+    by_relation = {}
+    for node in nodes:
+        if node.get("Relation Name") in ("context_search_term", "context_search_doc"):
+            by_relation.setdefault(node["Relation Name"], []).append(node)
+    assert set(by_relation) == {"context_search_term", "context_search_doc"}
+    for relation, scans in by_relation.items():
+        assert all("Index" in scan["Node Type"] for scan in scans), (relation, scans)
+    # Only member 1's rows come out of each scan (3 notes, one term row each of 카페).
+    for scans in by_relation.values():
+        assert all(scan["Actual Rows"] * scan["Actual Loops"] <= 3 for scan in scans), scans
+    assert len(found) == 1  # one record of member 1
