@@ -21,6 +21,9 @@ from pinlog_platform.contract.search.terms import Terms
 
 # A context's terms from a CTE `new_context` (id) holding at most one row; parameters
 # :member_id, :analyser_version, :term_count, :terms (varchar[]), :term_counts (int[]).
+# Words the statements quote that are not statuses: the lists' names and preset visibilities.
+NON_STATUS_LITERALS = frozenset({"lexical", "keyword", "PUBLIC", "PRIVATE_ONLY"})
+
 NEW_SEARCH_TERMS = """
     new_search_doc AS (
         INSERT INTO core.context_search_doc (context_id, member_id, analyser_version, term_count)

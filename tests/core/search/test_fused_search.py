@@ -114,6 +114,7 @@ async def test_a_note_without_a_vector_is_found_lexically_with_similarity_null(c
             external_place_id="rainy",
             place_name="카페",
             body=body,
+            daily_notes=0,
             terms=terms,
             analyser_version=ANALYSER_VERSION,
         )
