@@ -58,6 +58,28 @@ class _Totals:
         self.cached += other.cached
 
 
+def cost_usd(
+    price: ModelPrice,
+    provider: str,
+    *,
+    prompt: int = 0,
+    completion: int = 0,
+    embedding: int = 0,
+    cached: int = 0,
+) -> Decimal:
+    """USD of these tokens at ``price`` (USD per million tokens). ``cached`` is a part of
+    ``prompt`` (``provider`` ``judge``) or of ``embedding`` (``embedding``), billed at the
+    cached price instead of that kind's."""
+    full = price.prompt if provider == "judge" else price.embedding
+    micro = (
+        Decimal(prompt) * Decimal(str(price.prompt))
+        + Decimal(completion) * Decimal(str(price.completion))
+        + Decimal(embedding) * Decimal(str(price.embedding))
+        - Decimal(cached) * (Decimal(str(full)) - Decimal(str(price.cached_prompt_price)))
+    )
+    return max(micro, Decimal(0)) / _MILLION
+
+
 class UsageLedger:
     """Collects ``CallUsage`` per (provider, model, stage); ``start`` begins the periodic
     writes, ``flush`` writes now, ``aclose`` stops and writes the rest."""
@@ -172,17 +194,10 @@ class UsageLedger:
         price = self._prices.get(model)
         cost = None
         if price is not None:
-            # The cached tokens are a part of the prompt (judge) or the input (embedding):
-            # billed at the cached price instead of that kind's.
-            full = price.prompt if provider == "judge" else price.embedding
-            micro = (
-                Decimal(totals.prompt) * Decimal(str(price.prompt))
-                + Decimal(totals.completion) * Decimal(str(price.completion))
-                + Decimal(totals.embedding) * Decimal(str(price.embedding))
-                - Decimal(totals.cached)
-                * (Decimal(str(full)) - Decimal(str(price.cached_prompt_price)))
-            )
-            cost = max(micro, Decimal(0)) / _MILLION
+            cost = cost_usd(
+                price, provider, prompt=totals.prompt, completion=totals.completion,
+                embedding=totals.embedding, cached=totals.cached,
+            )  # fmt: skip
         return UsageDelta(
             provider, model, stage, totals.calls, totals.prompt, totals.completion,
             totals.embedding, totals.estimated, cost, totals.cached,
