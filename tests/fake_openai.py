@@ -30,6 +30,8 @@ OpenAI's automatic prompt caching does: 0 unless the rendered prompt shares a pr
 1,024 tokens with an earlier chat request of the same model, then that prefix rounded down to
 1,024 + a multiple of 128 tokens. The cache keeps every request since ``reset`` (no eviction;
 ``set_prompt_cache(False)`` turns it off).
+The Batch API (files, batches, their status transitions, output and error files, expiry and
+cancel) is ``tests/fake_openai_batches.py``, reached as ``fake.batches``.
 Every control is guarded by one lock: the server thread and the pytest thread both touch them.
 """
 
@@ -57,6 +59,7 @@ from starlette.routing import Route
 
 from app.errors import PermanentError
 from app.providers.hashing import hash_embed
+from tests.fake_openai_batches import FakeBatches
 
 BLOCK_TIMEOUT_SECONDS = 30.0
 DEFAULT_DIMENSION = 1536
@@ -167,10 +170,12 @@ class FakeOpenAI:
     def __init__(self, *, dimension: int = DEFAULT_DIMENSION) -> None:
         self._lock = threading.Lock()
         self._default_dimension = dimension
+        self.batches = FakeBatches(self._batch_answer)
         self._app = Starlette(
             routes=[
                 Route("/v1/embeddings", self._embeddings, methods=["POST"]),
                 Route("/v1/chat/completions", self._chat, methods=["POST"]),
+                *self.batches.routes(),
             ]
         )
         self._server: uvicorn.Server | None = None
@@ -214,7 +219,9 @@ class FakeOpenAI:
         self._server = self._thread = None
 
     def reset(self) -> None:
-        """Forget calls, requests and scripts; restore the default dimensions and selection."""
+        """Forget calls, requests, scripts, files and batches; restore the default dimensions
+        and selection."""
+        self.batches.reset()
         with self._lock:
             self._calls = {"embeddings": 0, "judge": 0}
             self._requests: dict[str, list[Any]] = {"embeddings": [], "judge": []}
@@ -379,6 +386,29 @@ class FakeOpenAI:
             return self._with_usage("judge", body, _chat_usage(rendered, body, cached))
 
         return await self._answer(scripted, answer)
+
+    def _batch_answer(self, endpoint: str, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        """A batch line's answer: the default answer of ``endpoint``, ``usage`` (and the prompt
+        cache) included; scripts and faults are the synchronous endpoints' only."""
+        with self._lock:
+            selection, reasoning = self._selection, self._reasoning
+            model = body.get("model")
+            dimension = self._dimension
+            if isinstance(model, str):
+                dimension = self._model_dimensions.get(model, dimension)
+        try:
+            if endpoint == "/v1/embeddings":
+                answer = _default_embeddings(body, dimension)
+                return 200, {**answer, "usage": _embedding_usage(body)}
+            answer = _default_judgment(body, selection, reasoning)
+            rendered = rendered_prompt(body)
+            with self._lock:
+                cached = self._prompt_cache.lookup(model, rendered) if self._caching else 0
+            return 200, {**answer, "usage": _chat_usage(rendered, answer, cached)}
+        except PermanentError:
+            return 400, error_body("input has no content", param="input")
+        except (KeyError, TypeError, IndexError):
+            return 400, error_body("malformed request body")
 
     async def _arrive(self, endpoint: str, request: Request) -> tuple[Any, Scripted | None]:
         payload = json.loads(await request.body())
