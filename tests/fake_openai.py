@@ -511,16 +511,15 @@ class PromptCache:
         self._prefixes: set[tuple[Any, int, bytes]] = set()
 
     def lookup(self, model: Any, rendered: str) -> int:
-        data = rendered.encode("utf-8", "surrogatepass")
         tokens = len(rendered) // CHARS_PER_TOKEN
         cached = 0
         matching = True  # a longer prefix is cached only if every shorter one is
         digest = hashlib.sha256()
-        done = 0
+        done = 0  # characters hashed so far
         length = CACHE_MIN_TOKENS
         while length <= tokens:
-            end = len(rendered[: length * CHARS_PER_TOKEN].encode("utf-8", "surrogatepass"))
-            digest.update(data[done:end])
+            end = length * CHARS_PER_TOKEN
+            digest.update(rendered[done:end].encode("utf-8", "surrogatepass"))
             done = end
             key = (model if isinstance(model, str) else None, length, digest.digest())
             if matching and key in self._prefixes:

@@ -5,8 +5,8 @@ Prices are USD per million tokens, by model and kind (``prompt``, ``completion``
 ``embedding`` for embeddings; ``cached_prompt`` for the prompt or embedding input tokens the
 provider read from its prompt cache, ``usage.prompt_tokens_details.cached_tokens``: a part of
 the prompt billed at this price instead of ``prompt``/``embedding``; when a model's object
-leaves it out it is the model's ``prompt`` price, so an unknown cache discount never
-under-states a cost). ``PINLOG_PROVIDER_PRICES`` (JSON) adds models to, or replaces
+leaves it out it is the model's ``prompt`` (or ``embedding``) price, so an unknown cache
+discount never under-states a cost). ``PINLOG_PROVIDER_PRICES`` (JSON) adds models to, or replaces
 models of, ``DEFAULT_PRICES``; a model in neither is counted in tokens only (its cost stays
 NULL in the ledger).
 """
@@ -24,7 +24,7 @@ from pydantic_settings import NoDecode
 # through 2025; check https://openai.com/api/pricing before relying on a bill estimate.
 # Cached input (prompt caching, announced 2024-10-01): 50 % of the input price for gpt-4o-mini
 # (0.075) and gpt-4o (1.25); the embedding models have no cached-input price (their input
-# price). The Batch API: 50 % of the synchronous prices (BATCH_DISCOUNT).
+# price). The Batch API (announced 2024-04-15): 50 % of the synchronous prices (BATCH_DISCOUNT).
 PRICES_DATE = "2024-08-06"
 CACHED_PRICES_DATE = "2024-10-01"
 BATCH_DISCOUNT = 0.5
