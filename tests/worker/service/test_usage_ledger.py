@@ -19,6 +19,7 @@ from sqlalchemy.exc import DBAPIError
 from app.repository.usage_ledger import UsageDelta, add_usage
 from tests.fake_openai import Scripted, embedding_body
 from tests.worker.harness import PROFILE, SECRET
+from tests.worker.open_transactions import finished_behind_lock
 from tests.worker.support import fetch_state, make_state
 
 NOTES = (
@@ -221,3 +222,29 @@ async def test_no_cached_tokens_without_a_repeated_prefix_of_1024_tokens(
         u["prompt_tokens_details"]["cached_tokens"] for u in fake_openai.usage_sent["judge"]
     ] == [0, 0]
     assert (await _ledger(engine))["judge", "keyword"]["cached_prompt_tokens"] == 0
+
+
+async def test_two_processes_adding_cached_tokens_to_one_new_row_sum_up(engine) -> None:
+    """Two writers' first row of the day at once: the second waits on the first's uncommitted
+    insert, then adds to it (ON CONFLICT), cached tokens included; nothing is lost."""
+    first = UsageDelta(
+        "judge", "gpt-4o-mini", "keyword", 1, 2000, 10, 0, 0, Decimal("0.0002"), 1152
+    )
+    second = UsageDelta(
+        "judge", "gpt-4o-mini", "keyword", 1, 3000, 20, 0, 0, Decimal("0.0003"), 2048
+    )
+
+    async def add_in_own_transaction(delta: UsageDelta) -> None:
+        async with engine.begin() as conn:
+            await conn.execute(text("SET LOCAL ROLE pinlog_ai_worker"))
+            await add_usage(conn, [delta])
+
+    async with engine.connect() as holder:
+        transaction = await holder.begin()
+        await holder.execute(text("SET LOCAL ROLE pinlog_ai_worker"))
+        await add_usage(holder, [first])
+        await finished_behind_lock(engine, add_in_own_transaction(second), transaction.commit)
+
+    row = (await _ledger(engine))["judge", "keyword"]
+    assert (row["calls"], row["prompt_tokens"], row["cached_prompt_tokens"]) == (2, 5000, 3200)
+    assert row["cost_usd"] == Decimal("0.0005")
