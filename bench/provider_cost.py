@@ -51,7 +51,7 @@ from app.providers import openai_wire
 from app.providers.base import JudgeCandidate
 from app.providers.hashing import hash_embed
 from app.providers.openai_compatible import JUDGE_SYSTEM_PROMPT, OpenAIEmbedder, OpenAIJudge
-from app.providers.usage import CollectingSink
+from app.providers.usage import CollectingSink, chat_usage
 from app.service.usage_ledger import cost_usd
 from app.settings.costs import DEFAULT_PRICES
 from tests.fake_openai import FakeOpenAI
@@ -159,8 +159,6 @@ async def _long_layout(
 ) -> Totals:
     """The ``long`` layouts, sent by hand (the judge does not build them) and counted from
     the answers' ``usage`` like the judge's."""
-    from app.providers.usage import chat_usage
-
     system = LONG_SYSTEM_PROMPT + _preset_list(presets)
     all_ids = [p.id for p in presets]
     totals = Totals()
