@@ -236,7 +236,8 @@ class WorkerMetrics:
             "pinlog_provider_tokens_total",
             "Tokens of answered provider calls (from the answer's usage, or estimated as UTF-8 "
             "bytes / 3 when it has none), by provider kind, model, calling stage and kind "
-            "(prompt, completion, embedding)",
+            "(prompt, completion, embedding; cached_prompt: the part of prompt or embedding read "
+            "from the provider's prompt cache)",
             ["provider", "model", "stage", "kind"],
             registry=self.registry,
         )

@@ -22,6 +22,16 @@ judgment speak like a reasoning model (a ``<think>`` block before the verdict, a
 Default answers carry a ``usage`` of about four characters per token (``set_usage(False)``
 omits it, as some OpenAI-compatible servers do); ``usage_sent`` lists the usage of each default
 answer sent, per endpoint, for the ledger's tests.
+
+Chat answers count the prompt as OpenAI renders it for its prompt cache: the structured output
+schema first (OpenAI: "the structured output schema serves as a prefix to the system
+message"), then each message; and report ``usage.prompt_tokens_details.cached_tokens`` as
+OpenAI's automatic prompt caching does: 0 unless the rendered prompt shares a prefix of at least
+1,024 tokens with an earlier chat request of the same model, then that prefix rounded down to
+1,024 + a multiple of 128 tokens. The cache keeps every request since ``reset`` (no eviction;
+``set_prompt_cache(False)`` turns it off).
+The Batch API (files, batches, their status transitions, output and error files, expiry and
+cancel) is ``tests/fake_openai_batches.py``, reached as ``fake.batches``.
 Every control is guarded by one lock: the server thread and the pytest thread both touch them.
 """
 
@@ -29,6 +39,8 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
+import hashlib
 import json
 import socket
 import threading
@@ -47,6 +59,7 @@ from starlette.routing import Route
 
 from app.errors import PermanentError
 from app.providers.hashing import hash_embed
+from tests.fake_openai_batches import FakeBatches
 
 BLOCK_TIMEOUT_SECONDS = 30.0
 DEFAULT_DIMENSION = 1536
@@ -157,10 +170,12 @@ class FakeOpenAI:
     def __init__(self, *, dimension: int = DEFAULT_DIMENSION) -> None:
         self._lock = threading.Lock()
         self._default_dimension = dimension
+        self.batches = FakeBatches(self._batch_answer)
         self._app = Starlette(
             routes=[
                 Route("/v1/embeddings", self._embeddings, methods=["POST"]),
                 Route("/v1/chat/completions", self._chat, methods=["POST"]),
+                *self.batches.routes(),
             ]
         )
         self._server: uvicorn.Server | None = None
@@ -204,7 +219,9 @@ class FakeOpenAI:
         self._server = self._thread = None
 
     def reset(self) -> None:
-        """Forget calls, requests and scripts; restore the default dimensions and selection."""
+        """Forget calls, requests, scripts, files and batches; restore the default dimensions
+        and selection."""
+        self.batches.reset()
         with self._lock:
             self._calls = {"embeddings": 0, "judge": 0}
             self._requests: dict[str, list[Any]] = {"embeddings": [], "judge": []}
@@ -217,7 +234,9 @@ class FakeOpenAI:
             self._input_faults: list[tuple[str, Scripted]] = []
             self._reasoning: dict[str, Any] | None = None
             self._usage = True
-            self._usage_sent: dict[str, list[dict[str, int]]] = {"embeddings": [], "judge": []}
+            self._usage_sent: dict[str, list[dict[str, Any]]] = {"embeddings": [], "judge": []}
+            self._prompt_cache = PromptCache()
+            self._caching = True
 
     def script_embeddings(self, *responses: Scripted) -> None:
         with self._lock:
@@ -264,13 +283,20 @@ class FakeOpenAI:
         with self._lock:
             self._usage = present
 
+    def set_prompt_cache(self, enabled: bool) -> None:
+        """Report cached prompt tokens (``True``, the default) or never (and forget the
+        cache)."""
+        with self._lock:
+            self._caching = enabled
+            self._prompt_cache = PromptCache()
+
     @property
-    def usage_sent(self) -> dict[str, list[dict[str, int]]]:
+    def usage_sent(self) -> dict[str, list[dict[str, Any]]]:
         """The ``usage`` of each default answer sent, by endpoint (``embeddings``, ``judge``)."""
         with self._lock:
             return {endpoint: list(sent) for endpoint, sent in self._usage_sent.items()}
 
-    def _with_usage(self, endpoint: str, body: dict, usage: dict[str, int]) -> dict:
+    def _with_usage(self, endpoint: str, body: dict, usage: dict[str, Any]) -> dict:
         with self._lock:
             present = self._usage
             if present:
@@ -352,9 +378,37 @@ class FakeOpenAI:
 
         def answer() -> dict:
             body = _default_judgment(payload, selection, reasoning)
-            return self._with_usage("judge", body, _chat_usage(payload, body))
+            rendered = rendered_prompt(payload)
+            with self._lock:
+                cached = self._prompt_cache.lookup(payload.get("model"), rendered)
+                if not self._caching:
+                    cached = 0
+            return self._with_usage("judge", body, _chat_usage(rendered, body, cached))
 
         return await self._answer(scripted, answer)
+
+    def _batch_answer(self, endpoint: str, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        """A batch line's answer: the default answer of ``endpoint``, ``usage`` (and the prompt
+        cache) included; scripts and faults are the synchronous endpoints' only."""
+        with self._lock:
+            selection, reasoning = self._selection, self._reasoning
+            model = body.get("model")
+            dimension = self._dimension
+            if isinstance(model, str):
+                dimension = self._model_dimensions.get(model, dimension)
+        try:
+            if endpoint == "/v1/embeddings":
+                answer = _default_embeddings(body, dimension)
+                return 200, {**answer, "usage": _embedding_usage(body)}
+            answer = _default_judgment(body, selection, reasoning)
+            rendered = rendered_prompt(body)
+            with self._lock:
+                cached = self._prompt_cache.lookup(model, rendered) if self._caching else 0
+            return 200, {**answer, "usage": _chat_usage(rendered, answer, cached)}
+        except PermanentError:
+            return 400, error_body("input has no content", param="input")
+        except (KeyError, TypeError, IndexError):
+            return 400, error_body("malformed request body")
 
     async def _arrive(self, endpoint: str, request: Request) -> tuple[Any, Scripted | None]:
         payload = json.loads(await request.body())
@@ -429,8 +483,52 @@ def _default_judgment(
     return judge_body(selected, model=payload.get("model", "fake-chat"), **(reasoning or {}))
 
 
+CHARS_PER_TOKEN = 4
+CACHE_MIN_TOKENS = 1024  # OpenAI: caching applies to prompts of 1,024 tokens or more
+CACHE_STEP_TOKENS = 128  # OpenAI: cache hits grow in increments of 128 tokens
+
+
 def _tokens(text: str) -> int:
-    return max(1, len(text) // 4)
+    return max(1, len(text) // CHARS_PER_TOKEN)
+
+
+def rendered_prompt(payload: Mapping[str, Any]) -> str:
+    """A chat request's prompt in OpenAI's cache order: the ``response_format`` schema, then
+    each message's role and content."""
+    parts = []
+    with contextlib.suppress(KeyError, TypeError):
+        parts.append(json.dumps(payload["response_format"]["json_schema"]["schema"]))
+    for message in payload.get("messages", []):
+        parts.append(f"{message.get('role', '')}: {message.get('content', '')}")
+    return "\n".join(parts)
+
+
+class PromptCache:
+    """The prefixes of earlier prompts at every cacheable length (1,024 tokens, then steps of
+    128), per model, as digests; ``lookup`` returns the cached tokens of a prompt and adds it."""
+
+    def __init__(self) -> None:
+        self._prefixes: set[tuple[Any, int, bytes]] = set()
+
+    def lookup(self, model: Any, rendered: str) -> int:
+        tokens = len(rendered) // CHARS_PER_TOKEN
+        cached = 0
+        matching = True  # a longer prefix is cached only if every shorter one is
+        digest = hashlib.sha256()
+        done = 0  # characters hashed so far
+        length = CACHE_MIN_TOKENS
+        while length <= tokens:
+            end = length * CHARS_PER_TOKEN
+            digest.update(rendered[done:end].encode("utf-8", "surrogatepass"))
+            done = end
+            key = (model if isinstance(model, str) else None, length, digest.digest())
+            if matching and key in self._prefixes:
+                cached = length
+            else:
+                matching = False
+                self._prefixes.add(key)
+            length += CACHE_STEP_TOKENS
+        return cached
 
 
 def _embedding_usage(payload: Mapping[str, Any]) -> dict[str, int]:
@@ -440,13 +538,14 @@ def _embedding_usage(payload: Mapping[str, Any]) -> dict[str, int]:
     return {"prompt_tokens": tokens, "total_tokens": tokens}
 
 
-def _chat_usage(payload: Mapping[str, Any], body: Mapping[str, Any]) -> dict[str, int]:
-    prompt = sum(_tokens(str(m.get("content", ""))) for m in payload.get("messages", []))
+def _chat_usage(rendered: str, body: Mapping[str, Any], cached: int) -> dict[str, Any]:
+    prompt = _tokens(rendered)
     completion = _tokens(body["choices"][0]["message"]["content"] or "")
     return {
         "prompt_tokens": prompt,
         "completion_tokens": completion,
         "total_tokens": prompt + completion,
+        "prompt_tokens_details": {"cached_tokens": cached},
     }
 
 

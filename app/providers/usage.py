@@ -1,12 +1,13 @@
 """What one provider call cost in tokens, and who is told about it.
 
 ``usage`` is read from every OpenAI-compatible answer (embeddings: ``prompt_tokens``; chat:
-``prompt_tokens`` and ``completion_tokens``). Some OpenAI-compatible servers omit it: the
-figure is then estimated as UTF-8 bytes ÷ 3 (rounded up) of what was sent and what came back,
-and marked ``estimated``. A ``UsageSink`` receives one ``CallUsage`` per provider call (a re-ask
-is one more call); the caller's stage is read from ``current_stage`` (a context variable set by
-``StageTagged``), so one provider serves the stages, search and the probes and each call is
-counted where it belongs.
+``prompt_tokens`` and ``completion_tokens``; both: ``prompt_tokens_details.cached_tokens``, the
+part of the prompt the provider served from its prompt cache, 0 when absent). Some
+OpenAI-compatible servers omit ``usage``: the figure is then estimated as UTF-8 bytes ÷ 3
+(rounded up) of what was sent and what came back, and marked ``estimated``. A ``UsageSink``
+receives one ``CallUsage`` per provider call (a re-ask is one more call); the caller's stage is
+read from ``current_stage`` (a context variable set by ``StageTagged``), so one provider serves
+the stages, search and the probes and each call is counted where it belongs.
 """
 
 from __future__ import annotations
@@ -30,7 +31,10 @@ current_stage: contextvars.ContextVar[str] = contextvars.ContextVar(
 class CallUsage:
     """One call's tokens. ``provider``: ``embedding`` or ``judge``; ``model``: the model asked
     for (the ledger's and the metric's label); ``answered_model``: the ``model`` field of the
-    answer (``None`` when absent); ``estimated``: no ``usage`` in the answer."""
+    answer (``None`` when absent); ``estimated``: no ``usage`` in the answer;
+    ``cached_prompt_tokens``: the part of ``prompt_tokens`` (chat) or ``embedding_tokens``
+    (embeddings) read from the provider's prompt cache (``prompt_tokens_details.cached_tokens``),
+    a part of those, never added to ``total`` again."""
 
     provider: str
     model: str
@@ -39,6 +43,7 @@ class CallUsage:
     completion_tokens: int = 0
     embedding_tokens: int = 0
     estimated: bool = False
+    cached_prompt_tokens: int = 0
 
     @property
     def total(self) -> int:
@@ -66,6 +71,14 @@ def _answered_model(body: Any) -> str | None:
     return model if isinstance(model, str) and model else None
 
 
+def _cached(usage: Any, prompt: int) -> int:
+    """``prompt_tokens_details.cached_tokens``, at most ``prompt`` (a figure beyond the prompt
+    it is a part of is not believed past it); 0 when absent or malformed."""
+    details = usage.get("prompt_tokens_details") if isinstance(usage, dict) else None
+    cached = _count(details.get("cached_tokens")) if isinstance(details, dict) else None
+    return min(cached, prompt) if cached is not None else 0
+
+
 def embedding_usage(model: str, body: Any, texts: Sequence[str]) -> CallUsage:
     usage = body.get("usage") if isinstance(body, dict) else None
     tokens = None
@@ -78,7 +91,10 @@ def embedding_usage(model: str, body: Any, texts: Sequence[str]) -> CallUsage:
             "embedding", model, _answered_model(body),
             embedding_tokens=estimate_tokens(*texts), estimated=True,
         )  # fmt: skip
-    return CallUsage("embedding", model, _answered_model(body), embedding_tokens=tokens)
+    return CallUsage(
+        "embedding", model, _answered_model(body),
+        embedding_tokens=tokens, cached_prompt_tokens=_cached(usage, tokens),
+    )  # fmt: skip
 
 
 def chat_usage(model: str, body: Any, sent: Sequence[str]) -> CallUsage:
@@ -94,6 +110,7 @@ def chat_usage(model: str, body: Any, sent: Sequence[str]) -> CallUsage:
             _answered_model(body),
             prompt_tokens=prompt,
             completion_tokens=completion,
+            cached_prompt_tokens=_cached(usage, prompt),
         )
     return CallUsage(
         "judge", model, _answered_model(body),

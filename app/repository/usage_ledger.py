@@ -17,7 +17,8 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 @dataclass(frozen=True, slots=True)
 class UsageDelta:
     """What one process adds to one ledger row; ``cost_usd`` ``None``: the model has no
-    price."""
+    price; ``cached_prompt_tokens``: the part of the prompt (or embedding) tokens the provider
+    read from its prompt cache."""
 
     provider: str
     model: str
@@ -28,22 +29,25 @@ class UsageDelta:
     embedding_tokens: int
     estimated_tokens: int
     cost_usd: Decimal | None
+    cached_prompt_tokens: int = 0
 
 
 _ADD_USAGE = text(
     """
     INSERT INTO ai.provider_usage_daily AS t (
         day, provider, model, stage, calls, prompt_tokens, completion_tokens, embedding_tokens,
-        estimated_tokens, cost_usd, updated_at)
+        estimated_tokens, cost_usd, cached_prompt_tokens, updated_at)
     VALUES (
         (now() AT TIME ZONE 'UTC')::date, :provider, :model, :stage, :calls, :prompt_tokens,
-        :completion_tokens, :embedding_tokens, :estimated_tokens, :cost_usd, now())
+        :completion_tokens, :embedding_tokens, :estimated_tokens, :cost_usd,
+        :cached_prompt_tokens, now())
     ON CONFLICT (day, provider, model, stage) DO UPDATE SET
         calls = t.calls + excluded.calls,
         prompt_tokens = t.prompt_tokens + excluded.prompt_tokens,
         completion_tokens = t.completion_tokens + excluded.completion_tokens,
         embedding_tokens = t.embedding_tokens + excluded.embedding_tokens,
         estimated_tokens = t.estimated_tokens + excluded.estimated_tokens,
+        cached_prompt_tokens = t.cached_prompt_tokens + excluded.cached_prompt_tokens,
         cost_usd = CASE WHEN excluded.cost_usd IS NULL THEN t.cost_usd
                         ELSE coalesce(t.cost_usd, 0) + excluded.cost_usd END,
         updated_at = now()
@@ -75,6 +79,7 @@ async def add_usage(conn: AsyncConnection, deltas: Sequence[UsageDelta]) -> None
                     "embedding_tokens": d.embedding_tokens,
                     "estimated_tokens": d.estimated_tokens,
                     "cost_usd": d.cost_usd,
+                    "cached_prompt_tokens": d.cached_prompt_tokens,
                 }
                 for d in deltas
             ],

@@ -10,6 +10,11 @@ write that fails keeps its totals for the next one (one WARNING line). A process
 SIGKILL loses at most the totals of its last interval: the ledger is an accounting aid, not a
 bill.
 
+Cached prompt tokens (``usage.prompt_tokens_details.cached_tokens``) are a part of the prompt
+(chat) or input (embeddings) tokens: counted in the metric as ``kind="cached_prompt"`` beside
+the full ``prompt``/``embedding`` count, kept in ``cached_prompt_tokens``, and priced at the
+model's ``cached_prompt`` price instead of its ``prompt``/``embedding`` price.
+
 The day of a row is the database's UTC day at the write: calls of the last seconds before
 midnight can land on the next day.
 """
@@ -42,6 +47,7 @@ class _Totals:
     completion: int = 0
     embedding: int = 0
     estimated: int = 0
+    cached: int = 0
 
     def add(self, other: _Totals) -> None:
         self.calls += other.calls
@@ -49,6 +55,29 @@ class _Totals:
         self.completion += other.completion
         self.embedding += other.embedding
         self.estimated += other.estimated
+        self.cached += other.cached
+
+
+def cost_usd(
+    price: ModelPrice,
+    provider: str,
+    *,
+    prompt: int = 0,
+    completion: int = 0,
+    embedding: int = 0,
+    cached: int = 0,
+) -> Decimal:
+    """USD of these tokens at ``price`` (USD per million tokens). ``cached`` is a part of
+    ``prompt`` (``provider`` ``judge``) or of ``embedding`` (``embedding``), billed at the
+    cached price instead of that kind's."""
+    full = price.prompt if provider == "judge" else price.embedding
+    micro = (
+        Decimal(prompt) * Decimal(str(price.prompt))
+        + Decimal(completion) * Decimal(str(price.completion))
+        + Decimal(embedding) * Decimal(str(price.embedding))
+        - Decimal(cached) * (Decimal(str(full)) - Decimal(str(price.cached_prompt_price)))
+    )
+    return max(micro, Decimal(0)) / _MILLION
 
 
 class UsageLedger:
@@ -105,6 +134,7 @@ class UsageLedger:
         totals.prompt += usage.prompt_tokens
         totals.completion += usage.completion_tokens
         totals.embedding += usage.embedding_tokens
+        totals.cached += usage.cached_prompt_tokens
         if usage.estimated:
             totals.estimated += usage.total
         if self._watch_totals:
@@ -113,6 +143,7 @@ class UsageLedger:
             ("prompt", usage.prompt_tokens),
             ("completion", usage.completion_tokens),
             ("embedding", usage.embedding_tokens),
+            ("cached_prompt", usage.cached_prompt_tokens),
         ):
             if count:
                 self._tokens.labels(usage.provider, usage.model, stage, kind).inc(count)
@@ -163,15 +194,13 @@ class UsageLedger:
         price = self._prices.get(model)
         cost = None
         if price is not None:
-            micro = (
-                Decimal(totals.prompt) * Decimal(str(price.prompt))
-                + Decimal(totals.completion) * Decimal(str(price.completion))
-                + Decimal(totals.embedding) * Decimal(str(price.embedding))
-            )
-            cost = micro / _MILLION
+            cost = cost_usd(
+                price, provider, prompt=totals.prompt, completion=totals.completion,
+                embedding=totals.embedding, cached=totals.cached,
+            )  # fmt: skip
         return UsageDelta(
             provider, model, stage, totals.calls, totals.prompt, totals.completion,
-            totals.embedding, totals.estimated, cost,
+            totals.embedding, totals.estimated, cost, totals.cached,
         )  # fmt: skip
 
     async def aclose(self) -> None:

@@ -22,7 +22,11 @@ this month, UTC days on the database clock, the day rule of ``app/repository/usa
 the calls, the tokens (prompt + completion + embedding), the estimated cost in USD (the sum of
 ``cost_usd`` over the rows that have one) and the tokens of rows without a cost (models with no
 price): a cost with unpriced tokens beside it is a lower bound. This month's rows are one range
-of the primary key, whose first column is ``day``.
+of the primary key, whose first column is ``day``. Beside each period's spend it counts the
+live contexts whose keyword stage (the last) is ``COMPLETED`` with its last change in the
+period (``updated_at`` from the period's first UTC midnight): the divisor of the cost per 1,000
+contexts. A context deleted since is not counted, and one reprocessed since counts in the
+period of its last completion.
 """
 
 from __future__ import annotations
@@ -72,6 +76,14 @@ _TODAY = "(now() AT TIME ZONE 'UTC')::date"
 _MONTH_START = "date_trunc('month', now() AT TIME ZONE 'UTC')::date"
 # Which of this month's ledger rows (``spent``, in STATUS_COUNTS) each spend period sums.
 SPEND_PERIODS = {"today": "spent.today", "month": "true"}
+# The first instant of each spend period (a UTC midnight), for the contexts completed in it.
+_PERIOD_STARTS = {"today": _TODAY, "month": _MONTH_START}
+_KEYWORD_STATUS = Stage.KEYWORD.status_column
+_COMPLETED_IN_PERIOD = ",\n".join(
+    f"count(*) FILTER (WHERE {_KEYWORD_STATUS} = 'COMPLETED' "
+    f"AND updated_at >= ({start})::timestamp AT TIME ZONE 'UTC') AS completed_{period}"
+    for period, start in _PERIOD_STARTS.items()
+)
 _SPEND = ",\n".join(
     f"""'{period}', jsonb_build_object(
             'calls', coalesce(sum(calls) FILTER (WHERE {rows}), 0),
@@ -133,6 +145,7 @@ STATUS_COUNTS = text(
                  [1:{FAILED_REPROCESS_EXAMPLES}], CAST(ARRAY[] AS bigint[]))
             AS reprocess_failed_ids,
         {_RETRY_COUNTS},
+        {_COMPLETED_IN_PERIOD},
         (SELECT coalesce(jsonb_object_agg(reason, n), jsonb_build_object())
          FROM (SELECT reason, count(*) AS n FROM failed GROUP BY reason) AS f) AS failed_24h,
         (SELECT jsonb_build_object({_SPEND})
@@ -147,12 +160,14 @@ STATUS_COUNTS = text(
 @dataclass(frozen=True, slots=True)
 class Spend:
     """The ledger's figures of one period: provider calls, tokens, the estimated cost in USD
-    of the priced rows, and the tokens of rows without a price (not in ``usd``)."""
+    of the priced rows, and the tokens of rows without a price (not in ``usd``); ``contexts``:
+    the live contexts whose keyword stage completed in the period."""
 
     calls: int
     tokens: int
     usd: Decimal
     unpriced_tokens: int
+    contexts: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -198,6 +213,7 @@ async def read(conn: AsyncConnection, *, processing_expiry_seconds: float) -> St
                 tokens=int(row["spend"][period]["tokens"]),
                 usd=Decimal(row["spend"][period]["usd"]),
                 unpriced_tokens=int(row["spend"][period]["unpriced_tokens"]),
+                contexts=int(row[f"completed_{period}"]),
             )
             for period in SPEND_PERIODS
         },

@@ -12,6 +12,7 @@ import contextlib
 import logging
 import time
 from dataclasses import dataclass
+from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -28,8 +29,11 @@ logger = logging.getLogger(__name__)
 class StatusReport:
     """The status of the live contexts and the provider spend (``repository.status_counts``);
     ``spend[period]`` for ``today`` and ``month``: ``usd`` (rounded to 6 decimals, the priced
-    rows only), ``tokens``, ``calls`` and ``unpriced_tokens`` (tokens of models without a price,
-    not in ``usd``)."""
+    rows only), ``tokens``, ``calls``, ``unpriced_tokens`` (tokens of models without a price,
+    not in ``usd``) and ``per_1000_contexts``: ``{"tokens", "usd"}`` of the period × 1,000 ÷
+    the live contexts whose keyword stage completed in the period (tokens rounded to a whole
+    token, usd to 6 decimals), ``None`` (JSON null) when none completed: no divisor, not a
+    cost of 0."""
 
     paused: bool
     stages: dict[str, dict[str, int]]
@@ -38,7 +42,7 @@ class StatusReport:
     coverage: float
     failed_24h: dict[str, int]
     retry_count: dict[str, int]
-    spend: dict[str, dict[str, float | int]]
+    spend: dict[str, dict[str, Any]]
     reprocess: dict[str, object]
     # {"indexed", "total"} live contexts (docs/operations.md); None where not read (gauges).
     search_index: dict[str, int] | None = None
@@ -65,6 +69,7 @@ class StatusReport:
                     "tokens": spend.tokens,
                     "calls": spend.calls,
                     "unpriced_tokens": spend.unpriced_tokens,
+                    "per_1000_contexts": _per_1000_contexts(spend),
                 }
                 for period, spend in counts.spend.items()
             },
@@ -118,6 +123,9 @@ class StatusReport:
                 f"failed (24 h): {failed}",
                 f"retry_count:   {retries}",
                 f"spend:         today {today}, this month {month}",
+                "per 1,000:     today "
+                f"{_per_1000(self.spend['today'])}, this month {_per_1000(self.spend['month'])} "
+                "(contexts whose keyword stage completed)",
                 f"reprocess:     {reprocess['pending']} waiting, {reprocess['processing']} "
                 f"running, {reprocess['failed']} failed (showing their previous keywords)"
                 + (f": {failed_ids}" if failed_ids else ""),
@@ -137,11 +145,28 @@ class StatusReport:
         )
 
 
-def _spent(spend: dict[str, float | int]) -> str:
+def _per_1000_contexts(spend: status_counts.Spend) -> dict[str, float | int] | None:
+    if not spend.contexts:
+        return None
+    return {
+        "tokens": round(spend.tokens * 1000 / spend.contexts),
+        "usd": round(float(spend.usd * 1000 / spend.contexts), 6),
+    }
+
+
+def _spent(spend: dict[str, Any]) -> str:
     """``$usd (N tokens)``, and ``, U unpriced`` when U of the tokens are of models without a
     price (not in ``usd``)."""
     unpriced = f", {spend['unpriced_tokens']} unpriced" if spend["unpriced_tokens"] else ""
     return f"${spend['usd']:.6f} ({spend['tokens']} tokens{unpriced})"
+
+
+def _per_1000(spend: dict[str, Any]) -> str:
+    """``$usd (N tokens)`` per 1,000 contexts, or ``n/a`` when no context completed."""
+    per = spend["per_1000_contexts"]
+    if not isinstance(per, dict):
+        return "n/a (no context completed)"
+    return f"${per['usd']:.6f} ({per['tokens']} tokens)"
 
 
 async def read_status(

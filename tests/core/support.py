@@ -169,9 +169,23 @@ STATUS_OF_MIX = {
     "coverage": round(3 / 13, 6),
     "failed_24h": {"input_too_long": 1, "retries_exhausted": 1, "unknown": 1},
     "retry_count": {"0": 11, "1": 1, "2": 0, "3": 1},
+    # per_1000_contexts: divided by the 3 live contexts whose keyword stage completed (50 s
+    # ago: rows 1, 2 and 16; the deleted, failed and waiting ones are not counted).
     "spend": {
-        "today": {"usd": 0.0003, "tokens": 3200, "calls": 6, "unpriced_tokens": 500},
-        "month": {"usd": 0.0004, "tokens": 9200, "calls": 20, "unpriced_tokens": 1500},
+        "today": {
+            "usd": 0.0003,
+            "tokens": 3200,
+            "calls": 6,
+            "unpriced_tokens": 500,
+            "per_1000_contexts": {"tokens": 1066667, "usd": 0.1},
+        },
+        "month": {
+            "usd": 0.0004,
+            "tokens": 9200,
+            "calls": 20,
+            "unpriced_tokens": 1500,
+            "per_1000_contexts": {"tokens": 3066667, "usd": 0.133333},
+        },
     },
     # failed_context_ids: the failed reprocess's id (assert_status_of_mix checks it apart)
     "reprocess": {"pending": 1, "processing": 1, "failed": 1},
@@ -189,6 +203,15 @@ SPEND_LINE = (
 SPEND_LINE_ON_THE_FIRST = (
     "spend:         today $0.000400 (9200 tokens, 1500 unpriced), "
     "this month $0.000400 (9200 tokens, 1500 unpriced)"
+)
+# The line of the cost per 1,000 contexts of STATUS_OF_MIX, and on the first.
+PER_1000_LINE = (
+    "per 1,000:     today $0.100000 (1066667 tokens), this month $0.133333 (3066667 tokens) "
+    "(contexts whose keyword stage completed)"
+)
+PER_1000_LINE_ON_THE_FIRST = (
+    "per 1,000:     today $0.133333 (3066667 tokens), this month $0.133333 (3066667 tokens) "
+    "(contexts whose keyword stage completed)"
 )
 
 # The UTC day on the database clock, as the workers' ledger writes it, and days before it.
@@ -304,6 +327,12 @@ def assert_status_of_mix(status: dict[str, object], expected: dict[str, object])
 def spend_line(expected: dict[str, object]) -> str:
     """The text status line of the mix's spend, for ``expected`` of ``build_status_mix``."""
     return SPEND_LINE_ON_THE_FIRST if expected is STATUS_OF_MIX_ON_THE_FIRST else SPEND_LINE
+
+
+def per_1000_line(expected: dict[str, object]) -> str:
+    """The text status line of the mix's cost per 1,000 contexts (``build_status_mix``)."""
+    first = expected is STATUS_OF_MIX_ON_THE_FIRST
+    return PER_1000_LINE_ON_THE_FIRST if first else PER_1000_LINE
 
 
 async def make_judged(

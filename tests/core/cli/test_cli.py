@@ -21,6 +21,7 @@ from tests.core.support import (
     assert_status_of_mix,
     build_status_mix,
     judged,
+    per_1000_line,
     spend_line,
     switch_start,
 )
@@ -200,6 +201,7 @@ async def test_status_json_has_exactly_the_documented_keys_and_counts(engine, mi
     assert text_code == 0 and "PAUSED" in text_out and "backlog:       3" in text_out
     assert f"search index:  0 of {live} live contexts indexed" in text_out
     assert spend_line(expected) in text_out.splitlines()
+    assert per_1000_line(expected) in text_out.splitlines()
 
 
 async def test_pause_and_resume_print_the_state_and_are_idempotent(engine, migrated_database):

@@ -29,6 +29,7 @@ from app.providers.base import JudgeCandidate, JudgeSelection, JudgeVerdict
 from app.providers.factory import build_embedding_provider, build_judge
 from app.providers.hashing import hash_embed
 from app.providers.openai_compatible import OpenAIEmbedder, OpenAIJudge
+from app.providers.usage import CollectingSink
 from app.settings import Settings
 from app.settings.profiles import openai_judge_profile
 from tests.fake_openai import DEFAULT_DIMENSION, FakeOpenAI, Scripted, embedding_body, judge_body
@@ -606,3 +607,42 @@ async def test_fake_server_holds_a_blocked_call_in_flight_until_released(fake, e
 
     assert vector.tobytes() == hash_embed("메모", DIMENSION).tobytes()
     assert fake.embedding_calls == 1
+
+
+# A note whose judge prompt passes the 1,024-token caching threshold (about 4 chars a token).
+LONG_NOTE = "창가 자리가 넓고 조용해서 혼자 책 읽기 좋은 카페였다. " * 160
+
+
+async def test_a_repeated_long_prompt_reports_cached_tokens_in_openais_steps(
+    fake: FakeOpenAI, judge: OpenAIJudge
+) -> None:
+    """The fake provider's prompt cache as OpenAI reports it, read by the judge's usage: the
+    second identical request's prefix is cached from 1,024 tokens in steps of 128."""
+    sink = CollectingSink()
+    judge.usage = sink
+    await judge.judge(LONG_NOTE, CANDIDATES)
+    await judge.judge(LONG_NOTE, CANDIDATES)
+
+    first, second = (usage for _, usage in sink.calls)
+    assert first.cached_prompt_tokens == 0
+    assert second.prompt_tokens == first.prompt_tokens > 1024
+    # The whole prompt but its last partial step of 128 tokens.
+    assert second.cached_prompt_tokens == 1024 + (second.prompt_tokens - 1024) // 128 * 128
+
+
+async def test_candidates_that_differ_share_no_cached_prefix_with_the_schema_first(
+    fake: FakeOpenAI, judge: OpenAIJudge
+) -> None:
+    """The structured output schema comes before the messages in OpenAI's cache order, and its
+    enum holds the note's candidate ids: the same long note with other candidates is not
+    cached (why the judge's layout cannot gain from the cache, docs/offline-encoder.md)."""
+    sink = CollectingSink()
+    judge.usage = sink
+    await judge.judge(LONG_NOTE, CANDIDATES)
+    await judge.judge(LONG_NOTE, CANDIDATES[::-1])
+
+    assert [usage.cached_prompt_tokens for _, usage in sink.calls] == [0, 0]
+    fake.set_prompt_cache(False)
+    await judge.judge(LONG_NOTE, CANDIDATES)
+    await judge.judge(LONG_NOTE, CANDIDATES)
+    assert sink.calls[-1][1].cached_prompt_tokens == 0

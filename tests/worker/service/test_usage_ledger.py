@@ -17,7 +17,9 @@ from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError
 
 from app.repository.usage_ledger import UsageDelta, add_usage
+from tests.fake_openai import Scripted, embedding_body
 from tests.worker.harness import PROFILE, SECRET
+from tests.worker.open_transactions import finished_behind_lock
 from tests.worker.support import fetch_state, make_state
 
 NOTES = (
@@ -34,7 +36,7 @@ async def _ledger(engine) -> dict[tuple[str, str], dict]:
             await conn.execute(
                 text(
                     "SELECT provider, model, stage, calls, prompt_tokens, completion_tokens, "
-                    "embedding_tokens, estimated_tokens, cost_usd, "
+                    "embedding_tokens, estimated_tokens, cost_usd, cached_prompt_tokens, "
                     "day = (now() AT TIME ZONE 'UTC')::date AS today "
                     "FROM ai.provider_usage_daily"
                 )
@@ -154,3 +156,95 @@ async def test_the_worker_role_may_add_to_the_ledger_and_never_delete(engine) ->
         await conn.execute(text("SET LOCAL ROLE pinlog_ai_worker"))
         with pytest.raises(DBAPIError, match="permission denied"):
             await conn.execute(text("DELETE FROM ai.provider_usage_daily"))
+
+
+# A note long enough that its judge prompt passes OpenAI's 1,024-token caching threshold.
+LONG_NOTE = "비 오는 날 혼자 조용히 책 읽기 좋은 카페, 창가 자리가 넓다. " * 150
+
+
+async def test_cached_prompt_tokens_are_counted_and_priced_at_the_cached_price(
+    engine, make_worker, fake_openai
+):
+    prices = {"fake-chat": {"prompt": 1, "completion": 2, "cached_prompt": 0.25}}
+    async with make_worker(provider_prices=prices) as worker:
+        # The same long note twice: the second judge request repeats the first one's prompt.
+        await _run(worker, engine, (LONG_NOTE, LONG_NOTE))
+        cached_metric = await worker.metric(
+            "pinlog_provider_tokens_total", provider="judge", model="fake-chat",
+            stage="keyword", kind="cached_prompt",
+        )  # fmt: skip
+    ledger = await _ledger(engine)
+
+    first, second = fake_openai.usage_sent["judge"]
+    assert first["prompt_tokens_details"]["cached_tokens"] == 0
+    cached = second["prompt_tokens_details"]["cached_tokens"]
+    # OpenAI's rule, as the fake applies it: 1,024 tokens, then steps of 128.
+    assert cached >= 1024 and (cached - 1024) % 128 == 0
+    assert cached <= second["prompt_tokens"]
+    judged = ledger["judge", "keyword"]
+    assert judged["cached_prompt_tokens"] == cached
+    assert judged["prompt_tokens"] == first["prompt_tokens"] + second["prompt_tokens"]
+    assert cached_metric == cached
+    completion = first["completion_tokens"] + second["completion_tokens"]
+    expected = (
+        Decimal(judged["prompt_tokens"] - cached) * 1
+        + Decimal(cached) * Decimal("0.25")
+        + Decimal(completion) * 2
+    ) / 1_000_000
+    assert judged["cost_usd"] == expected
+
+
+async def test_cached_tokens_of_an_embedding_answer_are_counted_at_the_input_price_by_default(
+    engine, make_worker, fake_openai
+):
+    """text-embedding-3-small has no cached-input price: its cached tokens cost the input
+    price; an answer's cached figure beyond its prompt is not believed past it."""
+    body = embedding_body([[1.0] + [0.0] * 1535], model="text-embedding-3-small")
+    body["usage"] = {
+        "prompt_tokens": 40,
+        "total_tokens": 40,
+        "prompt_tokens_details": {"cached_tokens": 99},
+    }
+    fake_openai.script_embeddings(Scripted(json=body))
+    async with make_worker() as worker:
+        await _run(worker, engine, NOTES[:1])
+    embedded = (await _ledger(engine))["embedding", "embedding"]
+    assert (embedded["embedding_tokens"], embedded["cached_prompt_tokens"]) == (40, 40)
+    assert embedded["cost_usd"] == Decimal(40) * Decimal("0.02") / 1_000_000
+
+
+async def test_no_cached_tokens_without_a_repeated_prefix_of_1024_tokens(
+    engine, make_worker, fake_openai
+):
+    async with make_worker() as worker:
+        await _run(worker, engine, (NOTES[0], NOTES[0]))
+    assert [
+        u["prompt_tokens_details"]["cached_tokens"] for u in fake_openai.usage_sent["judge"]
+    ] == [0, 0]
+    assert (await _ledger(engine))["judge", "keyword"]["cached_prompt_tokens"] == 0
+
+
+async def test_two_processes_adding_cached_tokens_to_one_new_row_sum_up(engine) -> None:
+    """Two writers' first row of the day at once: the second waits on the first's uncommitted
+    insert, then adds to it (ON CONFLICT), cached tokens included; nothing is lost."""
+    first = UsageDelta(
+        "judge", "gpt-4o-mini", "keyword", 1, 2000, 10, 0, 0, Decimal("0.0002"), 1152
+    )
+    second = UsageDelta(
+        "judge", "gpt-4o-mini", "keyword", 1, 3000, 20, 0, 0, Decimal("0.0003"), 2048
+    )
+
+    async def add_in_own_transaction(delta: UsageDelta) -> None:
+        async with engine.begin() as conn:
+            await conn.execute(text("SET LOCAL ROLE pinlog_ai_worker"))
+            await add_usage(conn, [delta])
+
+    async with engine.connect() as holder:
+        transaction = await holder.begin()
+        await holder.execute(text("SET LOCAL ROLE pinlog_ai_worker"))
+        await add_usage(holder, [first])
+        await finished_behind_lock(engine, add_in_own_transaction(second), transaction.commit)
+
+    row = (await _ledger(engine))["judge", "keyword"]
+    assert (row["calls"], row["prompt_tokens"], row["cached_prompt_tokens"]) == (2, 5000, 3200)
+    assert row["cost_usd"] == Decimal("0.0005")

@@ -42,6 +42,7 @@ EMPTY_MEANS_DEFAULT = {
     "database_pool_size",
     "max_request_bytes",
     "provider_prices",
+    "provider_batch_discount",
     "usage_flush_seconds",
     "embedding_daily_token_cap",
     "judge_daily_token_cap",
