@@ -42,6 +42,7 @@ from app.providers.usage import (
     current_stage,
     embedding_usage,
     estimate_tokens,
+    token_runs,
 )
 from app.settings import Settings
 
@@ -279,22 +280,6 @@ class OpenAIJudge(_ClientOwner):
             # The invalid answer is not sent back: it may be huge, and the reminder suffices.
             messages = [*messages[:2], {"role": "user", "content": JUDGE_REASK_PROMPT}]
         raise AssertionError("unreachable: the last attempt returns or raises")
-
-
-def token_runs(texts: Sequence[str], limit: int) -> list[tuple[Sequence[str], int]]:
-    """``texts`` cut, in order, into runs whose estimated tokens (``estimate_tokens``) fit
-    ``limit``, each with its estimate; a text larger than ``limit`` is a run of its own (the
-    budget sends it alone in an empty window)."""
-    runs: list[tuple[Sequence[str], int]] = []
-    start, total = 0, 0
-    for index, text in enumerate(texts):
-        tokens = estimate_tokens(text)
-        if index > start and total + tokens > limit:
-            runs.append((texts[start:index], total))
-            start, total = index, 0
-        total += tokens
-    runs.append((texts[start:], total))
-    return runs
 
 
 def _secret(value: SecretStr | None, name: str) -> str:
