@@ -264,13 +264,21 @@ SECONDS_UNTIL_SLOT = text(
 
 # Propose a backfill row for every live context without a vector under :profile (only those
 # whose embedding stage is COMPLETED when :completed_only: the profile in use, whose live
-# stage embeds the others itself); rows that exist are left as they are.
+# stage embeds the others itself); rows that exist are left as they are. Only while the switch
+# is still at :generation, under way and naming :profile (its row shared-locked, so a move
+# waits for the rows or the rows for the move): a command or pass that read the switch before
+# a rollback or finish proposes nothing for a switch that is over (NULL: no switch guard).
 SEED_BACKFILL = text(
     """
     INSERT INTO ai.context_embedding_backfill (embedding_profile, context_id)
     SELECT CAST(:profile AS varchar), s.context_id"""
     + _LIVE_CONTEXTS
     + """
+      AND (CAST(:generation AS bigint) IS NULL OR EXISTS (
+          SELECT 1 FROM core.embedding_switch AS w
+          WHERE w.id = 1 AND w.generation = CAST(:generation AS bigint) AND w.state <> 'idle'
+            AND CAST(:profile AS varchar) IN (w.profile_in_use, w.other_profile)
+          FOR SHARE))
       AND (NOT CAST(:completed_only AS boolean) OR s.embedding_status = 'COMPLETED')
       AND NOT """
     + _HAS_VECTOR
@@ -591,9 +599,13 @@ async def seconds_until_slot(conn: AsyncConnection) -> float | None:
     return None if value is None else float(value)
 
 
-async def seed(conn: AsyncConnection, *, profile: str, completed_only: bool) -> int:
-    """Propose rows for live contexts lacking a vector of ``profile``; how many were new."""
-    params = {"profile": profile, "completed_only": completed_only}
+async def seed(
+    conn: AsyncConnection, *, profile: str, completed_only: bool, generation: int | None
+) -> int:
+    """Propose rows for live contexts lacking a vector of ``profile`` while the switch is at
+    ``generation`` and under way (``SEED_BACKFILL``; ``None``: unguarded, for tests and
+    repairs by hand); how many were new (0 also when the switch moved)."""
+    params = {"profile": profile, "completed_only": completed_only, "generation": generation}
     return (await conn.execute(SEED_BACKFILL, params)).rowcount
 
 

@@ -206,9 +206,11 @@ class ReembedBackfill:
         added = 0
         if slot.state != "rolling_back":
             added += await embedding_switch.seed(
-                conn, profile=slot.other_profile, completed_only=False
+                conn, profile=slot.other_profile, completed_only=False, generation=slot.generation
             )
-        added += await embedding_switch.seed(conn, profile=slot.profile_in_use, completed_only=True)
+        added += await embedding_switch.seed(
+            conn, profile=slot.profile_in_use, completed_only=True, generation=slot.generation
+        )
         if added:
             logger.info("backfill: %d context(s) newly missing a vector", added)
 

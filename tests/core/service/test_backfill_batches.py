@@ -57,7 +57,9 @@ async def notes_under_the_profile_in_use(core, engine, bodies: list[str]) -> lis
         ids.append(context_id)
     async with autocommit(engine) as conn:
         assert await switch_start(conn, in_use=TARGET, target=PROFILE, rate=MAX_BATCH)
-        assert await embedding_switch.seed(conn, profile=PROFILE, completed_only=False) == len(ids)
+        assert await embedding_switch.seed(
+            conn, profile=PROFILE, completed_only=False, generation=None
+        ) == len(ids)
     return sorted(ids)
 
 
