@@ -156,6 +156,10 @@ async def start(
             conn, profile=in_use, batch=STAMP_BATCH
         ):
             pass
+        # Notes from before the core recorded their digest and owner: a backfill worker
+        # claims only those the core vouches for.
+        while await embedding_switch.vouch_state_rows(conn, batch=STAMP_BATCH):
+            pass
         # Proposed only while the switch is still the one read (a rollback or finish that
         # committed meanwhile leaves nothing behind), which is checked again after.
         await embedding_switch.seed(

@@ -23,8 +23,9 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 # Live contexts (module docstring), aliased s (state) and c (context): a FROM and WHERE.
-# The switch's own states, quoted by its statements (not stage statuses).
-NON_STATUS_LITERALS = frozenset({"idle", "backfilling", "cut_over", "rolling_back"})
+# The switch's own states, quoted by its statements (not stage statuses), and the encoding of
+# the digest (VOUCH_STATE_ROWS).
+NON_STATUS_LITERALS = frozenset({"idle", "backfilling", "cut_over", "rolling_back", "UTF8"})
 
 _LIVE_CONTEXTS = """
     FROM ai.context_ai_state AS s
@@ -284,6 +285,32 @@ SEED_BACKFILL = text(
     + _HAS_VECTOR
     + """
     ON CONFLICT (embedding_profile, context_id) DO NOTHING
+    """
+)
+
+# Up to :batch live contexts whose state row lacks the core's digest (written before the core
+# recorded it, 0020, or its owner, 0006) get both as a create writes them: the owner the core
+# holds where none is recorded, and the digest of its note (pinlog_platform/contract/
+# text_fingerprint.py: SHA-256 of the NFC text's UTF-8), marked the core's. A backfill worker
+# claims only a context whose digest and owner are the core's. State rows locked in id order.
+VOUCH_STATE_ROWS = text(
+    """
+    WITH locked AS (
+        SELECT s.context_id"""
+    + _LIVE_CONTEXTS
+    + """ AND NOT s.text_sha256_from_core
+        ORDER BY s.context_id
+        LIMIT :batch
+        FOR UPDATE OF s
+    )
+    UPDATE ai.context_ai_state AS s
+    SET user_id = coalesce(s.user_id, c.member_id),
+        record_id = coalesce(s.record_id, c.record_id),
+        text_sha256 = sha256(convert_to(normalize(c.body, NFC), 'UTF8')),
+        text_sha256_from_core = true
+    FROM locked AS l
+    JOIN core.context AS c ON c.id = l.context_id
+    WHERE s.context_id = l.context_id
     """
 )
 
@@ -607,6 +634,12 @@ async def seed(
     repairs by hand); how many were new (0 also when the switch moved)."""
     params = {"profile": profile, "completed_only": completed_only, "generation": generation}
     return (await conn.execute(SEED_BACKFILL, params)).rowcount
+
+
+async def vouch_state_rows(conn: AsyncConnection, *, batch: int) -> int:
+    """Write the core's owner and digest on up to ``batch`` live state rows that lack them
+    (``VOUCH_STATE_ROWS``); how many."""
+    return (await conn.execute(VOUCH_STATE_ROWS, {"batch": batch})).rowcount
 
 
 async def propose(

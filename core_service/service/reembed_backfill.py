@@ -69,6 +69,8 @@ MAX_IN_FLIGHT = 2
 IDLE_SECONDS = 5.0
 # Seeding scans every live context: not more often than this (seconds).
 SEED_SECONDS = 10.0
+# State rows given the core's digest and owner per seeding (``vouch_state_rows``).
+VOUCH_BATCH = 5_000
 # A batch's whole answer: one provider call for up to MAX_BATCH notes and their saves.
 BATCH_DEADLINE_SECONDS = 60.0
 # How often the switch's gauges are refreshed (seconds): one coverage statement over the live
@@ -203,6 +205,8 @@ class ReembedBackfill:
         if time.monotonic() - self._seeded_at < SEED_SECONDS:
             return
         self._seeded_at = time.monotonic()
+        # Notes older than the core's digest (``vouch_state_rows``): claimable once vouched.
+        await embedding_switch.vouch_state_rows(conn, batch=VOUCH_BATCH)
         added = 0
         if slot.state != "rolling_back":
             added += await embedding_switch.seed(

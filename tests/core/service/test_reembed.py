@@ -13,6 +13,8 @@ import pytest
 from prometheus_client import generate_latest
 from sqlalchemy import text
 
+from app.repository import profile_vectors
+from app.repository.profile_vectors import BackfillAsk
 from core_service.metrics import CoreMetrics
 from core_service.operations import pause as dispatch_pause
 from core_service.operations import reembed
@@ -23,6 +25,7 @@ from core_service.service.pause import PauseSwitch
 from core_service.service.profile_in_use import CACHE_SECONDS, read_profile_in_use
 from core_service.service.reembed_backfill import ReembedBackfill
 from core_service.service.worker_readiness import ReadinessReader, WorkerReadiness
+from pinlog_platform.contract.text_fingerprint import fingerprint
 from tests.core import support as facts
 from tests.core.harness import endpoints_of, profile_routing, profile_workers
 from tests.core.support import (
@@ -704,6 +707,45 @@ async def test_a_start_resumed_while_the_switch_is_rolled_back_proposes_nothing(
     assert (await switch_row(engine)).state == "idle"
     assert await backfill_rows(engine, TARGET) == {}
     assert await analysis_profiles(engine) == {i: PROFILE for i in ids}
+
+
+async def test_a_note_whose_state_row_predates_the_cores_digest_is_claimable_by_the_backfill(
+    engine, core_with_fake_worker, stage_pool
+):
+    """A state row written before the core recorded the owner and the digest of its text
+    (0006, 0020: a deployment's notes from before them) cannot be claimed by the backfill
+    route, which trusts only the core's digest and owner: proposed again every resend delay,
+    forever, the switch never ready. `reembed start` (and the loop's seeding) write them as a
+    create does, from the note the core holds, so the worker's real claim takes it."""
+    core = core_with_fake_worker
+    legacy = await judged(core, engine, "오래된 메모", place="p1")
+    async with engine.begin() as conn:
+        await conn.execute(
+            text(
+                "UPDATE ai.context_ai_state SET user_id = NULL, record_id = NULL, "
+                "text_sha256_from_core = false WHERE context_id = :id"
+            ),
+            {"id": legacy},
+        )
+    await make_preset(engine, preset_id=1, profile=TARGET)
+    async with profile_workers(TARGET) as workers:
+        await start(engine, workers)
+    note = await facts.context(engine, legacy)
+    async with autocommit(engine) as conn:
+        sources = await embedding_switch.propose(
+            conn, profile=TARGET, limit=10, resend_seconds=300, expiry_seconds=600
+        )
+    claims = await profile_vectors.claim(
+        stage_pool,
+        embedding_profile=TARGET,
+        asks=[BackfillAsk(legacy, fingerprint(note.body), note.member_id, note.record_id)],
+        expiry_seconds=600,
+    )
+
+    assert [source.context_id for source in sources] == [legacy]
+    assert [(c.context_id, c.user_id, c.record_id) for c in claims] == [
+        (legacy, note.member_id, note.record_id)
+    ]
 
 
 # --- finish (issue 28, row 2) -------------------------------------------------------------------
