@@ -12,8 +12,9 @@ context's vector is never stored).
 
 The texts go in **runs** that fit the embedding token budget (``token_runs``; one run without
 a token budget), each embedded in one provider call and saved before the next is sent. A
-batch has ``DEADLINE_SHARE`` of the worker's request deadline to embed: a run still waiting
-(for the budget's next window, or a slow provider) then is abandoned and the rows not yet
+batch has ``DEADLINE_SHARE`` of the worker's request deadline to embed its runs after the
+first (which has the whole deadline, as a batch of one run): a run still waiting then (for the
+budget's next window, or a slow provider) is abandoned and the rows not yet
 saved go back to ``PENDING`` at once, answered 200 as ``putBack`` when some row of the batch
 was settled (503 ``BackfillRefused`` when none was: the core backs off). So a batch larger
 than one budget window makes progress: the core's next batch starts where this one stopped,
@@ -64,8 +65,9 @@ MAX_BATCH = 256
 SLOT_WAIT_SECONDS = 5.0
 # Seconds a refused batch should wait when nothing better is known.
 DEFAULT_RETRY_AFTER_SECONDS = 2
-# The share of the worker's request deadline a batch spends embedding (module docstring); the
-# rest saves the last run and puts the others back before the deadline answers 503.
+# The share of the worker's request deadline within which a batch's runs after the first are
+# embedded (module docstring); the rest saves the last run and puts the others back before the
+# deadline answers 503.
 DEADLINE_SHARE = 0.6
 
 
@@ -190,8 +192,9 @@ class ProfileBackfill:
         until = None if self._embed_seconds is None else loop.time() + self._embed_seconds
         try:
             prepared = await self._prepare(claims, by_id, report)
-            for run in self._runs(prepared):
-                scope = asyncio.timeout_at(until)
+            for index, run in enumerate(self._runs(prepared)):
+                # The first run has the whole request deadline, as a batch of one run does.
+                scope = asyncio.timeout_at(until if index else None)
                 try:
                     async with scope:
                         vectors = await self._embed_all(run, report)
