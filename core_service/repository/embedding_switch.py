@@ -314,6 +314,9 @@ VOUCH_STATE_ROWS = text(
     """
 )
 
+# Only while the switch is still at :generation (the batch slot's), under way, and :profile is
+# one it fills (in rolling_back the restored profile in use only; NULL: no switch guard): a
+# pass whose slot a rollback or finish overtook sends nothing.
 # The next :limit open rows of :profile to send to a worker, not sent within :resend_seconds:
 # PENDING, or PROCESSING past :expiry_seconds (a worker died holding them). Rows another core
 # process is marking are skipped. Those of a context no longer live (module docstring: deleted,
@@ -325,6 +328,13 @@ PROPOSE_BATCH = text(
         SELECT b.context_id
         FROM ai.context_embedding_backfill AS b
         WHERE b.embedding_profile = :profile AND b.status IN ('PENDING', 'PROCESSING')
+          AND (CAST(:generation AS bigint) IS NULL OR EXISTS (
+              SELECT 1 FROM core.embedding_switch AS w
+              WHERE w.id = 1 AND w.generation = CAST(:generation AS bigint)
+                AND w.state <> 'idle'
+                AND (CAST(:profile AS varchar) = w.profile_in_use
+                     OR (w.state <> 'rolling_back'
+                         AND CAST(:profile AS varchar) = w.other_profile))))
           AND (b.requested_at IS NULL
                OR b.requested_at < now() - make_interval(secs => :resend_seconds))
           AND (b.status = 'PENDING'
@@ -649,10 +659,13 @@ async def propose(
     limit: int,
     resend_seconds: float,
     expiry_seconds: float,
+    generation: int | None,
 ) -> list[BackfillSource]:
-    """The next open rows of ``profile`` (``PROPOSE_BATCH``) of live contexts, marked sent;
+    """The next open rows of ``profile`` (``PROPOSE_BATCH``) of live contexts, marked sent,
+    while the switch is at ``generation`` (the batch slot's; ``None``: unguarded, for tests);
     rows of contexts no longer live are closed ``CANCELLED`` on the way."""
     params = {
+        "generation": generation,
         "profile": profile,
         "limit": limit,
         "resend_seconds": float(resend_seconds),

@@ -176,6 +176,7 @@ class ReembedBackfill:
                         limit=slot.batch,
                         resend_seconds=self._resend_seconds,
                         expiry_seconds=self._expiry_seconds,
+                        generation=slot.generation,
                     )
                     if sources:
                         break

@@ -588,7 +588,12 @@ async def _seeded(core, engine, count: int) -> list[int]:
 async def _propose(engine, limit: int, *, resend: float = RESEND, expiry: float = EXPIRY):
     async with autocommit(engine) as conn:
         return await embedding_switch.propose(
-            conn, profile=TARGET, limit=limit, resend_seconds=resend, expiry_seconds=expiry
+            conn,
+            profile=TARGET,
+            limit=limit,
+            resend_seconds=resend,
+            expiry_seconds=expiry,
+            generation=None,
         )
 
 
@@ -608,7 +613,12 @@ async def test_proposals_come_in_id_order_and_are_marked_sent(engine, core_with_
     # Another profile's rows are not this profile's proposals.
     async with autocommit(engine) as conn:
         other = await embedding_switch.propose(
-            conn, profile=THIRD, limit=10, resend_seconds=RESEND, expiry_seconds=EXPIRY
+            conn,
+            profile=THIRD,
+            limit=10,
+            resend_seconds=RESEND,
+            expiry_seconds=EXPIRY,
+            generation=None,
         )
     assert other == []
 
@@ -697,7 +707,12 @@ async def test_concurrent_proposals_return_disjoint_rows(engine, core_with_fake_
     async with engine.connect() as holding:
         await holding.begin()
         held = await embedding_switch.propose(
-            holding, profile=TARGET, limit=3, resend_seconds=RESEND, expiry_seconds=EXPIRY
+            holding,
+            profile=TARGET,
+            limit=3,
+            resend_seconds=RESEND,
+            expiry_seconds=EXPIRY,
+            generation=None,
         )
         meanwhile = await asyncio.wait_for(_propose(engine, 3), 2)
         await holding.commit()
@@ -846,3 +861,31 @@ async def test_after_a_cutover_judgments_of_the_previous_profile_are_stale_and_r
             conn, profile=PROFILE, version=1, after=0, limit=100
         )
     assert before == [current]
+
+
+async def test_a_slot_taken_before_a_rollback_proposes_nothing_of_the_abandoned_target(
+    engine, core_with_fake_worker
+):
+    """A pass takes its batch slot while the switch is backfilling; an operator's rollback
+    commits before the pass proposes. The proposal, guarded by the slot's generation, sends
+    nothing (no provider call for a switch that is over) and leaves the rows unmarked; a slot
+    of the switch as it is now may propose the profile in use's rows only."""
+    ids = await _seeded(core_with_fake_worker, engine, 3)
+    async with autocommit(engine) as conn:
+        await switch_start(conn, target=TARGET, rate=10)
+        slot = await embedding_switch.take_batch_slot(conn, max_batch=64)
+    async with autocommit(engine) as conn:
+        assert (await switch_roll_back(conn)).state == "idle"
+    async with autocommit(engine) as conn:
+        stale = await embedding_switch.propose(
+            conn,
+            profile=TARGET,
+            limit=10,
+            resend_seconds=RESEND,
+            expiry_seconds=EXPIRY,
+            generation=slot.generation,
+        )
+
+    assert slot is not None and slot.other_profile == TARGET
+    assert stale == []
+    assert await backfill_rows(engine, TARGET) == {i: ("PENDING", False) for i in ids}

@@ -130,7 +130,12 @@ async def test_64_long_korean_notes_are_cut_to_the_workers_body_limit(
     async with autocommit(engine) as conn:  # nothing left to propose again
         assert (
             await embedding_switch.propose(
-                conn, profile=PROFILE, limit=MAX_BATCH, resend_seconds=0, expiry_seconds=600
+                conn,
+                profile=PROFILE,
+                limit=MAX_BATCH,
+                resend_seconds=0,
+                expiry_seconds=600,
+                generation=None,
             )
             == []
         )

@@ -733,7 +733,7 @@ async def test_a_note_whose_state_row_predates_the_cores_digest_is_claimable_by_
     note = await facts.context(engine, legacy)
     async with autocommit(engine) as conn:
         sources = await embedding_switch.propose(
-            conn, profile=TARGET, limit=10, resend_seconds=300, expiry_seconds=600
+            conn, profile=TARGET, limit=10, resend_seconds=300, expiry_seconds=600, generation=None
         )
     claims = await profile_vectors.claim(
         stage_pool,
