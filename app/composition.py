@@ -191,6 +191,8 @@ async def build_worker(settings: Settings, metrics: WorkerMetrics) -> AsyncItera
                 dimension=settings.vector_dimension,  # stored, zero-padded (§5)
                 max_input_chars=limits.max_input_chars,
                 expiry_seconds=settings.processing_expiry_seconds,
+                batch_tokens=providers.embedding_batch_tokens,
+                request_deadline_seconds=settings.request_timeout_seconds,
             ),
         )
 

@@ -164,7 +164,9 @@ async def backfill_embed(body: BackfillBody, backfill: Backfill) -> JSONResponse
     """Embed a batch of contexts under this worker's profile for a re-embedding backfill
     (``app.service.profile_backfill``): 200 with counts by result; an item whose text digest
     or owner is not the one the core wrote on the state row, or whose context is no longer
-    live, claims nothing and costs no provider call (``notClaimed``); 409 for another profile;
+    live, claims nothing and costs no provider call (``notClaimed``); one not embedded within
+    the batch's share of the request deadline is put back (``putBack``, still 200: what was
+    saved stays); 409 for another profile;
     413 for a body over ``maxRequestBytes`` (``/readyz``); 422 for a malformed body (a
     ``contextId`` twice included); 503 with ``Retry-After`` (whole seconds) when busy or the
     provider or database is unavailable (the claimed rows were put back to ``PENDING``)."""

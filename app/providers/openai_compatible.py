@@ -36,11 +36,13 @@ from app.providers.openai_http import (
 )
 from app.providers.rate_budget import RateBudget
 from app.providers.usage import (
+    CallUsage,
     UsageSink,
     chat_usage,
     current_stage,
     embedding_usage,
     estimate_tokens,
+    token_runs,
 )
 from app.settings import Settings
 
@@ -87,6 +89,16 @@ class _ClientOwner:
         )
         self.usage: UsageSink | None = None  # told each answered call's tokens
         self.budget: RateBudget | None = None  # waited for before each request
+        self._client.on_billed_error = self._record_billed_error
+
+    def _record_billed_error(self, layer: str, tokens: int) -> None:
+        # A failed request whose error answer reports tokens was billed: the ledger (and with
+        # it the daily token cap) counts it as one more call, retries included.
+        if self.usage is not None:
+            self.usage.record(current_stage.get(), self._billed_usage(tokens))
+
+    def _billed_usage(self, tokens: int) -> CallUsage:
+        raise NotImplementedError
 
     def use_budget(self, budget: RateBudget) -> None:
         """Wait for ``budget`` before each wire request, retries included (``openai_http``);
@@ -139,6 +151,9 @@ class OpenAIEmbedder(_ClientOwner):
             max_retries=settings.provider_max_retries,
             encoding=settings.embedding_encoding,
         )
+
+    def _billed_usage(self, tokens: int) -> CallUsage:
+        return CallUsage("embedding", self.model, None, embedding_tokens=tokens)
 
     async def embed(self, texts: Sequence[str]) -> list[np.ndarray]:
         """Embed ``texts`` exactly as given (no normalisation here): one request, or with a
@@ -210,6 +225,10 @@ class OpenAIJudge(_ClientOwner):
             top_k=settings.keyword_top_k,
         )
 
+    def _billed_usage(self, tokens: int) -> CallUsage:
+        # An error body reports a total only: counted as prompt tokens (the input was read).
+        return CallUsage("judge", self.model, None, prompt_tokens=tokens)
+
     async def judge(self, text: str, candidates: Sequence[JudgeCandidate]) -> JudgeVerdict:
         """Ask the model; an answer with no usable structure is asked again up to
         ``failure_policy.JUDGE_REASKS`` times (counted in ``pinlog_judge_reasks_total``), then
@@ -261,22 +280,6 @@ class OpenAIJudge(_ClientOwner):
             # The invalid answer is not sent back: it may be huge, and the reminder suffices.
             messages = [*messages[:2], {"role": "user", "content": JUDGE_REASK_PROMPT}]
         raise AssertionError("unreachable: the last attempt returns or raises")
-
-
-def token_runs(texts: Sequence[str], limit: int) -> list[tuple[Sequence[str], int]]:
-    """``texts`` cut, in order, into runs whose estimated tokens (``estimate_tokens``) fit
-    ``limit``, each with its estimate; a text larger than ``limit`` is a run of its own (the
-    budget sends it alone in an empty window)."""
-    runs: list[tuple[Sequence[str], int]] = []
-    start, total = 0, 0
-    for index, text in enumerate(texts):
-        tokens = estimate_tokens(text)
-        if index > start and total + tokens > limit:
-            runs.append((texts[start:index], total))
-            start, total = index, 0
-        total += tokens
-    runs.append((texts[start:], total))
-    return runs
 
 
 def _secret(value: SecretStr | None, name: str) -> str:

@@ -17,7 +17,10 @@ takes the client's rate budget (``use_budget``: one request and the call's estim
 ``app.providers.rate_budget``), so retries are never free. An attempt that failed settles its
 tokens to its answer's ``usage`` when the error body carries one and keeps the estimate
 otherwise (a timeout, a refused connection: the provider may have counted the tokens); the
-successful attempt's grant is returned with the body for the caller to settle.
+successful attempt's grant is returned with the body for the caller to settle. The tokens an
+error answer reports are billed by the provider: they also go to ``on_billed_error`` (the usage
+ledger and the daily token cap, ``openai_compatible``), since the caller only sees the call's
+last outcome and a retried call's failed attempts would be counted nowhere else.
 
 Errors: ``TransientError`` ("<layer> upstream timeout" / "unreachable", or a transient status),
 the ``failure_policy.status_error`` class of an HTTP error answer (read from its ``error.code``,
@@ -42,6 +45,7 @@ import json
 import math
 import random
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -115,6 +119,8 @@ class JsonEndpointClient:
         self._session: aiohttp.ClientSession | None = None
         # Taken before every wire request; told every answer's status, headers and error.
         self.budget: RateBudget | None = None
+        # Told the tokens each error answer reports (``layer``, tokens): billed, not answered.
+        self.on_billed_error: Callable[[str, int], None] | None = None
 
     @property
     def counts_tokens(self) -> bool:
@@ -188,10 +194,12 @@ class JsonEndpointClient:
             )
             if self.budget is not None:
                 self.budget.observe(status, headers, error)
-            if grant is not None:
-                used = error_usage(raw)
-                if used is not None:
+            used = error_usage(raw)
+            if used is not None:
+                if grant is not None:
                     grant.settle(used)
+                if self.on_billed_error is not None:
+                    self.on_billed_error(layer, used)
             if last or not _should_retry(error, headers, retry_after):
                 raise error
             await asyncio.sleep(_wait(attempt, retry_after))

@@ -62,6 +62,22 @@ def estimate_tokens(*texts: str) -> int:
     return -(-size // ESTIMATE_BYTES_PER_TOKEN)
 
 
+def token_runs(texts: Sequence[str], limit: int) -> list[tuple[Sequence[str], int]]:
+    """``texts`` cut, in order, into runs whose estimated tokens (``estimate_tokens``) fit
+    ``limit``, each with its estimate; a text larger than ``limit`` is a run of its own (the
+    budget sends it alone in an empty window)."""
+    runs: list[tuple[Sequence[str], int]] = []
+    start, total = 0, 0
+    for index, text in enumerate(texts):
+        tokens = estimate_tokens(text)
+        if index > start and total + tokens > limit:
+            runs.append((texts[start:index], total))
+            start, total = index, 0
+        total += tokens
+    runs.append((texts[start:], total))
+    return runs
+
+
 def _count(value: Any) -> int | None:
     return value if type(value) is int and value >= 0 else None
 

@@ -6,10 +6,20 @@ rows it may (``profile_vectors.claim``: PENDING or stale, fenced by attempt; the
 live, the request's text digest and owner the ones the core wrote on the state row, so a
 request with another text or owner, or for a deleted context, claims nothing, is reported
 ``notClaimed`` and costs no provider call), embeds the
-claimed texts in one provider call (through the embedding gate, counted under stage
-``backfill`` in the usage ledger), and saves each vector in its own statement that re-checks
-the live state (a deleted context's vector is never stored). Outcomes, by the §6 classes of
-``app.failure_policy``:
+claimed texts (through the embedding gate, counted under stage ``backfill`` in the usage
+ledger), and saves each vector in its own statement that re-checks the live state (a deleted
+context's vector is never stored).
+
+The texts go in **runs** that fit the embedding token budget (``token_runs``; one run without
+a token budget), each embedded in one provider call and saved before the next is sent. A
+batch has ``DEADLINE_SHARE`` of the worker's request deadline to embed its runs after the
+first (which has the whole deadline, as a batch of one run): a run still waiting then (for the
+budget's next window, or a slow provider) is abandoned and the rows not yet
+saved go back to ``PENDING`` at once, answered 200 as ``putBack`` when some row of the batch
+was settled (503 ``BackfillRefused`` when none was: the core backs off). So a batch larger
+than one budget window makes progress: the core's next batch starts where this one stopped,
+never the same batch cut whole by the deadline and sent first again forever. Outcomes, by the §6
+classes of ``app.failure_policy``:
 
 - the note's own fault (``InvalidInputError``: blank, too long, refused by the provider): that
   row ends ``FAILED`` with the reason; a batch the provider refuses as a whole is embedded
@@ -38,6 +48,7 @@ from app.errors import (
 )
 from app.metrics import WorkerMetrics
 from app.providers.base import EmbeddingProvider
+from app.providers.usage import token_runs
 from app.repository import profile_vectors
 from app.repository.profile_vectors import BackfillAsk, BackfillClaim
 from app.repository.stage_pool import StagePool
@@ -54,6 +65,10 @@ MAX_BATCH = 256
 SLOT_WAIT_SECONDS = 5.0
 # Seconds a refused batch should wait when nothing better is known.
 DEFAULT_RETRY_AFTER_SECONDS = 2
+# The share of the worker's request deadline within which a batch's runs after the first are
+# embedded (module docstring); the rest saves the last run and puts the others back before the
+# deadline answers 503.
+DEADLINE_SHARE = 0.6
 
 
 @dataclass(slots=True)
@@ -61,7 +76,8 @@ class BackfillReport:
     """What became of a batch, by context: ``completed`` (vector stored), ``cancelled``
     (deleted meanwhile), ``failed`` (the note's own fault, by reason), ``not_claimed`` (done,
     owned by another claim, or unknown), ``lost`` (the claim was taken over before the save),
-    ``put_back`` (its save failed with a statement error: back to ``PENDING``)."""
+    ``put_back`` (back to ``PENDING``: its save failed with a statement error, or its run was
+    not embedded within the batch's share of the request deadline)."""
 
     completed: list[int] = field(default_factory=list)
     cancelled: list[int] = field(default_factory=list)
@@ -110,7 +126,12 @@ class ProfileBackfill:
         max_input_chars: int,
         expiry_seconds: float,
         concurrency: int = 4,
+        batch_tokens: int | None = None,
+        request_deadline_seconds: float | None = None,
     ) -> None:
+        """``batch_tokens``: the embedding budget's tokens per window of this process (``None``:
+        no token budget, one run); ``request_deadline_seconds``: the worker's request deadline
+        (``None``: none, every run is waited for)."""
         self._stage_pool = stage_pool
         self._provider = provider
         self._gate = gate
@@ -119,6 +140,10 @@ class ProfileBackfill:
         self._max_input_chars = max_input_chars
         self._expiry_seconds = expiry_seconds
         self._slots = asyncio.Semaphore(concurrency)
+        self._batch_tokens = batch_tokens
+        self._embed_seconds = (
+            None if request_deadline_seconds is None else request_deadline_seconds * DEADLINE_SHARE
+        )
         self._contexts = metrics.backfill_contexts
 
     async def run(self, profile: str, items: Sequence[ProcessRequest]) -> BackfillReport:
@@ -163,11 +188,31 @@ class ProfileBackfill:
             raise BackfillRefused(type(exc).__name__, DEFAULT_RETRY_AFTER_SECONDS) from None
         claimed_ids = {claim.context_id for claim in claims}
         report.not_claimed = sorted(set(by_id) - claimed_ids)
+        loop = asyncio.get_running_loop()
+        until = None if self._embed_seconds is None else loop.time() + self._embed_seconds
         try:
             prepared = await self._prepare(claims, by_id, report)
-            vectors = await self._embed_all(prepared, report)
-            for claim, vector in vectors:
-                await self._save_or_put_back(claim, vector, report)
+            for index, run in enumerate(self._runs(prepared)):
+                # The first run has the whole request deadline, as a batch of one run does.
+                scope = asyncio.timeout_at(until if index else None)
+                try:
+                    async with scope:
+                        vectors = await self._embed_all(run, report)
+                except TimeoutError:
+                    if not scope.expired():
+                        raise
+                    # Out of time: what is saved stays, the rest goes back now.
+                    rest = self._unsettled(claims, report)
+                    await self._release(rest)
+                    logger.info("backfill batch out of time: %d row(s) put back", len(rest))
+                    if len(rest) == len(claims):
+                        # Nothing settled: the core backs off, as for a busy provider.
+                        self._count(report)
+                        raise BackfillRefused("deadline", DEFAULT_RETRY_AFTER_SECONDS) from None
+                    report.put_back.extend(claim.context_id for claim in rest)
+                    break
+                for claim, vector in vectors:
+                    await self._save_or_put_back(claim, vector, report)
         except (WorkerError, DatabaseStatementError) as exc:
             await self._release(self._unsettled(claims, report))
             self._count(report)
@@ -211,6 +256,18 @@ class ProfileBackfill:
                 continue
             prepared.append((claim, text))
         return prepared
+
+    def _runs(
+        self, prepared: Sequence[tuple[BackfillClaim, str]]
+    ) -> list[Sequence[tuple[BackfillClaim, str]]]:
+        """``prepared`` in order, cut into runs that fit the token budget (one without)."""
+        if self._batch_tokens is None or not prepared:
+            return [prepared]
+        runs, start = [], 0
+        for texts, _tokens in token_runs([text for _, text in prepared], self._batch_tokens):
+            runs.append(prepared[start : start + len(texts)])
+            start += len(texts)
+        return runs
 
     async def _embed_all(
         self, prepared: Sequence[tuple[BackfillClaim, str]], report: BackfillReport

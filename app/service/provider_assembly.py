@@ -44,13 +44,16 @@ class Providers:
     behind the micro-batcher, tagged ``embedding``, for the embedding stage; ``judge``: the
     keyword stage's judge (the fallback chain when fallbacks are set, voted when votes > 1),
     tagged ``keyword``; ``gates``: each provider's gate by name (``embedding``, ``judge``, the
-    latter available while any judge of the chain is).
+    latter available while any judge of the chain is); ``embedding_batch_tokens``: this
+    process's embedding tokens per budget window (``None``: no token budget), what one
+    request of several texts carries at most.
     """
 
     embedder: EmbeddingProvider
     stage_embedder: EmbeddingProvider
     judge: KeywordJudge
     gates: Mapping[str, ProviderGate]
+    embedding_batch_tokens: int | None = None
 
 
 def open_providers(
@@ -136,6 +139,7 @@ def open_providers(
             "keyword",
         ),
         gates={"embedding": embedding_gate, "judge": judge_gate},
+        embedding_batch_tokens=budgets["embedding"].token_limit,
     )
 
 

@@ -99,6 +99,7 @@ class UsageLedger:
         self._flush_seconds = flush_seconds
         self._pending: dict[tuple[str, str, str], _Totals] = {}
         self._task: asyncio.Task[None] | None = None
+        self._stop = asyncio.Event()
         self._lock = asyncio.Lock()
         self._failing = False
         # Today's tokens per provider for the spend guard, when ``watch_totals``:
@@ -153,9 +154,11 @@ class UsageLedger:
             self._task = asyncio.create_task(self._run(), name="usage-ledger")
 
     async def _run(self) -> None:
-        while True:
-            await asyncio.sleep(self._flush_seconds)
-            await self.flush()
+        while not self._stop.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stop.wait(), self._flush_seconds)
+            if not self._stop.is_set():
+                await self.flush()
 
     async def flush(self) -> None:
         """Write the totals collected since the last write (nothing when there are none)."""
@@ -204,10 +207,11 @@ class UsageLedger:
         )  # fmt: skip
 
     async def aclose(self) -> None:
-        """Stop the periodic writes and write what is left (shutdown)."""
+        """Stop the periodic writes and write what is left (shutdown). A write under way is
+        let finish, not cancelled: it has taken the totals it carries, and cancelled it would
+        drop them (each write is bounded by the engine's pool and statement timeouts)."""
         if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+            self._stop.set()
+            await self._task
             self._task = None
         await self.flush()

@@ -156,8 +156,20 @@ async def start(
             conn, profile=in_use, batch=STAMP_BATCH
         ):
             pass
-        await embedding_switch.seed(conn, profile=target, completed_only=False)
-        await embedding_switch.seed(conn, profile=in_use, completed_only=True)
+        # Notes from before the core recorded their digest and owner: a backfill worker
+        # claims only those the core vouches for.
+        while await embedding_switch.vouch_state_rows(conn, batch=STAMP_BATCH):
+            pass
+        # Proposed only while the switch is still the one read (a rollback or finish that
+        # committed meanwhile leaves nothing behind), which is checked again after.
+        await embedding_switch.seed(
+            conn, profile=target, completed_only=False, generation=row.generation
+        )
+        await embedding_switch.seed(
+            conn, profile=in_use, completed_only=True, generation=row.generation
+        )
+        if await embedding_switch.read(conn) != row:
+            raise _changed_meanwhile()
     return StartResult(row, resumed)
 
 
@@ -211,9 +223,13 @@ async def cut_over(
             )
         # Notes embedded under the previous profile in the last seconds get their vector of
         # the new one proposed now, not at the loop's next seeding.
-        await embedding_switch.seed(conn, profile=moved.profile_in_use, completed_only=True)
+        await embedding_switch.seed(
+            conn, profile=moved.profile_in_use, completed_only=True, generation=moved.generation
+        )
         assert moved.other_profile is not None  # cut_over (0061's CHECK)
-        await embedding_switch.seed(conn, profile=moved.other_profile, completed_only=False)
+        await embedding_switch.seed(
+            conn, profile=moved.other_profile, completed_only=False, generation=moved.generation
+        )
     return moved
 
 

@@ -23,8 +23,9 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 # Live contexts (module docstring), aliased s (state) and c (context): a FROM and WHERE.
-# The switch's own states, quoted by its statements (not stage statuses).
-NON_STATUS_LITERALS = frozenset({"idle", "backfilling", "cut_over", "rolling_back"})
+# The switch's own states, quoted by its statements (not stage statuses), and the encoding of
+# the digest (VOUCH_STATE_ROWS).
+NON_STATUS_LITERALS = frozenset({"idle", "backfilling", "cut_over", "rolling_back", "UTF8"})
 
 _LIVE_CONTEXTS = """
     FROM ai.context_ai_state AS s
@@ -264,13 +265,21 @@ SECONDS_UNTIL_SLOT = text(
 
 # Propose a backfill row for every live context without a vector under :profile (only those
 # whose embedding stage is COMPLETED when :completed_only: the profile in use, whose live
-# stage embeds the others itself); rows that exist are left as they are.
+# stage embeds the others itself); rows that exist are left as they are. Only while the switch
+# is still at :generation, under way and naming :profile (its row shared-locked, so a move
+# waits for the rows or the rows for the move): a command or pass that read the switch before
+# a rollback or finish proposes nothing for a switch that is over (NULL: no switch guard).
 SEED_BACKFILL = text(
     """
     INSERT INTO ai.context_embedding_backfill (embedding_profile, context_id)
     SELECT CAST(:profile AS varchar), s.context_id"""
     + _LIVE_CONTEXTS
     + """
+      AND (CAST(:generation AS bigint) IS NULL OR EXISTS (
+          SELECT 1 FROM core.embedding_switch AS w
+          WHERE w.id = 1 AND w.generation = CAST(:generation AS bigint) AND w.state <> 'idle'
+            AND CAST(:profile AS varchar) IN (w.profile_in_use, w.other_profile)
+          FOR SHARE))
       AND (NOT CAST(:completed_only AS boolean) OR s.embedding_status = 'COMPLETED')
       AND NOT """
     + _HAS_VECTOR
@@ -279,6 +288,35 @@ SEED_BACKFILL = text(
     """
 )
 
+# Up to :batch live contexts whose state row lacks the core's digest (written before the core
+# recorded it, 0020, or its owner, 0006) get both as a create writes them: the owner the core
+# holds where none is recorded, and the digest of its note (pinlog_platform/contract/
+# text_fingerprint.py: SHA-256 of the NFC text's UTF-8), marked the core's. A backfill worker
+# claims only a context whose digest and owner are the core's. State rows locked in id order.
+VOUCH_STATE_ROWS = text(
+    """
+    WITH locked AS (
+        SELECT s.context_id"""
+    + _LIVE_CONTEXTS
+    + """ AND NOT s.text_sha256_from_core
+        ORDER BY s.context_id
+        LIMIT :batch
+        FOR UPDATE OF s
+    )
+    UPDATE ai.context_ai_state AS s
+    SET user_id = coalesce(s.user_id, c.member_id),
+        record_id = coalesce(s.record_id, c.record_id),
+        text_sha256 = sha256(convert_to(normalize(c.body, NFC), 'UTF8')),
+        text_sha256_from_core = true
+    FROM locked AS l
+    JOIN core.context AS c ON c.id = l.context_id
+    WHERE s.context_id = l.context_id
+    """
+)
+
+# Only while the switch is still at :generation (the batch slot's), under way, and :profile is
+# one it fills (in rolling_back the restored profile in use only; NULL: no switch guard): a
+# pass whose slot a rollback or finish overtook sends nothing.
 # The next :limit open rows of :profile to send to a worker, not sent within :resend_seconds:
 # PENDING, or PROCESSING past :expiry_seconds (a worker died holding them). Rows another core
 # process is marking are skipped. Those of a context no longer live (module docstring: deleted,
@@ -290,6 +328,13 @@ PROPOSE_BATCH = text(
         SELECT b.context_id
         FROM ai.context_embedding_backfill AS b
         WHERE b.embedding_profile = :profile AND b.status IN ('PENDING', 'PROCESSING')
+          AND (CAST(:generation AS bigint) IS NULL OR EXISTS (
+              SELECT 1 FROM core.embedding_switch AS w
+              WHERE w.id = 1 AND w.generation = CAST(:generation AS bigint)
+                AND w.state <> 'idle'
+                AND (CAST(:profile AS varchar) = w.profile_in_use
+                     OR (w.state <> 'rolling_back'
+                         AND CAST(:profile AS varchar) = w.other_profile))))
           AND (b.requested_at IS NULL
                OR b.requested_at < now() - make_interval(secs => :resend_seconds))
           AND (b.status = 'PENDING'
@@ -591,10 +636,20 @@ async def seconds_until_slot(conn: AsyncConnection) -> float | None:
     return None if value is None else float(value)
 
 
-async def seed(conn: AsyncConnection, *, profile: str, completed_only: bool) -> int:
-    """Propose rows for live contexts lacking a vector of ``profile``; how many were new."""
-    params = {"profile": profile, "completed_only": completed_only}
+async def seed(
+    conn: AsyncConnection, *, profile: str, completed_only: bool, generation: int | None
+) -> int:
+    """Propose rows for live contexts lacking a vector of ``profile`` while the switch is at
+    ``generation`` and under way (``SEED_BACKFILL``; ``None``: unguarded, for tests and
+    repairs by hand); how many were new (0 also when the switch moved)."""
+    params = {"profile": profile, "completed_only": completed_only, "generation": generation}
     return (await conn.execute(SEED_BACKFILL, params)).rowcount
+
+
+async def vouch_state_rows(conn: AsyncConnection, *, batch: int) -> int:
+    """Write the core's owner and digest on up to ``batch`` live state rows that lack them
+    (``VOUCH_STATE_ROWS``); how many."""
+    return (await conn.execute(VOUCH_STATE_ROWS, {"batch": batch})).rowcount
 
 
 async def propose(
@@ -604,10 +659,13 @@ async def propose(
     limit: int,
     resend_seconds: float,
     expiry_seconds: float,
+    generation: int | None,
 ) -> list[BackfillSource]:
-    """The next open rows of ``profile`` (``PROPOSE_BATCH``) of live contexts, marked sent;
+    """The next open rows of ``profile`` (``PROPOSE_BATCH``) of live contexts, marked sent,
+    while the switch is at ``generation`` (the batch slot's; ``None``: unguarded, for tests);
     rows of contexts no longer live are closed ``CANCELLED`` on the way."""
     params = {
+        "generation": generation,
         "profile": profile,
         "limit": limit,
         "resend_seconds": float(resend_seconds),

@@ -69,6 +69,8 @@ MAX_IN_FLIGHT = 2
 IDLE_SECONDS = 5.0
 # Seeding scans every live context: not more often than this (seconds).
 SEED_SECONDS = 10.0
+# State rows given the core's digest and owner per seeding (``vouch_state_rows``).
+VOUCH_BATCH = 5_000
 # A batch's whole answer: one provider call for up to MAX_BATCH notes and their saves.
 BATCH_DEADLINE_SECONDS = 60.0
 # How often the switch's gauges are refreshed (seconds): one coverage statement over the live
@@ -174,6 +176,7 @@ class ReembedBackfill:
                         limit=slot.batch,
                         resend_seconds=self._resend_seconds,
                         expiry_seconds=self._expiry_seconds,
+                        generation=slot.generation,
                     )
                     if sources:
                         break
@@ -203,12 +206,16 @@ class ReembedBackfill:
         if time.monotonic() - self._seeded_at < SEED_SECONDS:
             return
         self._seeded_at = time.monotonic()
+        # Notes older than the core's digest (``vouch_state_rows``): claimable once vouched.
+        await embedding_switch.vouch_state_rows(conn, batch=VOUCH_BATCH)
         added = 0
         if slot.state != "rolling_back":
             added += await embedding_switch.seed(
-                conn, profile=slot.other_profile, completed_only=False
+                conn, profile=slot.other_profile, completed_only=False, generation=slot.generation
             )
-        added += await embedding_switch.seed(conn, profile=slot.profile_in_use, completed_only=True)
+        added += await embedding_switch.seed(
+            conn, profile=slot.profile_in_use, completed_only=True, generation=slot.generation
+        )
         if added:
             logger.info("backfill: %d context(s) newly missing a vector", added)
 

@@ -171,6 +171,8 @@ ONE_STAGE_STATEMENTS: Mapping[str, Stage] = MappingProxyType(
         "app.repository.profile_vectors:CLAIM_BACKFILL": Stage.EMBEDDING,
         "core_service.repository.embedding_switch:PROPOSE_BATCH": Stage.EMBEDDING,
         "core_service.repository.embedding_switch:SEED_BACKFILL": Stage.EMBEDDING,
+        # the core vouches for old state rows a backfill is to claim (live: embedding not CANCELLED)
+        "core_service.repository.embedding_switch:VOUCH_STATE_ROWS": Stage.EMBEDDING,
         "core_service.repository.embedding_switch:COVERAGE": Stage.EMBEDDING,
         "core_service.repository.embedding_switch:FAILED_BY_REASON": Stage.EMBEDDING,
         # personal search's lists: keywords the owner may see (keyword_reads, §9)

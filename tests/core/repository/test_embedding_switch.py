@@ -312,7 +312,7 @@ async def test_cut_over_refuses_an_incomplete_target_or_unstamped_judgments_in_i
     await add_vector(engine, covered, TARGET)
     async with autocommit(engine) as conn:
         await switch_start(conn)
-        await embedding_switch.seed(conn, profile=TARGET, completed_only=False)
+        await embedding_switch.seed(conn, profile=TARGET, completed_only=False, generation=None)
     await set_backfill(engine, TARGET, failed, status="PROCESSING")
 
     async with autocommit(engine) as conn:
@@ -360,7 +360,7 @@ async def test_finish_refuses_while_the_profile_in_use_lacks_vectors_or_has_open
     refused = []
     async with autocommit(engine) as conn:
         refused.append(await switch_finish(conn))
-        await embedding_switch.seed(conn, profile=TARGET, completed_only=True)
+        await embedding_switch.seed(conn, profile=TARGET, completed_only=True, generation=None)
     await add_vector(engine, ids[1], TARGET)
     await set_backfill(engine, TARGET, ids[1], status="COMPLETED")
     await set_backfill(engine, TARGET, ids[2], status="FAILED", failure_reason="rejected")
@@ -505,9 +505,15 @@ async def test_seed_proposes_live_contexts_without_a_vector_and_coverage_counts_
     live = {only_in_use, both, pending, hidden_target, only_target}
 
     async with autocommit(engine) as conn:
-        seeded_target = await embedding_switch.seed(conn, profile=TARGET, completed_only=False)
-        seeded_in_use = await embedding_switch.seed(conn, profile=PROFILE, completed_only=True)
-        again = await embedding_switch.seed(conn, profile=TARGET, completed_only=False)
+        seeded_target = await embedding_switch.seed(
+            conn, profile=TARGET, completed_only=False, generation=None
+        )
+        seeded_in_use = await embedding_switch.seed(
+            conn, profile=PROFILE, completed_only=True, generation=None
+        )
+        again = await embedding_switch.seed(
+            conn, profile=TARGET, completed_only=False, generation=None
+        )
         covered = await embedding_switch.coverage(
             conn, profile=TARGET, in_use=PROFILE, window_seconds=60
         )
@@ -532,7 +538,10 @@ async def test_coverage_counts_recent_completions_and_failures_by_reason(
     recent, earlier, too_long, unknown, failed_with_vector, still_open = ids
     deleted_failed = await judged(core, engine, "지운 실패", place="p0")
     async with autocommit(engine) as conn:
-        assert await embedding_switch.seed(conn, profile=TARGET, completed_only=False) == 7
+        assert (
+            await embedding_switch.seed(conn, profile=TARGET, completed_only=False, generation=None)
+            == 7
+        )
     for context_id in (recent, earlier, failed_with_vector):
         await add_vector(engine, context_id, TARGET)
     await set_backfill(engine, TARGET, recent, status="COMPLETED")
@@ -569,14 +578,22 @@ async def _seeded(core, engine, count: int) -> list[int]:
     TARGET; their context ids, ascending."""
     ids = [await judged(core, engine, f"채울 메모 {n}", place=f"p{n}") for n in range(count)]
     async with autocommit(engine) as conn:
-        assert await embedding_switch.seed(conn, profile=TARGET, completed_only=False) == count
+        assert (
+            await embedding_switch.seed(conn, profile=TARGET, completed_only=False, generation=None)
+            == count
+        )
     return sorted(ids)
 
 
 async def _propose(engine, limit: int, *, resend: float = RESEND, expiry: float = EXPIRY):
     async with autocommit(engine) as conn:
         return await embedding_switch.propose(
-            conn, profile=TARGET, limit=limit, resend_seconds=resend, expiry_seconds=expiry
+            conn,
+            profile=TARGET,
+            limit=limit,
+            resend_seconds=resend,
+            expiry_seconds=expiry,
+            generation=None,
         )
 
 
@@ -596,7 +613,12 @@ async def test_proposals_come_in_id_order_and_are_marked_sent(engine, core_with_
     # Another profile's rows are not this profile's proposals.
     async with autocommit(engine) as conn:
         other = await embedding_switch.propose(
-            conn, profile=THIRD, limit=10, resend_seconds=RESEND, expiry_seconds=EXPIRY
+            conn,
+            profile=THIRD,
+            limit=10,
+            resend_seconds=RESEND,
+            expiry_seconds=EXPIRY,
+            generation=None,
         )
     assert other == []
 
@@ -621,7 +643,10 @@ async def test_rows_of_contexts_no_longer_live_are_closed_and_never_proposed(
     # A record keeps one active note at least: the deleted note's record has another.
     _, companion = await created(core, "같은 기록의 남는 메모", place="gone0")
     async with autocommit(engine) as conn:
-        assert await embedding_switch.seed(conn, profile=TARGET, completed_only=False) == 6
+        assert (
+            await embedding_switch.seed(conn, profile=TARGET, completed_only=False, generation=None)
+            == 6
+        )
     for operation, (record_id, context_id) in gone.items():
         answer = await LIFECYCLE_OPERATIONS[operation](core.client, record_id, context_id)
         assert answer.status_code in (200, 204), answer.text
@@ -682,7 +707,12 @@ async def test_concurrent_proposals_return_disjoint_rows(engine, core_with_fake_
     async with engine.connect() as holding:
         await holding.begin()
         held = await embedding_switch.propose(
-            holding, profile=TARGET, limit=3, resend_seconds=RESEND, expiry_seconds=EXPIRY
+            holding,
+            profile=TARGET,
+            limit=3,
+            resend_seconds=RESEND,
+            expiry_seconds=EXPIRY,
+            generation=None,
         )
         meanwhile = await asyncio.wait_for(_propose(engine, 3), 2)
         await holding.commit()
@@ -831,3 +861,31 @@ async def test_after_a_cutover_judgments_of_the_previous_profile_are_stale_and_r
             conn, profile=PROFILE, version=1, after=0, limit=100
         )
     assert before == [current]
+
+
+async def test_a_slot_taken_before_a_rollback_proposes_nothing_of_the_abandoned_target(
+    engine, core_with_fake_worker
+):
+    """A pass takes its batch slot while the switch is backfilling; an operator's rollback
+    commits before the pass proposes. The proposal, guarded by the slot's generation, sends
+    nothing (no provider call for a switch that is over) and leaves the rows unmarked; a slot
+    of the switch as it is now may propose the profile in use's rows only."""
+    ids = await _seeded(core_with_fake_worker, engine, 3)
+    async with autocommit(engine) as conn:
+        await switch_start(conn, target=TARGET, rate=10)
+        slot = await embedding_switch.take_batch_slot(conn, max_batch=64)
+    async with autocommit(engine) as conn:
+        assert (await switch_roll_back(conn)).state == "idle"
+    async with autocommit(engine) as conn:
+        stale = await embedding_switch.propose(
+            conn,
+            profile=TARGET,
+            limit=10,
+            resend_seconds=RESEND,
+            expiry_seconds=EXPIRY,
+            generation=slot.generation,
+        )
+
+    assert slot is not None and slot.other_profile == TARGET
+    assert stale == []
+    assert await backfill_rows(engine, TARGET) == {i: ("PENDING", False) for i in ids}

@@ -57,7 +57,9 @@ async def notes_under_the_profile_in_use(core, engine, bodies: list[str]) -> lis
         ids.append(context_id)
     async with autocommit(engine) as conn:
         assert await switch_start(conn, in_use=TARGET, target=PROFILE, rate=MAX_BATCH)
-        assert await embedding_switch.seed(conn, profile=PROFILE, completed_only=False) == len(ids)
+        assert await embedding_switch.seed(
+            conn, profile=PROFILE, completed_only=False, generation=None
+        ) == len(ids)
     return sorted(ids)
 
 
@@ -128,7 +130,12 @@ async def test_64_long_korean_notes_are_cut_to_the_workers_body_limit(
     async with autocommit(engine) as conn:  # nothing left to propose again
         assert (
             await embedding_switch.propose(
-                conn, profile=PROFILE, limit=MAX_BATCH, resend_seconds=0, expiry_seconds=600
+                conn,
+                profile=PROFILE,
+                limit=MAX_BATCH,
+                resend_seconds=0,
+                expiry_seconds=600,
+                generation=None,
             )
             == []
         )

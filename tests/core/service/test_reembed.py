@@ -6,12 +6,15 @@ and called over TCP."""
 
 from __future__ import annotations
 
+import asyncio
 from contextlib import asynccontextmanager
 
 import pytest
 from prometheus_client import generate_latest
 from sqlalchemy import text
 
+from app.repository import profile_vectors
+from app.repository.profile_vectors import BackfillAsk
 from core_service.metrics import CoreMetrics
 from core_service.operations import pause as dispatch_pause
 from core_service.operations import reembed
@@ -22,6 +25,7 @@ from core_service.service.pause import PauseSwitch
 from core_service.service.profile_in_use import CACHE_SECONDS, read_profile_in_use
 from core_service.service.reembed_backfill import ReembedBackfill
 from core_service.service.worker_readiness import ReadinessReader, WorkerReadiness
+from pinlog_platform.contract.text_fingerprint import fingerprint
 from tests.core import support as facts
 from tests.core.harness import endpoints_of, profile_routing, profile_workers
 from tests.core.support import (
@@ -35,6 +39,7 @@ from tests.core.support import (
 )
 from tests.worker.backfill_support import set_backfill
 from tests.worker.harness import PROFILE, sample_value
+from tests.worker.open_transactions import lock_waiters_reach
 from tests.worker.support import make_preset, make_preset_vector
 
 # The keys of ``reembed status --json``, in order (docs/operations.md, step 4).
@@ -631,7 +636,7 @@ async def test_rolling_back_stays_until_every_completed_note_has_a_restored_vect
     await _backdate_switch(engine, 60)
     moves = []
     async with autocommit(engine) as conn:
-        await embedding_switch.seed(conn, profile=PROFILE, completed_only=True)
+        await embedding_switch.seed(conn, profile=PROFILE, completed_only=True, generation=None)
         for status in ("PENDING", "FAILED"):
             await set_backfill(engine, PROFILE, late, status=status, failure_reason="rejected")
             row = await embedding_switch.read(conn)
@@ -664,6 +669,83 @@ async def test_start_again_finishes_what_a_stopped_start_left(engine, core_with_
     assert result.resumed and result.row == before  # the switch itself is unchanged
     assert await analysis_profiles(engine) == {i: PROFILE for i in ids}
     assert set(await backfill_rows(engine, TARGET)) == set(ids)
+
+
+async def test_a_start_resumed_while_the_switch_is_rolled_back_proposes_nothing(
+    engine, core_with_fake_worker
+):
+    """A `reembed start` run again while its switch is backfilling (to finish what a stopped
+    run left) reads the switch, then stamps and proposes. An operator's rollback that commits
+    in between (the resumed start held behind a judgment another transaction locks) leaves
+    the switch idle: the start must not propose rows of the abandoned target afterwards
+    (PENDING rows no loop ever sends, of a switch that is over) and says the switch changed."""
+    core = core_with_fake_worker
+    ids = [await judged(core, engine, f"메모 {n}", place=f"p{n}") for n in range(2)]
+    await make_preset(engine, preset_id=1, profile=TARGET)
+    async with autocommit(engine) as conn:
+        await facts.switch_start(conn, target=TARGET, rate=30)  # the move alone
+    async with profile_workers(TARGET) as workers:
+        ready = await readings(*workers)
+        async with engine.connect() as holder:
+            held = await holder.begin()
+            await holder.execute(
+                text(
+                    "SELECT context_id FROM ai.context_keyword_analysis "
+                    "WHERE embedding_profile IS NULL FOR UPDATE"
+                )
+            )
+            task = asyncio.create_task(
+                reembed.start(engine, ready, configured=PROFILE, target=TARGET, rate=50)
+            )
+            await lock_waiters_reach(engine, 1)  # the resumed start stamps, behind the lock
+            async with autocommit(engine) as conn:
+                assert (await facts.switch_roll_back(conn)).state == "idle"
+            await held.rollback()
+        outcome = await _outcome(task)
+
+    assert isinstance(outcome, ReembedRefused) and "changed meanwhile" in str(outcome)
+    assert (await switch_row(engine)).state == "idle"
+    assert await backfill_rows(engine, TARGET) == {}
+    assert await analysis_profiles(engine) == {i: PROFILE for i in ids}
+
+
+async def test_a_note_whose_state_row_predates_the_cores_digest_is_claimable_by_the_backfill(
+    engine, core_with_fake_worker, stage_pool
+):
+    """A state row written before the core recorded the owner and the digest of its text
+    (0006, 0020: a deployment's notes from before them) cannot be claimed by the backfill
+    route, which trusts only the core's digest and owner: proposed again every resend delay,
+    forever, the switch never ready. `reembed start` (and the loop's seeding) write them as a
+    create does, from the note the core holds, so the worker's real claim takes it."""
+    core = core_with_fake_worker
+    legacy = await judged(core, engine, "오래된 메모", place="p1")
+    async with engine.begin() as conn:
+        await conn.execute(
+            text(
+                "UPDATE ai.context_ai_state SET user_id = NULL, record_id = NULL, "
+                "text_sha256_from_core = false WHERE context_id = :id"
+            ),
+            {"id": legacy},
+        )
+    await make_preset(engine, preset_id=1, profile=TARGET)
+    async with profile_workers(TARGET) as workers:
+        await start(engine, workers)
+    note = await facts.context(engine, legacy)
+    async with autocommit(engine) as conn:
+        sources = await embedding_switch.propose(
+            conn, profile=TARGET, limit=10, resend_seconds=300, expiry_seconds=600, generation=None
+        )
+    claims = await profile_vectors.claim(
+        stage_pool,
+        embedding_profile=TARGET,
+        asks=[BackfillAsk(legacy, fingerprint(note.body), note.member_id, note.record_id)],
+        expiry_seconds=600,
+    )
+
+    assert [source.context_id for source in sources] == [legacy]
+    assert [(c.context_id, c.user_id, c.record_id) for c in claims] == [
+        (legacy, note.member_id, note.record_id)
+    ]
 
 
 # --- finish (issue 28, row 2) -------------------------------------------------------------------

@@ -49,7 +49,10 @@ async def test_re_requests_while_the_vector_is_coming_spend_no_retry(
     async with autocommit(engine) as conn:
         assert await switch_start(conn, in_use=TARGET, target=PROFILE, rate=50)
         assert await switch_cut_over(conn, force=True)
-        assert await embedding_switch.seed(conn, profile=PROFILE, completed_only=True) == 1
+        assert (
+            await embedding_switch.seed(conn, profile=PROFILE, completed_only=True, generation=None)
+            == 1
+        )
     settings = core_settings(migrated_database, str(worker.client.base_url))
     core_engine = create_engine(settings.database_url, pool_size=2)
     endpoints = build_worker_endpoints(settings)

@@ -218,6 +218,37 @@ async def test_a_batch_cut_by_the_request_deadline_puts_its_rows_back_at_once(
     assert set(await vectors_by_profile(engine, 1)) == {OTHER_PROFILE}
 
 
+async def test_a_batch_beyond_one_token_window_saves_what_fits_before_the_deadline(
+    engine, make_worker, fake_openai
+):
+    """A token budget of about two of these notes a minute and a request deadline of 2 s: the
+    batch is embedded run by run (``token_runs``), each run saved before the next, and the
+    runs the budget cannot send before the deadline are put back ``PENDING`` at once,
+    answered 200 (``putBack``). The next batch then starts where this one stopped; a batch
+    cut whole by the deadline (503) would be proposed first again, in the same order, and
+    spend its first run's tokens again every window, forever."""
+    for context_id in NOTES:
+        await embedded_under_the_old_profile(engine, context_id)
+    fake_openai.set_usage(False)  # each request keeps its estimate (about 20 tokens a note)
+
+    async with make_worker(request_timeout_seconds=2.0, embedding_tokens_per_minute=45) as worker:
+        response = await post_backfill(worker, [context(c) for c in NOTES])
+
+    assert response.status_code == 200
+    body = response.json()
+    assert body["completed"] >= 1
+    assert body["completed"] + body["putBack"] == len(NOTES)
+    rows = {c: await backfill_row(engine, c, PROFILE) for c in NOTES}
+    done = [c for c, row in rows.items() if row.status == "COMPLETED"]
+    assert len(done) == body["completed"]
+    assert done == sorted(NOTES)[: len(done)], "runs go in the batch's order"
+    for context_id in done:
+        await assert_stored_under_this_profile(engine, context_id, NOTES[context_id])
+    for context_id in set(NOTES) - set(done):
+        assert rows[context_id] == Row("PENDING", 1, None)
+        assert set(await vectors_by_profile(engine, context_id)) == {OTHER_PROFILE}
+
+
 async def test_a_claim_taken_over_while_the_provider_call_is_in_flight_is_lost(
     engine, worker, fake_openai, hold, stage_pool
 ):

@@ -9,6 +9,7 @@ import logging
 
 from sqlalchemy import text
 
+from tests.fake_openai import Scripted
 from tests.worker.harness import SECRET
 from tests.worker.support import fetch_state, make_state
 
@@ -97,4 +98,34 @@ async def test_an_embedding_cap_leaves_running_stages_processing_never_failed(
     assert calls == 1
     assert await fetch_state(engine, 1) == ("COMPLETED", "COMPLETED")
     assert (await fetch_state(engine, 2))[0] in ("PENDING", "PROCESSING")
+    assert await _failed_stages(engine) == 0
+
+
+async def test_tokens_billed_for_failed_attempts_count_toward_the_cap(
+    engine, make_worker, fake_openai
+):
+    """A provider that bills failed requests (its 503 body reports ``usage``: 40 tokens) and
+    2 retries per call: one embedding call spends 120 tokens over its three wire requests.
+    With a cap of 100 the embedding gate closes after that call: the next request is refused
+    (503, reason ``daily_token_cap``) and the first note is left for the rescan, not FAILED."""
+    for context_id in (1, 2):
+        await make_state(engine, context_id=context_id)
+    billed = {
+        "error": {"message": "busy", "type": "server_error", "code": None, "param": None},
+        "usage": {"prompt_tokens": 40, "total_tokens": 40},
+    }
+    async with make_worker(embedding_daily_token_cap=100, provider_max_retries=2) as worker:
+        fake_openai.set_fault("embeddings", Scripted(status=503, json=billed))
+        before = fake_openai.embedding_calls
+        assert (await _post(worker, 1)).status_code == 202
+        await worker.drain()
+        requests = fake_openai.embedding_calls - before
+        refused = await _post(worker, 2)
+        ready = (await worker.client.get("/readyz")).json()
+
+    assert requests == 3, "one call, two retries"
+    assert refused.status_code == 503
+    assert ready["providers"]["embedding"]["reason"] == "daily_token_cap"
+    assert (await fetch_state(engine, 1))[0] in ("PENDING", "PROCESSING")
+    assert await fetch_state(engine, 2) == ("PENDING", "PENDING")
     assert await _failed_stages(engine) == 0

@@ -16,10 +16,13 @@ import pytest
 from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError
 
+from app.metrics import WorkerMetrics
+from app.providers.usage import CallUsage
 from app.repository.usage_ledger import UsageDelta, add_usage
+from app.service.usage_ledger import UsageLedger
 from tests.fake_openai import Scripted, embedding_body
 from tests.worker.harness import PROFILE, SECRET
-from tests.worker.open_transactions import finished_behind_lock
+from tests.worker.open_transactions import finished_behind_lock, lock_waiters_reach
 from tests.worker.support import fetch_state, make_state
 
 NOTES = (
@@ -248,3 +251,28 @@ async def test_two_processes_adding_cached_tokens_to_one_new_row_sum_up(engine) 
     row = (await _ledger(engine))["judge", "keyword"]
     assert (row["calls"], row["prompt_tokens"], row["cached_prompt_tokens"]) == (2, 5000, 3200)
     assert row["cost_usd"] == Decimal("0.0005")
+
+
+async def test_closing_the_ledger_during_a_write_keeps_what_that_write_carries(engine) -> None:
+    """The periodic write waits behind a transaction that holds its ledger row when the ledger
+    closes (shutdown): the close lets that write finish and its totals land, once. (Cancelled
+    mid-write, the write dropped the totals it had taken, and the close had nothing left.)"""
+    ledger = UsageLedger(engine, WorkerMetrics(), {}, flush_seconds=0.05)
+    ledger.record("embedding", CallUsage("embedding", "m", None, embedding_tokens=10))
+    await ledger.flush()  # the row exists
+    ledger.start()
+    async with engine.connect() as holder:
+        held = await holder.begin()
+        await holder.execute(
+            text("SELECT 1 FROM ai.provider_usage_daily WHERE provider = 'embedding' FOR UPDATE")
+        )
+        ledger.record("embedding", CallUsage("embedding", "m", None, embedding_tokens=5))
+        await lock_waiters_reach(engine, 1)  # the periodic write waits for the row
+        closing = asyncio.create_task(ledger.aclose())
+        await asyncio.sleep(0)  # the close has begun, the write still waits
+        assert not closing.done()
+        await held.rollback()
+    await closing
+
+    row = (await _ledger(engine))[("embedding", "embedding")]
+    assert (row["calls"], row["embedding_tokens"]) == (2, 15)
