@@ -120,22 +120,12 @@ class ContextLifecycle:
         place_name = normalize_text(
             place_name, field="placeName", max_characters=PLACE_NAME_CHARACTERS
         )
-        terms = await self._analyser.terms(stored_body)
-        created = await client_single_statement(
-            self._engine,
-            partial(
-                self._within_daily_cap,
-                partial(
-                    context_writes.create,
-                    member_id=member_id,
-                    external_place_id=external_place_id,
-                    place_name=place_name,
-                    body=stored_body,
-                    daily_notes=self._daily_notes,
-                    terms=terms,
-                    analyser_version=self._analyser.version,
-                ),
-            ),
+        created = await self._write_note(
+            context_writes.create,
+            stored_body,
+            member_id=member_id,
+            external_place_id=external_place_id,
+            place_name=place_name,
         )
         if not created.member_active:
             raise UnauthenticatedError("member is not active")
@@ -146,7 +136,12 @@ class ContextLifecycle:
                 record_created,
                 record_place_name,
             ) = await self._create_step_by_step(
-                member_id, external_place_id, place_name, stored_body, terms
+                member_id,
+                external_place_id,
+                place_name,
+                stored_body,
+                # analysed again: a lost race is rare and an analysis costs about 0.5 ms
+                await self._analyser.terms(stored_body),
             )
         else:
             record_id, context_id = created.record_id, created.context_id
@@ -169,21 +164,11 @@ class ContextLifecycle:
         ``RateLimitedError`` (429: the daily note cap), ``UnavailableError`` (503).
         """
         stored_body = normalize_body(body)
-        terms = await self._analyser.terms(stored_body)
-        added = await client_single_statement(
-            self._engine,
-            partial(
-                self._within_daily_cap,
-                partial(
-                    context_writes.add,
-                    member_id=member_id,
-                    record_id=record_id,
-                    body=stored_body,
-                    daily_notes=self._daily_notes,
-                    terms=terms,
-                    analyser_version=self._analyser.version,
-                ),
-            ),
+        added = await self._write_note(
+            context_writes.add,
+            stored_body,
+            member_id=member_id,
+            record_id=record_id,
         )
         if not added.member_active:
             raise UnauthenticatedError("member is not active")
@@ -216,21 +201,11 @@ class ContextLifecycle:
         writes a new context takes like a create), ``UnavailableError`` (503).
         """
         stored_body = normalize_body(body)
-        terms = await self._analyser.terms(stored_body)
-        outcome = await client_single_statement(
-            self._engine,
-            partial(
-                self._within_daily_cap,
-                partial(
-                    context_writes.modify,
-                    member_id=member_id,
-                    context_id=context_id,
-                    body=stored_body,
-                    daily_notes=self._daily_notes,
-                    terms=terms,
-                    analyser_version=self._analyser.version,
-                ),
-            ),
+        outcome = await self._write_note(
+            context_writes.modify,
+            stored_body,
+            member_id=member_id,
+            context_id=context_id,
         )
         _refuse_unless_live(outcome)
         if outcome.unchanged:
@@ -352,6 +327,27 @@ class ContextLifecycle:
             if existing is not None:
                 return existing.record_id, False, existing.place_name
         raise UnavailableError("record is changing concurrently; try again")
+
+    async def _write_note(
+        self, write: Callable[..., Awaitable[_Written]], stored_body: str, **arguments: object
+    ) -> _Written:
+        """Run one of the statements that write a note (create, add, modify) in a transaction of
+        its own, with the body's search terms and the daily note cap (``_within_daily_cap``)."""
+        terms = await self._analyser.terms(stored_body)
+        return await client_single_statement(
+            self._engine,
+            partial(
+                self._within_daily_cap,
+                partial(
+                    write,
+                    body=stored_body,
+                    daily_notes=self._daily_notes,
+                    terms=terms,
+                    analyser_version=self._analyser.version,
+                    **arguments,
+                ),
+            ),
+        )
 
     async def _within_daily_cap(
         self, write: Callable[[AsyncConnection], Awaitable[_Written]], conn: AsyncConnection
