@@ -29,8 +29,8 @@ run-operations: venv
 # (tests/parallel_databases.py); then the `serial` ones (rates, deadlines, slow clients), alone.
 # The second pass runs even when the first fails; the target fails when either does.
 # Most test time is waiting (subprocesses, sockets, timers), so more workers than cores pay.
-# Measured on a 2-core machine shared with other work (load average 5 to 11): 12 to 13
-# minutes, the parallel pass 8 to 9 and the serial one 2 to 5 (one serial pass: 34 there).
+# Measured on the 2-core machine from a fresh clone: the parallel pass 5.6 minutes at 4
+# workers (6 workers were slower there: 7.9), the serial one 3.8.
 PYTEST_WORKERS ?= 4
 define two_pytest_passes
 	@status=0; \
