@@ -38,7 +38,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from core_service.command_startup import fail, load, run_operation
 from core_service.composition import Operations
-from core_service.repository import context, context_ai_state, keyword_reprocess
+from core_service.repository import context, context_ai_state, embedding_switch, keyword_reprocess
 from core_service.repository.db import autocommit, transaction
 from core_service.service.dispatch import DispatchOutcome, DispatchRequest, WorkerDispatcher
 from core_service.service.worker_readiness import ReadinessReader, WorkerReadiness
@@ -67,6 +67,17 @@ class WorkersNotReady(Exception):
         super().__init__(f"workers did not report preset list version {version}")
         self.version = version
         self.readings = tuple(readings)
+
+
+class ProfileInUseChanged(Exception):
+    """A cutover or rollback changed the profile in use during the run: the run stops before
+    resetting anything under the old one; ``report`` is what it did until then."""
+
+    def __init__(self, profile: str, in_use: str, report: ReprocessReport) -> None:
+        super().__init__(f"the profile in use changed from {profile} to {in_use}")
+        self.profile = profile
+        self.in_use = in_use
+        self.report = report
 
 
 @dataclass(frozen=True, slots=True)
@@ -179,6 +190,11 @@ class KeywordReprocess:
             if not dispatcher.ready:
                 await dispatcher.wait_until_ready(READY_WAIT_SECONDS, stop)
             async with transaction(self._engine) as conn:
+                # The switch row share-locked: a cutover or rollback waits for this batch, and
+                # a batch after one stops the run instead of resetting under the old profile.
+                in_use = await embedding_switch.lock_profile_in_use(conn)
+                if in_use is not None and in_use != self._profile:
+                    raise ProfileInUseChanged(self._profile, in_use, report)
                 selected = await keyword_reprocess.select_stale(
                     conn, profile=self._profile, version=plan.version, after=after, limit=rate
                 )
@@ -351,6 +367,14 @@ def reprocess_keywords(
             [
                 f"no preset is usable under profile {settings.embedding_profile}: run "
                 "`pinlog-ai presets load` with that profile first"
+            ],
+        )
+    except ProfileInUseChanged as exc:
+        fail(
+            WORKERS_NOT_READY,
+            [
+                f"{exc}: stopped after resetting {exc.report.reset} context(s); run "
+                "`pinlog-core reprocess keywords` again to judge under the new profile"
             ],
         )
     except WorkersNotReady as exc:

@@ -49,6 +49,7 @@ from core_service.operations import counts
 from core_service.operations.keyword_reprocess import (
     KeywordReprocess,
     NoUsablePresets,
+    ProfileInUseChanged,
     WorkersNotReady,
     reprocess,
 )
@@ -585,7 +586,7 @@ async def rejudge_after_switch(
                 wait=max(deadline - time.monotonic(), 0.0),
                 on_paused=_stop_paused,
             )
-        except (NoUsablePresets, WorkersNotReady) as exc:
+        except (NoUsablePresets, WorkersNotReady, ProfileInUseChanged) as exc:
             await _stopped_short(
                 operations,
                 f"keywords not judged again yet ({type(exc).__name__}); run "

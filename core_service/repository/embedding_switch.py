@@ -50,6 +50,13 @@ _SWITCH_COLUMNS = """profile_in_use, other_profile, state, rate_per_second, star
 
 READ_SWITCH = text("SELECT " + _SWITCH_COLUMNS + " FROM core.embedding_switch WHERE id = 1")
 
+# The profile in use, the switch row share-locked until the transaction ends: a cutover or
+# rollback (an UPDATE of the row) waits for it, so what the transaction writes under that
+# profile commits before the profile changes. No row: none recorded (the configured one).
+LOCK_PROFILE_IN_USE = text(
+    "SELECT profile_in_use FROM core.embedding_switch WHERE id = 1 FOR SHARE"
+)
+
 # Every move of the switch (0062): only from the generation the command read, which it
 # advances; updated_at is when the switch last changed (the profile cache window counts from
 # it).
@@ -545,6 +552,12 @@ def _switch(row) -> SwitchRow | None:
 async def read(conn: AsyncConnection) -> SwitchRow | None:
     """The switch row; ``None`` before any ``reembed start``."""
     return _switch((await conn.execute(READ_SWITCH)).first())
+
+
+async def lock_profile_in_use(conn: AsyncConnection) -> str | None:
+    """The profile in use, the switch row share-locked for the transaction
+    (``LOCK_PROFILE_IN_USE``); ``None`` when no switch was ever started."""
+    return (await conn.execute(LOCK_PROFILE_IN_USE)).scalar_one_or_none()
 
 
 async def start(

@@ -11,6 +11,7 @@ import time
 
 import pytest
 from prometheus_client import generate_latest
+from sqlalchemy import text
 
 from core_service.composition import build_dispatcher, build_worker_endpoints
 from core_service.metrics import CoreMetrics
@@ -18,6 +19,7 @@ from core_service.operations import pause
 from core_service.operations.keyword_reprocess import (
     KeywordReprocess,
     NoUsablePresets,
+    ProfileInUseChanged,
     WorkersNotReady,
 )
 from core_service.repository import dispatch_control
@@ -173,3 +175,48 @@ async def test_nothing_is_reset_while_dispatching_is_paused(
 
     assert (report.reset, report.taken) == (1, 1)
     assert (await facts.state(engine, context_id)).statuses == ("COMPLETED", "PENDING")
+
+
+async def test_a_cutover_during_the_run_stops_it_before_resetting_under_the_old_profile(
+    engine, core_with_fake_worker, fake_worker
+):
+    """A run resets under the profile in use it read; a cutover that commits between two of
+    its batches stops it (``ProfileInUseChanged``) before anything more is reset under the
+    old profile (each batch share-locks the switch row and compares)."""
+    context_ids = await _stale_contexts(engine, core_with_fake_worker, 3)
+    await fake_worker.wait_for_requests(3)
+    settings = core_settings(core_with_fake_worker.settings.database_url, fake_worker.base_url)
+    endpoints = build_worker_endpoints(settings)
+    dispatcher = build_dispatcher(settings, engine, endpoints, CoreMetrics())
+    dispatcher.start()
+    async with transaction(engine) as conn:
+        # What `reembed start` does first: the judgments name the profile they were made under.
+        await conn.execute(
+            text("UPDATE ai.context_keyword_analysis SET embedding_profile = :p"), {"p": PROFILE}
+        )
+        assert await facts.switch_start(conn, in_use=PROFILE, target=facts.TARGET, rate=50)
+    reprocess = KeywordReprocess(engine, profile=PROFILE)
+    first_batch = asyncio.Event()
+
+    async def cut_over_after_the_first_batch() -> None:
+        await first_batch.wait()
+        async with transaction(engine) as conn:
+            assert await facts.switch_cut_over(conn, force=True)
+
+    try:
+        plan = await reprocess.plan()
+        cutting = asyncio.create_task(cut_over_after_the_first_batch())
+        with pytest.raises(ProfileInUseChanged) as stopped:
+            await reprocess.run(plan, dispatcher, rate=1, on_progress=lambda _: first_batch.set())
+        await cutting
+    finally:
+        await dispatcher.close(2.0)
+        await endpoints.aclose()
+
+    assert (stopped.value.in_use, stopped.value.report.reset) == (facts.TARGET, 1)
+    statuses = [(await facts.state(engine, context_id)).statuses for context_id in context_ids]
+    assert statuses == [
+        ("COMPLETED", "PENDING"),
+        ("COMPLETED", "COMPLETED"),
+        ("COMPLETED", "COMPLETED"),
+    ]
