@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field, ValidationInfo, field_validator
 
+from pinlog_platform.contract.request_limits import MAX_REQUEST_BYTES, MIN_REQUEST_BYTES
+
 # Search's own pool (app/composition.py), so stage work never queues it.
 SEARCH_CONNECTIONS = 2
 # The SQLAlchemy pool of the preset cache and startup checks (app/composition.py); stage
@@ -159,7 +161,10 @@ class LimitSettings(BaseModel):
         description="Default: min(WORKER_CONCURRENCY, STAGE_CONNECTIONS_CAP) + SEARCH_CONNECTIONS",
     )
     max_request_bytes: int = Field(
-        default=65536, ge=1024, le=16 * 1024 * 1024, description="Larger bodies answer 413"
+        default=65536,
+        ge=MIN_REQUEST_BYTES,
+        le=MAX_REQUEST_BYTES,
+        description="Larger bodies answer 413",
     )
 
     @field_validator("processing_expiry_seconds")

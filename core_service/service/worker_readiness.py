@@ -18,6 +18,8 @@ from urllib.parse import urlsplit
 
 import aiohttp
 
+from pinlog_platform.contract.request_limits import MAX_REQUEST_BYTES, MIN_REQUEST_BYTES
+
 READYZ_PATH = "/readyz"
 # The worker answers /readyz within 1 s in every state; a little more for the network.
 DEFAULT_TIMEOUT_SECONDS = 3.0
@@ -120,12 +122,16 @@ def _parse(base_url: str, status: int, raw: bytes) -> WorkerReadiness:
         ready=status == 200 and body.get("status") == "ready",
         profile=profile,
         preset_version=version,
-        max_request_bytes=_positive_int(body.get("maxRequestBytes")),
+        max_request_bytes=_request_limit(body.get("maxRequestBytes")),
     )
 
 
-def _positive_int(value: object) -> int | None:
-    return value if _is_int(value) and value > 0 else None
+def _request_limit(value: object) -> int | None:
+    """A reported body limit in bytes within what a worker may be configured to; ``None``
+    (unknown: the default cut applies) for anything else."""
+    if _is_int(value) and MIN_REQUEST_BYTES <= value <= MAX_REQUEST_BYTES:
+        return value
+    return None
 
 
 def _is_int(value: object) -> bool:
