@@ -271,6 +271,9 @@ async def test_a_delete_after_the_finalizer_still_cancels(core_with_fake_worker,
     """§9 Delete: both statuses CANCELLED whatever they were, FAILED included."""
     created = await core_with_fake_worker.create(1, "메모")
     context_id, record_id = created.json()["contextId"], created.json()["recordId"]
+    # The create's own dispatch and its counting first: landing after the statuses below, its
+    # count moved the row out of the finalizer's reach (seen under parallel load).
+    await core_with_fake_worker.app.state.dispatcher.drain(5)
     await set_statuses(
         engine, context_id=context_id, embedding_status="PENDING", keyword_status="PENDING",
         retry_count=3,
