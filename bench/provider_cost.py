@@ -1,4 +1,5 @@
-"""Provider cost per 1,000 notes, from runs against the fake provider (issue 34, J7 items 2-3).
+"""Provider cost per 1,000 notes, from runs against the fake provider (the cost table of
+docs/operations.md).
 
     .venv/bin/python -m bench.provider_cost [--notes N]
 

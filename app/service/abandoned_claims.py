@@ -1,4 +1,5 @@
-"""Stage attempts this worker process gave up while it still owned them (issue 28 #10).
+"""Stage attempts this worker process gave up while it still owned them (docs/contract.md,
+§2 Deviation).
 
 A stage that meets a fault not the note's own (the database or a provider unavailable, the
 stage deadline) is left ``PROCESSING`` (§6); by §2 a re-request may reclaim it only once it is

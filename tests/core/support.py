@@ -61,6 +61,19 @@ async def state(engine: AsyncEngine, context_id: int) -> StateRow | None:
     return None if row is None else StateRow(*row)
 
 
+async def created_and_completed(core, engine: AsyncEngine, member_id: int, body: str, place: str):
+    """A note created through ``core``'s client API (its JSON answer), once both its stages
+    are ``COMPLETED`` by the worker (polls the database: there is no event to wait on)."""
+    created = (await core.create(member_id, body, place=place)).json()
+    async with asyncio.timeout(15):
+        while (await state(engine, created["contextId"])).statuses != (  # noqa: ASYNC110
+            "COMPLETED",
+            "COMPLETED",
+        ):
+            await asyncio.sleep(0.05)
+    return created
+
+
 async def context(engine: AsyncEngine, context_id: int) -> ContextRow | None:
     async with engine.connect() as conn:
         row = (

@@ -10,22 +10,12 @@ from sqlalchemy import text
 
 from tests.core import support as facts
 from tests.core.harness import bearer
+from tests.core.support import created_and_completed
 
 NOTES = {
     "quiet": "조용한 카페, 노트북 작업하기 좋고 콘센트 많음",
     "kids": "아이와 함께 가기 좋은 넓은 공원, 놀이터 있음",
 }
-
-
-async def _completed(core, engine, member_id, body, place):
-    created = (await core.create(member_id, body, place=place)).json()
-    async with asyncio.timeout(15):
-        while (await facts.state(engine, created["contextId"])).statuses != (  # noqa: ASYNC110
-            "COMPLETED",
-            "COMPLETED",
-        ):
-            await asyncio.sleep(0.05)  # polls the database: no event to wait on
-    return created
 
 
 async def _search(core, member_id, query, limit=20):
@@ -35,9 +25,9 @@ async def _search(core, member_id, query, limit=20):
 
 
 async def test_search_returns_only_the_members_own_live_records(core, engine):
-    quiet = await _completed(core, engine, 1, NOTES["quiet"], "a")
-    kids = await _completed(core, engine, 1, NOTES["kids"], "b")
-    others = await _completed(core, engine, 2, NOTES["quiet"], "a")
+    quiet = await created_and_completed(core, engine, 1, NOTES["quiet"], "a")
+    kids = await created_and_completed(core, engine, 1, NOTES["kids"], "b")
+    others = await created_and_completed(core, engine, 2, NOTES["quiet"], "a")
 
     mine = await _search(core, 1, NOTES["quiet"])
     theirs = await _search(core, 2, NOTES["quiet"])
@@ -52,8 +42,8 @@ async def test_search_returns_only_the_members_own_live_records(core, engine):
 async def test_search_hides_a_context_the_worker_still_ranks_but_core_has_deleted(core, engine):
     """The core's re-check (§7): a hit whose context is deleted in core is not shown, even if
     its vector were still live (here: deleted in core without the ai side's cancellation)."""
-    first = await _completed(core, engine, 1, NOTES["quiet"], "a")
-    second = await _completed(core, engine, 1, NOTES["kids"], "b")
+    first = await created_and_completed(core, engine, 1, NOTES["quiet"], "a")
+    second = await created_and_completed(core, engine, 1, NOTES["kids"], "b")
     async with engine.begin() as conn:
         await conn.execute(
             text("UPDATE core.context SET deleted_at = now() WHERE id = :id"),
@@ -67,7 +57,7 @@ async def test_search_hides_a_context_the_worker_still_ranks_but_core_has_delete
 
 async def test_search_after_an_edit_finds_the_new_context_only(core, engine):
     """Scenario 3."""
-    created = await _completed(core, engine, 1, NOTES["quiet"], "a")
+    created = await created_and_completed(core, engine, 1, NOTES["quiet"], "a")
     replaced = await core.client.put(
         f"/api/v1/contexts/{created['contextId']}", json={"body": NOTES["kids"]}, headers=bearer(1)
     )

@@ -5,26 +5,13 @@ Real PostgreSQL, the real worker over HTTP with the fake OpenAI provider."""
 
 from __future__ import annotations
 
-import asyncio
-
 from sqlalchemy import text
 
 from core_service.repository import context_writes
 from core_service.repository.db import transaction
 from pinlog_platform.contract.search.terms import ANALYSER_VERSION, analyse
-from tests.core import support as facts
 from tests.core.harness import bearer
-
-
-async def _completed(core, engine, member_id, body, place):
-    created = (await core.create(member_id, body, place=place)).json()
-    async with asyncio.timeout(15):
-        while (await facts.state(engine, created["contextId"])).statuses != (  # noqa: ASYNC110
-            "COMPLETED",
-            "COMPLETED",
-        ):
-            await asyncio.sleep(0.05)  # polls the database: no event to wait on
-    return created
+from tests.core.support import created_and_completed
 
 
 async def _search(core, member_id, query, limit=20):
@@ -82,9 +69,9 @@ async def test_create_add_and_edit_write_the_notes_terms_with_the_note(
 async def test_lexical_list_finds_an_inflected_word_and_never_a_deleted_or_others_note(
     core, engine
 ):
-    cafe = await _completed(core, engine, 1, "카페 창가 자리가 조용해서 좋아요", "a")
-    other = await _completed(core, engine, 1, "국밥 한 그릇 뜨끈하게", "b")
-    gone = await _completed(core, engine, 1, "카페 라떼 맛집", "c")
+    cafe = await created_and_completed(core, engine, 1, "카페 창가 자리가 조용해서 좋아요", "a")
+    other = await created_and_completed(core, engine, 1, "국밥 한 그릇 뜨끈하게", "b")
+    gone = await created_and_completed(core, engine, 1, "카페 라떼 맛집", "c")
     await core.client.post(
         f"/api/v1/records/{gone['recordId']}/contexts",
         json={"body": "주차 가능"},
@@ -92,7 +79,7 @@ async def test_lexical_list_finds_an_inflected_word_and_never_a_deleted_or_other
     )
     deleted = await core.client.delete(f"/api/v1/contexts/{gone['contextId']}", headers=bearer(1))
     assert deleted.status_code == 204
-    theirs = await _completed(core, engine, 2, "카페 창가 자리", "a")
+    theirs = await created_and_completed(core, engine, 2, "카페 창가 자리", "a")
 
     results = await _search(core, 1, "카페에서")
 
@@ -141,8 +128,8 @@ async def test_the_cuts_drop_only_semantic_only_results(make_core, worker, engin
         search_similarity_floor=0.999,
         search_similarity_floor_word=0.999,
     ) as core:
-        cafe = await _completed(core, engine, 1, "카페 창가 자리", "a")
-        await _completed(core, engine, 1, "국밥 한 그릇", "b")
+        cafe = await created_and_completed(core, engine, 1, "카페 창가 자리", "a")
+        await created_and_completed(core, engine, 1, "국밥 한 그릇", "b")
 
         results = await _search(core, 1, "카페")
 
@@ -150,8 +137,8 @@ async def test_the_cuts_drop_only_semantic_only_results(make_core, worker, engin
 
 
 async def test_uncut_semantic_results_follow_the_lexical_match_by_fused_score(core, engine):
-    cafe = await _completed(core, engine, 1, "카페 창가 자리", "a")
-    soup = await _completed(core, engine, 1, "국밥 한 그릇", "b")
+    cafe = await created_and_completed(core, engine, 1, "카페 창가 자리", "a")
+    soup = await created_and_completed(core, engine, 1, "국밥 한 그릇", "b")
 
     results = await _search(core, 1, "카페")
 
@@ -182,9 +169,9 @@ async def test_keyword_list_finds_a_record_by_a_preset_the_query_names(core, eng
     """ "혼술" names the PRIVATE_ONLY preset SOLO_DRINKING (26) by its display name: the owner's
     record carrying it is found by keyword though its note has neither word; another member's
     is not, nor a record carrying only the BLOCKED preset RUDE_SERVICE (21) for "불친절"."""
-    bar = await _completed(core, engine, 1, "바 자리 분위기 최고", "bar")
-    rude = await _completed(core, engine, 1, "다시 갈 일은 없을 듯", "rude")
-    theirs = await _completed(core, engine, 2, "바 자리 분위기 최고", "bar")
+    bar = await created_and_completed(core, engine, 1, "바 자리 분위기 최고", "bar")
+    rude = await created_and_completed(core, engine, 1, "다시 갈 일은 없을 듯", "rude")
+    theirs = await created_and_completed(core, engine, 2, "바 자리 분위기 최고", "bar")
     await _keywords(engine, bar["contextId"], 26)
     await _keywords(engine, rude["contextId"], 21)
     await _keywords(engine, theirs["contextId"], 26)
@@ -202,8 +189,8 @@ async def test_keyword_list_finds_a_record_by_a_preset_the_query_names(core, eng
 async def test_a_deleted_records_notes_are_never_matched_by_their_words(core, engine):
     """§10 #3 for the lexical list: the terms of a deleted record's notes stay in the index,
     the lexical query checks liveness."""
-    kept = await _completed(core, engine, 1, "카페 창가 자리", "a")
-    gone = await _completed(core, engine, 1, "카페 라떼", "b")
+    kept = await created_and_completed(core, engine, 1, "카페 창가 자리", "a")
+    gone = await created_and_completed(core, engine, 1, "카페 라떼", "b")
     deleted = await core.client.delete(f"/api/v1/records/{gone['recordId']}", headers=bearer(1))
     assert deleted.status_code == 204
 
