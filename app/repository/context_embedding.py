@@ -50,6 +50,25 @@ _MATCHED_PRESETS = """
         WHERE 1 - (usable.embedding <=> CAST(:query AS vector)) > :keyword_threshold
     )"""
 
+# The user's live vectors of one profile whose embedding stage is COMPLETED, each with its
+# cosine to the query, computed once per vector (a vector is about 6 kB, stored out of line:
+# each evaluation reads it again). OFFSET 0 keeps the cosine in this scan (the NaN filter above
+# it would otherwise compute it a second time). The status is read by the state row's key
+# alone, so that no plan can reach it through the status index: as a join, tables without
+# statistics yet (the first minutes of a deployment, or after a bulk load) were planned as a
+# nested loop reading every COMPLETED state row once per vector.
+_SCORED_VECTORS = """
+            SELECT e.record_id, e.context_id,
+                   1 - (e.embedding <=> CAST(:query AS vector)) AS similarity
+            FROM ai.context_embedding AS e
+            WHERE e.user_id = :user_id AND e.is_deleted = false
+              AND e.embedding_profile = :profile
+              AND (
+                  SELECT s.embedding_status FROM ai.context_ai_state AS s
+                  WHERE s.context_id = e.context_id
+              ) = 'COMPLETED'
+            OFFSET 0"""
+
 # Exact cosine over one user's live, completed vectors of one profile; the best context per
 # record; the limit applied after de-duplication (§7). NaN (a zero vector) never qualifies (FC-04).
 # keyword_matched: a live context of the record (the user's, not deleted) whose keywords may
@@ -67,24 +86,32 @@ SEARCH_SIMILAR = text(
         SELECT record_id, context_id, similarity, EXISTS (
             SELECT 1
             FROM ai.context_embedding AS ke
-            JOIN ai.context_ai_state AS ks ON ks.context_id = ke.context_id
-            JOIN ai.context_keyword AS ck ON ck.context_id = ke.context_id
             WHERE ke.user_id = :user_id AND ke.record_id = best.record_id
               AND ke.is_deleted = false
-              AND """
+              AND EXISTS (
+                  SELECT 1 FROM ai.context_keyword AS ck
+                  WHERE ck.context_id = ke.context_id
+                    AND ck.keyword_id IN (SELECT id FROM matched)
+                  OFFSET 0
+              )
+              AND EXISTS (
+                  SELECT 1 FROM ai.context_ai_state AS ks
+                  WHERE ks.context_id = ke.context_id AND """
     + keywords_shown("ks")
     + """
-              AND ck.keyword_id IN (SELECT id FROM matched)
+                  OFFSET 0
+              )
+            OFFSET 0
         ) AS keyword_matched
         FROM (
-            SELECT DISTINCT ON (e.record_id) e.record_id, e.context_id,
-                   1 - (e.embedding <=> CAST(:query AS vector)) AS similarity
-            FROM ai.context_embedding AS e
-            JOIN ai.context_ai_state AS s ON s.context_id = e.context_id
-            WHERE e.user_id = :user_id AND e.is_deleted = false
-              AND e.embedding_profile = :profile AND s.embedding_status = 'COMPLETED'
-              AND 1 - (e.embedding <=> CAST(:query AS vector)) <> 'NaN'::float8
-            ORDER BY e.record_id, similarity DESC, e.context_id
+            SELECT DISTINCT ON (scored.record_id) scored.record_id, scored.context_id,
+                   scored.similarity
+            FROM ("""
+    + _SCORED_VECTORS
+    + """
+            ) AS scored
+            WHERE scored.similarity <> 'NaN'::float8
+            ORDER BY scored.record_id, scored.similarity DESC, scored.context_id
         ) AS best
         ORDER BY similarity DESC, record_id
         LIMIT :limit
@@ -101,32 +128,42 @@ SEARCH_SIMILAR = text(
 #     cosine), best confidence first, at most :limit.
 SEARCH_ADDITIONS = text(
     """
-    SELECT 'similarity' AS kind, e.record_id, e.context_id,
-           1 - (e.embedding <=> CAST(:query AS vector)) AS similarity, NULL AS confidence
-    FROM ai.context_embedding AS e
-    JOIN ai.context_ai_state AS s ON s.context_id = e.context_id
-    WHERE e.user_id = :user_id AND e.context_id = ANY(CAST(:context_ids AS bigint[]))
-      AND e.is_deleted = false AND e.embedding_profile = :profile
-      AND s.embedding_status = 'COMPLETED'
-      AND 1 - (e.embedding <=> CAST(:query AS vector)) <> 'NaN'::float8
+    SELECT 'similarity' AS kind, record_id, context_id, similarity, NULL AS confidence
+    FROM (
+        SELECT e.record_id, e.context_id,
+               1 - (e.embedding <=> CAST(:query AS vector)) AS similarity
+        FROM ai.context_embedding AS e
+        WHERE e.user_id = :user_id AND e.context_id = ANY(CAST(:context_ids AS bigint[]))
+          AND e.is_deleted = false AND e.embedding_profile = :profile
+          AND (
+              SELECT s.embedding_status FROM ai.context_ai_state AS s
+              WHERE s.context_id = e.context_id
+          ) = 'COMPLETED'
+        OFFSET 0
+    ) AS listed
+    WHERE similarity <> 'NaN'::float8
     UNION ALL
     SELECT 'keyword', record_id, context_id, similarity, confidence FROM (
         SELECT * FROM (
-            SELECT DISTINCT ON (ke.record_id) ke.record_id, ke.context_id,
-                   1 - (ke.embedding <=> CAST(:query AS vector)) AS similarity,
-                   CAST(ck.confidence AS float8) AS confidence
-            FROM ai.context_embedding AS ke
-            JOIN ai.context_ai_state AS ks ON ks.context_id = ke.context_id
-            JOIN ai.context_keyword AS ck ON ck.context_id = ke.context_id
-            WHERE ke.user_id = :user_id AND ke.is_deleted = false
-              AND ke.embedding_profile = :profile
-              AND ck.keyword_id = ANY(CAST(:matched_ids AS int[]))
-              AND """  # noqa: S608 (a constant fragment)
+            SELECT DISTINCT ON (carrying.record_id) carrying.*
+            FROM (
+                SELECT ke.record_id, ke.context_id,
+                       1 - (ke.embedding <=> CAST(:query AS vector)) AS similarity,
+                       CAST(ck.confidence AS float8) AS confidence
+                FROM ai.context_embedding AS ke
+                JOIN ai.context_ai_state AS ks ON ks.context_id = ke.context_id
+                JOIN ai.context_keyword AS ck ON ck.context_id = ke.context_id
+                WHERE ke.user_id = :user_id AND ke.is_deleted = false
+                  AND ke.embedding_profile = :profile
+                  AND ck.keyword_id = ANY(CAST(:matched_ids AS int[]))
+                  AND """  # noqa: S608 (a constant fragment)
     + keywords_shown("ks")
     + """
-              AND 1 - (ke.embedding <=> CAST(:query AS vector)) <> 'NaN'::float8
-            ORDER BY ke.record_id, ck.confidence DESC NULLS LAST, similarity DESC,
-                     ke.context_id
+                OFFSET 0
+            ) AS carrying
+            WHERE carrying.similarity <> 'NaN'::float8
+            ORDER BY carrying.record_id, carrying.confidence DESC NULLS LAST,
+                     carrying.similarity DESC, carrying.context_id
         ) AS per_record
         ORDER BY confidence DESC NULLS LAST, similarity DESC, record_id
         LIMIT :limit
