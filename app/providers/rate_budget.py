@@ -10,6 +10,11 @@ window): so "at most N requests in any minute" holds for every minute, not only 
 which a bucket refilling continuously with a burst of N would not give (up to 2N in a minute).
 A request larger than the whole token budget is sent alone in an otherwise empty window.
 
+A member's search goes first (``FIRST_STAGES``, read from ``usage.current_stage``): stage
+requests wait in arrival order behind one lock, and one that finds a search waiting steps
+aside until it has taken its share; the search still counts in the same windows, so the bound
+holds for both together. A search never queues behind a backlog of stage work.
+
 ``observe`` reads every answer's headers: ``x-ratelimit-remaining-requests`` /
 ``-tokens`` of 0 pause this provider until ``x-ratelimit-reset-requests`` / ``-tokens``
 (durations such as ``6m0s``, ``20ms``, ``1.5s``); a 429 rate limit (not a quota, which is
@@ -31,6 +36,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from app.errors import ProviderUnavailableError, TransientError
+from app.providers.usage import current_stage
 
 logger = logging.getLogger(__name__)
 
@@ -38,6 +44,8 @@ DEFAULT_COOLDOWN_SECONDS = 1.0
 MAX_COOLDOWN_SECONDS = 60.0
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|h|m|s)")
 _UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+# Callers (``usage.current_stage``) whose requests are taken before any waiting stage request.
+FIRST_STAGES = frozenset({"search"})
 
 
 def parse_duration(value: str | None) -> float | None:
@@ -126,7 +134,10 @@ class RateBudget:
         self._requests = _Window(requests, window_seconds) if requests > 0 else None
         self._tokens = _Window(tokens, window_seconds) if tokens > 0 else None
         self._clock = clock
-        self._lock = asyncio.Lock()  # first come, first served
+        self._lock = asyncio.Lock()  # stage requests: first come, first served
+        self._first_waiting = 0  # searches waiting for their share
+        self._no_first_waiting = asyncio.Event()
+        self._no_first_waiting.set()
         self._paused_until = 0.0
         self._cooldown_until = 0.0
 
@@ -141,7 +152,8 @@ class RateBudget:
         return max(self._cooldown_until - self._clock(), 0.0)
 
     async def acquire(self, tokens: int) -> Grant:
-        """Wait until one request with ``tokens`` fits (and no pause holds), then take it."""
+        """Wait until one request with ``tokens`` fits (and no pause holds), then take it;
+        a caller of ``FIRST_STAGES`` ahead of every waiting stage request (module docstring)."""
         if (
             self._requests is None
             and self._tokens is None
@@ -149,21 +161,47 @@ class RateBudget:
             and self._paused_until <= self._clock()
         ):
             return Grant(self, None)  # nothing to count and nothing to wait for
+        if current_stage.get() in FIRST_STAGES:
+            return await self._acquire_first(tokens)
         async with self._lock:
             while True:
+                await self._no_first_waiting.wait()
                 now = self._clock()
-                wait = max(self._paused_until - now, 0.0)
-                if self._requests is not None:
-                    wait = max(wait, self._requests.wait(1, now))
-                if self._tokens is not None:
-                    wait = max(wait, self._tokens.wait(tokens, now))
+                wait = self._wait(tokens, now)
+                if wait <= 0 and self._no_first_waiting.is_set():
+                    return self._take(tokens, now)
+                if wait > 0:
+                    await asyncio.sleep(wait)
+
+    async def _acquire_first(self, tokens: int) -> Grant:
+        self._first_waiting += 1
+        self._no_first_waiting.clear()
+        try:
+            while True:
+                now = self._clock()
+                wait = self._wait(tokens, now)
                 if wait <= 0:
-                    break
+                    return self._take(tokens, now)
                 await asyncio.sleep(wait)
-            if self._requests is not None:
-                self._requests.take(1, now)
-            entry = self._tokens.take(tokens, now) if self._tokens is not None else None
-            return Grant(self, entry)
+        finally:
+            self._first_waiting -= 1
+            if self._first_waiting == 0:
+                self._no_first_waiting.set()
+
+    def _wait(self, tokens: int, now: float) -> float:
+        """Seconds until one request with ``tokens`` fits and no pause holds (0: now)."""
+        wait = max(self._paused_until - now, 0.0)
+        if self._requests is not None:
+            wait = max(wait, self._requests.wait(1, now))
+        if self._tokens is not None:
+            wait = max(wait, self._tokens.wait(tokens, now))
+        return wait
+
+    def _take(self, tokens: int, now: float) -> Grant:
+        if self._requests is not None:
+            self._requests.take(1, now)
+        entry = self._tokens.take(tokens, now) if self._tokens is not None else None
+        return Grant(self, entry)
 
     def observe(self, status: int, headers: Mapping[str, Any], error: Exception | None) -> None:
         """Read one answer's rate-limit headers; a 429 rate limit starts a cooldown."""

@@ -15,6 +15,8 @@ from app.providers.base import JudgeCandidate
 from app.providers.embedding_batcher import BatchingEmbedder
 from app.providers.openai_compatible import OpenAIEmbedder, OpenAIJudge
 from app.providers.rate_budget import RateBudget, parse_duration, per_process
+from app.providers.usage import StageTagged
+from tests.e2e.observe import wait_until
 from tests.fake_openai import Scripted
 
 CANDIDATE = JudgeCandidate(1, "Coffee", "food", "coffee", ("latte",), 0.5)
@@ -232,3 +234,28 @@ async def test_one_embed_call_is_cut_into_requests_that_fit_the_token_budget(fak
     sizes = [len(request["input"]) for request in fake_openai.embedding_requests[:-7]]
     assert sizes == [2, 2, 2, 1]
     assert all((vector == single[0]).all() for vector, single in zip(vectors, alone, strict=True))
+
+
+async def test_a_search_goes_ahead_of_waiting_stage_requests_and_still_counts(fake_openai):
+    """Two requests per 0.6 s window; eight stage embeddings wait (four windows' worth). A
+    search sent while they wait is the first request of the next window, not the ninth, and
+    the window's bound holds for stage requests and the search together."""
+    embedder = _embedder(fake_openai)
+    embedder.use_budget(RateBudget("embedding", requests=2, tokens=0, window_seconds=0.6))
+    stage, search = StageTagged(embedder, "embedding"), StageTagged(embedder, "search")
+    try:
+        backlog = [asyncio.create_task(stage.embed([f"stage note {i}"])) for i in range(8)]
+
+        async def first_window_taken() -> bool:
+            return len(fake_openai.embedding_requests) == 2
+
+        await wait_until(first_window_taken, what="the first window's two stage requests")
+        await search.embed(["member search"])
+        await asyncio.gather(*backlog)
+    finally:
+        await embedder.aclose()
+
+    order = [request["input"][0] for request in fake_openai.embedding_requests]
+    assert len(order) == 9
+    assert order.index("member search") == 2  # first of the second window
+    assert _most_in_any_window(fake_openai.embedding_arrivals, 0.58) <= 2
