@@ -13,7 +13,11 @@ than the core's creates, which is what makes a burst), or the offline encoder an
   timings; prints the drain time beside ``notes / worker throughput``, the creates per second
   the core accepted with their latency percentiles, the notes per second completed end to end
   as a share of the worker alone, the dispatches sent, refused and held, the rescan's claims,
-  ``FAILED`` notes and retries spent.
+  ``FAILED`` notes and retries spent. Search through the client API (``POST /api/v1/search``)
+  of a member with ``--search-notes`` completed notes: p50/p99 over ``--searches`` sequential
+  searches before the burst (idle), and over searches sent open loop at ``--search-rate`` per
+  second while the burst drains (each search its own request; answers other than 200 counted
+  by status).
 - ``outage``: the worker stopped, ``--notes`` creates, four retry windows of shortened timings
   (rescan period and pending expiry ``--window`` seconds each), the worker started again;
   prints ``FAILED`` notes, retries spent, the drain time after the restart, dispatches sent.
@@ -56,9 +60,30 @@ from tests.worker.harness import PROFILE
 SECRET = secrets.token_urlsafe(24)
 JWT_SECRET = secrets.token_urlsafe(48)
 MEMBERS = range(1, 9)
+SEARCH_MEMBER = 9  # its own notes, searched before and during the burst
+SEARCH_QUERIES = (
+    "조용한 카페", "디저트 맛집", "혼자 공부하기 좋은 곳", "친구와 브런치", "quiet cafe",
+    "주차 편한 식당", "야경이 좋은", "아이와 함께", "비 오는 날", "노트북 작업",
+)  # fmt: skip
 # State rows of the worker-alone phase: ids far above the core's, an owner of their own.
 DIRECT_FIRST_ID, DIRECT_OWNER = 50_000_000, 99
 NOTE = "{i}번 메모: 창가 자리 조용하고 콘센트 많은 카페, 노트북 작업하기 좋아요"
+# The searched member's notes: varied, so that searches find some and not others.
+SEARCH_NOTES = (
+    "{i}번: 디저트가 맛있는 조용한 카페, 혼자 공부하기 좋음",
+    "{i}번: 친구와 브런치, 테라스 자리가 넓고 주차 편함",
+    "{i}번: 야경이 좋은 루프탑 바, 비 오는 날에도 분위기 좋음",
+    "{i}번: 아이와 함께 가기 좋은 식당, 놀이방 있음",
+    "{i}번: quiet cafe with fast wifi, good for laptop work",
+)
+
+
+def _note(tag: str, i: int) -> str:
+    if tag == "search-seed":
+        return SEARCH_NOTES[i % len(SEARCH_NOTES)].format(i=i)
+    return NOTE.format(i=i)
+
+
 UNFINISHED = (
     "(embedding_status IN ('PENDING', 'PROCESSING') OR keyword_status IN ('PENDING', 'PROCESSING'))"
 )
@@ -151,10 +176,8 @@ async def _creates(
 ) -> tuple[float, list[float]]:
     """``notes`` creates through the core's API: the seconds they took, and each one's latency
     (seconds). aiohttp: the driver's own CPU per request must stay small beside the core's."""
-    headers = {
-        m: {"Authorization": f"Bearer {issue_token(m, secret=JWT_SECRET, ttl_seconds=3600)}"}
-        for m in MEMBERS
-    }
+    members = MEMBERS if tag != "search-seed" else (SEARCH_MEMBER,)
+    headers = {m: _bearer(m) for m in members}
     queue: asyncio.Queue[int] = asyncio.Queue()
     for i in range(notes):
         queue.put_nowait(i)
@@ -166,12 +189,12 @@ async def _creates(
         async def submitter() -> None:
             while not queue.empty():
                 i = queue.get_nowait()
-                member_id = MEMBERS[i % len(MEMBERS)]
+                member_id = members[i % len(members)]
                 began = time.perf_counter()
                 async with client.post(
                     "/api/v1/records",
                     json={"externalPlaceId": f"{tag}-{i}", "placeName": "카페",
-                          "body": NOTE.format(i=i)},
+                          "body": _note(tag, i)},
                     headers=headers[member_id],
                 ) as response:  # fmt: skip
                     await response.read()
@@ -181,6 +204,59 @@ async def _creates(
         started = time.monotonic()
         await asyncio.gather(*(submitter() for _ in range(concurrency)))
     return time.monotonic() - started, latencies
+
+
+def _bearer(member_id: int) -> dict[str, str]:
+    token = issue_token(member_id, secret=JWT_SECRET, ttl_seconds=3600)
+    return {"Authorization": f"Bearer {token}"}
+
+
+class Searches:
+    """Client API searches of ``SEARCH_MEMBER``: latencies (seconds) of 200 answers, the
+    other answers by status."""
+
+    def __init__(self, client: aiohttp.ClientSession) -> None:
+        self._client = client
+        self._headers = _bearer(SEARCH_MEMBER)
+        self._sent = 0
+        self.latencies: list[float] = []
+        self.others: dict[str, int] = {}
+
+    async def one(self) -> None:
+        query = SEARCH_QUERIES[self._sent % len(SEARCH_QUERIES)]
+        self._sent += 1
+        began = time.perf_counter()
+        try:
+            async with self._client.post(
+                "/api/v1/search", json={"query": query, "limit": 20}, headers=self._headers
+            ) as response:
+                await response.read()
+                status = str(response.status)
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            status = type(exc).__name__
+        if status == "200":
+            self.latencies.append(time.perf_counter() - began)
+        else:
+            self.others[status] = self.others.get(status, 0) + 1
+
+    async def open_loop(self, rate: float, until: asyncio.Event) -> None:
+        """One search every ``1/rate`` s until ``until`` is set, then those in flight."""
+        sent: list[asyncio.Task] = []
+        while not until.is_set():
+            sent.append(asyncio.create_task(self.one()))
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(until.wait(), 1 / rate)
+        await asyncio.gather(*sent)
+
+    def summary(self) -> str:
+        if not self.latencies:
+            return f"no answer 200 (others {self.others})"
+        others = f"; others {self.others}" if self.others else ""
+        return (
+            f"p50 {_percentile(self.latencies, 0.5) * 1000:.1f} ms, "
+            f"p99 {_percentile(self.latencies, 0.99) * 1000:.1f} ms over "
+            f"{len(self.latencies)} answers 200{others}"
+        )
 
 
 def _percentile(values: list[float], share: float) -> float:
@@ -261,7 +337,7 @@ async def _run(args: argparse.Namespace, fake: FakeOpenAI) -> None:
     engine = create_engine(database_url, pool_size=2)
     await migrations.upgrade(engine)
     async with transaction(engine) as conn:
-        for member_id in MEMBERS:
+        for member_id in (*MEMBERS, SEARCH_MEMBER):
             await member.ensure(conn, member_id)
     if args.provider == "offline":
         profile = "local-hashing-char-ngram-1536-cosine-v1"
@@ -312,8 +388,22 @@ async def _run(args: argparse.Namespace, fake: FakeOpenAI) -> None:
         core_rows = f"context_id < {DIRECT_FIRST_ID}"
         if scenario == "burst":
             throughput = await _worker_alone(engine, worker, notes)
-            created, latencies = await _creates(core.base_url, notes, concurrency, "burst")
-            drain = created + await _wait_finished(engine, core_rows, args.limit_seconds)
+            await _creates(core.base_url, args.search_notes, concurrency, "search-seed")
+            await _wait_finished(engine, core_rows, args.limit_seconds)
+            async with aiohttp.ClientSession(
+                core.base_url, timeout=aiohttp.ClientTimeout(total=60)
+            ) as client:
+                idle = Searches(client)
+                for _ in range(args.searches):
+                    await idle.one()
+                during, drained = Searches(client), asyncio.Event()
+                searching = asyncio.create_task(during.open_loop(args.search_rate, drained))
+                try:
+                    created, latencies = await _creates(core.base_url, notes, concurrency, "burst")
+                    drain = created + await _wait_finished(engine, core_rows, args.limit_seconds)
+                finally:
+                    drained.set()
+                    await searching
             print(
                 f"worker alone: {throughput:.1f} contexts/s (queue {queue}, concurrency "
                 f"{args.worker_concurrency}, provider {args.provider}, embedding "
@@ -328,6 +418,11 @@ async def _run(args: argparse.Namespace, fake: FakeOpenAI) -> None:
                 f"end to end = {notes / drain / throughput:.2f} x the worker alone"
             )
             await _report(engine, core, f"burst of {notes} creates ({created:.1f} s)", drain)
+            print(
+                f"search through the client API ({args.search_notes} notes of one member): "
+                f"idle, {args.searches} sequential: {idle.summary()}; during the burst, "
+                f"{args.search_rate:g}/s open loop: {during.summary()}"
+            )
         else:
             await worker.stop()
             await _creates(core.base_url, notes, concurrency, "outage")
@@ -352,6 +447,9 @@ def main() -> None:
     parser.add_argument("--embedding-ms", type=int, default=20, help="fake provider latency")
     parser.add_argument("--judge-ms", type=int, default=100, help="fake provider latency")
     parser.add_argument("--worker-concurrency", type=int, default=8)
+    parser.add_argument("--searches", type=int, default=50, help="idle sequential searches")
+    parser.add_argument("--search-rate", type=float, default=10.0, help="searches/s in the burst")
+    parser.add_argument("--search-notes", type=int, default=100, help="the searched member's")
     parser.add_argument("--limit-seconds", type=float, default=1800, help="longest drain wait")
     asyncio.run(run(parser.parse_args()))
 
