@@ -34,7 +34,7 @@ from sqlalchemy import text
 
 SCALER_ROLE = "pinlog_scaler"
 # The LIMIT written three times in _WORK_SQL (a test holds them equal).
-WORK_CAP = 5000
+WORK_CAP = 2000
 
 # Profile names are ``<model>-<dimension>-<distance>-v<n>`` (app/settings/profiles.py); only
 # these characters may be put into the rendered query, which KEDA cannot bind.
@@ -47,12 +47,12 @@ SELECT count(*) AS work FROM (
             OR (embedding_status = 'COMPLETED' AND keyword_status IN ('PENDING', 'PROCESSING')))
        AND (SELECT coalesce(max(profile_in_use), :default_profile)
             FROM core.embedding_switch) = :profile
-     LIMIT 5000)
+     LIMIT 2000)
     UNION ALL
     (SELECT 1 FROM ai.context_embedding_backfill
      WHERE embedding_profile = :profile AND status IN ('PENDING', 'PROCESSING')
-     LIMIT 5000)
-    LIMIT 5000
+     LIMIT 2000)
+    LIMIT 2000
 ) AS waiting
 """
 # The work of :profile (module docstring); one row, ``work``, between 0 and WORK_CAP.
