@@ -36,7 +36,32 @@ def start_embedded_cluster() -> str:
     Not under pytest's numbered temp directories: a concurrent pytest session on the same
     machine prunes old ones and could delete a running server's data directory."""
     data_dir = Path(tempfile.mkdtemp(prefix="pinlog-test-pg-")) / "data"
-    return embedded_postgres.start(data_dir, delete_on_exit=True)
+    url = embedded_postgres.start(data_dir, delete_on_exit=True)
+    asyncio.run(_without_durability(url))
+    return url
+
+
+# A throwaway cluster needs no durability against an operating-system crash: without the
+# flush at every commit and full-page images after checkpoints, the per-test TRUNCATE and the
+# tests' many small transactions cost a fraction (each is a reload-time setting). A crash of
+# PostgreSQL itself, which some tests cause, loses nothing with these off.
+_NO_DURABILITY = (
+    "ALTER SYSTEM SET fsync = off",
+    "ALTER SYSTEM SET synchronous_commit = off",
+    "ALTER SYSTEM SET full_page_writes = off",
+    "SELECT pg_reload_conf()",
+)
+
+
+async def _without_durability(url: str) -> None:
+    engine = create_engine(url, with_vector_codec=False)
+    try:
+        async with engine.connect() as conn:
+            conn = await conn.execution_options(isolation_level="AUTOCOMMIT")
+            for statement in _NO_DURABILITY:
+                await conn.execute(text(statement))
+    finally:
+        await engine.dispose()
 
 
 def _url_of(cluster_url: str, database: str) -> str:
