@@ -248,6 +248,32 @@ class WorkerMetrics:
             ["provider"],
             registry=self.registry,
         )
+        self.daily_token_cap = Gauge(
+            "pinlog_provider_daily_token_cap",
+            "A provider's daily token cap (PINLOG_EMBEDDING_DAILY_TOKEN_CAP, "
+            "PINLOG_JUDGE_DAILY_TOKEN_CAP); 0 when there is none",
+            ["provider"],
+            registry=self.registry,
+        )
+        self.tokens_today = Gauge(
+            "pinlog_provider_tokens_today",
+            "A provider's tokens of the UTC day over every worker process, as the spend guard "
+            "counts them (the ledger as last read, plus this process's calls since)",
+            ["provider"],
+            registry=self.registry,
+        )
+        self.provider_unavailable = Gauge(
+            "pinlog_provider_unavailable",
+            "1 for the reason a provider's gate refuses calls now (a provider-wide fault, "
+            "rate_limited, daily_token_cap), 0 for the other reasons; set when scraped",
+            ["provider", "reason"],
+            registry=self.registry,
+        )
+        self.database_up = Gauge(
+            "pinlog_database_up",
+            "1 when the database answered the readiness check at the last scrape, else 0",
+            registry=self.registry,
+        )
         self.embedding_batch_inputs = Histogram(
             "pinlog_embedding_batch_inputs",
             "Inputs per embedding provider request (stages sharing one request, or a query)",

@@ -7,10 +7,15 @@ fake OpenAI server; provider failures are scripted answers of that server.
 
 from __future__ import annotations
 
+import socket
 import threading
 
 import numpy as np
 
+from app.metrics import WorkerMetrics
+from app.repository.db import create_engine
+from app.service.health import Readiness
+from app.service.presets import PresetCache
 from tests.fake_openai import Scripted, embedding_body, error_body
 from tests.worker.harness import PROFILE, SECRET, RunningWorker
 from tests.worker.support import fetch_state, make_state, wait_for
@@ -217,3 +222,27 @@ async def test_two_app_instances_in_one_process_count_independently(
         assert await _http_count(other, "/healthz", "GET", "2xx") == 1
         assert await _http_count(worker, "/healthz", "GET", "2xx") is None
     assert worker.app.state.metrics.registry is not other.app.state.metrics.registry
+
+
+async def test_database_up_is_the_readiness_check_run_when_scraped(worker):
+    """``pinlog_database_up``: 1 while the database answers the readiness check, 0 for a
+    database that does not answer (a port nothing listens on), each set by the scrape."""
+    up = await worker.metric("pinlog_database_up")
+    with socket.socket() as placeholder:
+        placeholder.bind(("127.0.0.1", 0))
+        port = placeholder.getsockname()[1]
+    engine = create_engine(
+        f"postgresql+asyncpg://pinlog:unused@127.0.0.1:{port}/pinlog",
+        pool_size=1,
+        with_vector_codec=False,
+    )
+    metrics = WorkerMetrics()
+    readiness = Readiness(engine, PresetCache(engine, PROFILE), {}, profile=PROFILE)
+    try:
+        await readiness.export_gauges(metrics)
+    finally:
+        await readiness.aclose()
+        await engine.dispose()
+
+    assert up == 1
+    assert metrics.registry.get_sample_value("pinlog_database_up") == 0
