@@ -54,6 +54,8 @@ _SEARCH_ERROR_OUTCOMES: tuple[tuple[type[Exception], str], ...] = (
 # Seconds. Provider calls run up to PROVIDER_TIMEOUT_SECONDS per attempt, with retries.
 PROVIDER_SECONDS_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
 SEARCH_SECONDS_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
+# A stage run lasts at most its hard deadline, a share of the 600 s processing expiry.
+STAGE_SECONDS_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
 # Inputs per embedding request; EMBEDDING_BATCH_SIZE is 16 by default, at most 2048.
 BATCH_INPUT_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 512, 2048)
 
@@ -81,10 +83,18 @@ class StageMetrics:
     """The children of one stage (label ``stage``), bound once.
 
     One attribute per outcome of ``STAGE_OUTCOMES`` (a counter each), ``reclaims``,
-    ``deadlines`` (counters) and ``in_flight`` (a gauge: runs of this stage in progress).
+    ``deadlines`` (counters), ``in_flight`` (a gauge: runs of this stage in progress) and
+    ``seconds`` (a histogram: claimed runs from the claim to the save or failure).
     """
 
-    __slots__ = (*STAGE_OUTCOMES, "deadlines", "failure_reasons", "in_flight", "reclaims")
+    __slots__ = (
+        *STAGE_OUTCOMES,
+        "deadlines",
+        "failure_reasons",
+        "in_flight",
+        "reclaims",
+        "seconds",
+    )
 
     def __init__(self, metrics: WorkerMetrics, stage: Stage) -> None:
         outcomes = metrics.stage_outcomes
@@ -97,6 +107,7 @@ class StageMetrics:
         self.reclaims = metrics.reclaims.labels(stage.label)
         self.deadlines = metrics.stage_deadlines.labels(stage.label)
         self.in_flight = metrics.stages_in_flight.labels(stage.label)
+        self.seconds = metrics.stage_seconds.labels(stage.label)
         self.failure_reasons = {
             reason: metrics.stage_failures.labels(stage.label, reason.value)
             for reason in FailureReason
@@ -174,6 +185,14 @@ class WorkerMetrics:
             "pinlog_stages_in_flight",
             "Stage runs in progress in this process, from the claim to the save or failure",
             ["stage"],
+            registry=self.registry,
+        )
+        self.stage_seconds = Histogram(
+            "pinlog_stage_seconds",
+            "Stage runs this worker claimed, in seconds from the claim to the save or the "
+            "failure (provider calls, pool and lock waits included), by stage",
+            ["stage"],
+            buckets=STAGE_SECONDS_BUCKETS,
             registry=self.registry,
         )
         self.backfill_contexts = Counter(

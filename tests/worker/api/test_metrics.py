@@ -60,6 +60,9 @@ async def test_processed_contexts_are_counted_by_stage_outcome_and_provider_call
         assert await worker.metric(outcomes, stage=stage, outcome="failed") == 0
         assert await worker.metric("pinlog_stages_in_flight", stage=stage) == 0
         assert await worker.metric("pinlog_reclaims_total", stage=stage) == 0
+        assert await worker.metric("pinlog_stage_seconds_count", stage=stage) == 2
+        stage_seconds = await worker.metric("pinlog_stage_seconds_sum", stage=stage)
+        assert stage_seconds is not None and stage_seconds > 0
     for provider in ("embedding", "judge"):
         calls = "pinlog_provider_call_seconds_count"
         assert await worker.metric(calls, provider=provider, outcome="ok") == 2
