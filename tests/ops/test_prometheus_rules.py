@@ -8,29 +8,16 @@ the promtool tests skip, except under ``CI=true``, where they fail: CI must run 
 
 from __future__ import annotations
 
-import os
-import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
 import yaml
 
+from tests.promtool import promtool, run_promtool
+
 ROOT = Path(__file__).resolve().parents[2]
 RULES = ROOT / "deploy" / "prometheus" / "pinlog-rules.yml"
 RULE_TESTS = sorted((ROOT / "deploy" / "prometheus" / "tests").glob("*.yml"))
-# promtool evaluates a few hours of series at most; far more means it hangs.
-PROMTOOL_TIMEOUT_SECONDS = 60
-
-
-def _promtool() -> str:
-    found = shutil.which("promtool")
-    if found is None:
-        missing = "promtool is not installed (apt-get install -y prometheus; .ci/run does)"
-        if os.environ.get("CI") == "true":
-            pytest.fail(missing)
-        pytest.skip(missing)
-    return found
 
 
 def _alerts() -> list[str]:
@@ -38,25 +25,14 @@ def _alerts() -> list[str]:
     return [rule["alert"] for group in groups for rule in group["rules"] if "alert" in rule]
 
 
-def _run_promtool(*arguments: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(  # noqa: S603 (the installed promtool and our own files)
-        [_promtool(), *arguments],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=PROMTOOL_TIMEOUT_SECONDS,
-        check=False,
-    )
-
-
 def test_the_rules_file_is_valid() -> None:
-    result = _run_promtool("check", "rules", RULES.name, cwd=RULES.parent)
+    result = run_promtool("check", "rules", RULES.name, cwd=RULES.parent)
     assert result.returncode == 0, result.stdout + result.stderr
 
 
 @pytest.mark.parametrize("rule_test", RULE_TESTS, ids=[path.stem for path in RULE_TESTS])
 def test_the_rules_pass_their_unit_test(rule_test: Path) -> None:
-    result = _run_promtool("test", "rules", rule_test.name, cwd=rule_test.parent)
+    result = run_promtool("test", "rules", rule_test.name, cwd=rule_test.parent)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "SUCCESS" in result.stdout
 
@@ -80,7 +56,7 @@ def test_a_missing_promtool_fails_under_ci_and_skips_elsewhere(monkeypatch, tmp_
     monkeypatch.setenv("PATH", str(tmp_path))  # a directory without promtool
     monkeypatch.setenv("CI", "true")
     with pytest.raises(pytest.fail.Exception, match="promtool is not installed"):
-        _promtool()
+        promtool()
     monkeypatch.delenv("CI")
     with pytest.raises(pytest.skip.Exception, match="promtool is not installed"):
-        _promtool()
+        promtool()

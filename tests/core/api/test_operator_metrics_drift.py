@@ -16,10 +16,9 @@ from __future__ import annotations
 
 import ast
 import asyncio
+import functools
 import json
 import re
-import shutil
-import subprocess
 from collections import defaultdict
 from pathlib import Path
 
@@ -36,6 +35,7 @@ from core_service.service.process_requests import DispatchResult
 from core_service.service.reembed_backfill import SWITCH_CONTEXT_KINDS, SWITCH_STATES
 from core_service.service.status import REPROCESS_STATES
 from pinlog_platform.contract.states.failure_reasons import FailureReason
+from tests.promtool import run_promtool
 
 ROOT = Path(__file__).resolve().parents[3]
 RULES = ROOT / "deploy" / "prometheus" / "pinlog-rules.yml"
@@ -63,6 +63,7 @@ MATCHER = re.compile(r'(\w+)\s*(=~|!~|!=|=)\s*"([^"]*)"')
 IDENTIFIER = re.compile(r"(?<![\w:$.])([a-zA-Z_:][\w:]*)(?![\w:])(\s*\()?")
 
 
+@functools.cache
 def _declared_in_code() -> dict[str, frozenset[str]]:
     """Exposed sample name -> label names, from every metric constructor call in the code."""
     declared: dict[str, frozenset[str]] = {}
@@ -313,7 +314,7 @@ def test_the_checks_catch_a_renamed_metric_label_or_value():
     assert metrics == {"pinlog_stage_failures_total", "pinlog:notes_failed:rate15m"}
     assert matchers == [("pinlog_stage_failures_total", "stage", "=", "keyword")]
     assert lists == {"reason"}
-    renamed = {**declared}
+    renamed = dict(declared)
     renamed["pinlog_stage_failure_total"] = renamed.pop("pinlog_stage_failures_total")
     assert any("pinlog_stage_failures_total is not declared" in p for p in _name_problems(renamed))
     relabelled = {**declared, "pinlog_core_reembed_contexts": frozenset({"what"})}
@@ -321,12 +322,9 @@ def test_the_checks_catch_a_renamed_metric_label_or_value():
     assert _value_problems({("pinlog_core_reembed_state", "state"): {"idle"}}) != []
 
 
-def test_every_dashboard_and_rule_expression_is_valid_promql(tmp_path):
-    """Every panel's query, as a recording rule, passes ``promtool check rules`` (skipped
-    where promtool is missing; tests/ops/test_prometheus_rules.py fails then under CI)."""
-    promtool = shutil.which("promtool")
-    if promtool is None:
-        pytest.skip("promtool is not installed (apt-get install -y prometheus)")
+@pytest.mark.processes  # runs promtool
+def test_every_dashboard_query_is_valid_promql(tmp_path):
+    """Every panel's query, as a recording rule, passes ``promtool check rules``."""
     rules = []
     for number, (_, expr) in enumerate(_panel_expressions()):
         for variable, value in GRAFANA_VARIABLES.items():
@@ -334,11 +332,7 @@ def test_every_dashboard_and_rule_expression_is_valid_promql(tmp_path):
         rules.append({"record": f"dashboard:panel_{number}", "expr": expr})
     checked = tmp_path / "dashboard-rules.yml"
     checked.write_text(yaml.safe_dump({"groups": [{"name": "dashboard", "rules": rules}]}))
-    result = subprocess.run(  # noqa: S603 (the installed promtool and our own file)
-        [promtool, "check", "rules", str(checked)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+
+    result = run_promtool("check", "rules", checked.name, cwd=tmp_path)
+
     assert result.returncode == 0, result.stdout + result.stderr
