@@ -8,6 +8,7 @@ the promtool tests skip, except under ``CI=true``, where they fail: CI must run 
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -60,3 +61,16 @@ def test_a_missing_promtool_fails_under_ci_and_skips_elsewhere(monkeypatch, tmp_
     monkeypatch.delenv("CI")
     with pytest.raises(pytest.skip.Exception, match="promtool is not installed"):
         promtool()
+
+
+def test_every_recording_rule_has_its_value_tested() -> None:
+    tested: set[str] = set()
+    for path in RULE_TESTS:
+        for case in yaml.safe_load(path.read_text(encoding="utf-8"))["tests"]:
+            for check in case.get("promql_expr_test", []):
+                tested.update(re.findall(r"pinlog:[\w:]+", check["expr"]))
+    groups = yaml.safe_load(RULES.read_text(encoding="utf-8"))["groups"]
+    recorded = [rule["record"] for group in groups for rule in group["rules"] if "record" in rule]
+
+    assert recorded
+    assert [name for name in recorded if name not in tested] == []
