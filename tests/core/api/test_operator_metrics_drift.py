@@ -336,3 +336,30 @@ def test_every_dashboard_query_is_valid_promql(tmp_path):
     result = run_promtool("check", "rules", checked.name, cwd=tmp_path)
 
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_the_dashboard_is_one_grafana_document_on_its_data_source_variable():
+    dashboard = json.loads(DASHBOARD.read_text(encoding="utf-8"))
+    panels = [panel for panel in dashboard["panels"] if panel["type"] != "row"]
+    ids = [panel["id"] for panel in dashboard["panels"]]
+    variables = {variable["name"]: variable for variable in dashboard["templating"]["list"]}
+
+    assert len(ids) == len(set(ids))
+    assert variables["datasource"]["type"] == "datasource"
+    assert variables["datasource"]["query"] == "prometheus"
+    for panel in panels:
+        assert panel["datasource"] == {"type": "prometheus", "uid": "${datasource}"}, panel
+        ref_ids = [target["refId"] for target in panel["targets"]]
+        assert ref_ids and len(ref_ids) == len(set(ref_ids)), panel["title"]
+        assert all(target["expr"].strip() for target in panel["targets"]), panel["title"]
+    # Every row the issue asks for is there.
+    rows = [panel["title"] for panel in dashboard["panels"] if panel["type"] == "row"]
+    assert rows == [
+        "Throughput",
+        "Backlog and its age",
+        "Latency",
+        "Failures",
+        "Providers and readiness",
+        "Spend",
+        "Embedding-profile switch and keyword reprocess",
+    ]
