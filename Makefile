@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: venv run run-operations test test-fast lint format bench eval docs openapi clean lock
+.PHONY: venv run run-operations test test-fast test-rules lint format bench eval docs openapi clean lock
 
 $(STAMP): pyproject.toml requirements/build-tools.txt
 	@echo "make: creating $(VENV) and installing pinlog with its dev and local extras"
@@ -46,6 +46,11 @@ test: venv lint
 # PgBouncer): the suite's own PostgreSQL is the only server besides in-process ones.
 test-fast: venv lint
 	$(call two_pytest_passes, and not processes)
+
+# The Prometheus rules' unit tests alone (deploy/prometheus/tests/; `make test` runs them too).
+# promtool is Debian's prometheus package: apt-get install -y prometheus.
+test-rules:
+	cd deploy/prometheus/tests && for test in *.yml; do promtool test rules "$$test" || exit 1; done
 
 lint: venv
 	$(BIN)/ruff check .

@@ -96,10 +96,11 @@ async def build_worker(settings: Settings, metrics: WorkerMetrics) -> AsyncItera
             metrics,
             settings.prices,
             flush_seconds=settings.usage_flush_seconds,
-            watch_totals=bool(settings.embedding_daily_token_cap or settings.judge_daily_token_cap),
+            # Today's totals are read after each write (every flush interval) even without a
+            # cap: pinlog_provider_tokens_today shows them (docs/operations.md).
+            watch_totals=True,
         )
-        if settings.embedding_daily_token_cap or settings.judge_daily_token_cap:
-            await ledger.read_totals()  # a cap reached before this start holds at once
+        await ledger.read_totals()  # a cap reached before this start holds at once
         ledger.start()
         stack.push_async_callback(ledger.aclose)
         providers = open_providers(stack, settings, metrics, ledger)

@@ -140,3 +140,9 @@ def _publish(app: FastAPI, worker: Worker) -> None:
     (``app/api/routes.py``) find the pool, readiness and search."""
     for field in dataclasses.fields(worker):
         setattr(app.state, field.name, getattr(worker, field.name))
+    metrics = app.state.metrics
+
+    async def before_scrape() -> None:
+        await worker.readiness.export_gauges(metrics)
+
+    app.state.before_scrape = before_scrape

@@ -54,6 +54,8 @@ _SEARCH_ERROR_OUTCOMES: tuple[tuple[type[Exception], str], ...] = (
 # Seconds. Provider calls run up to PROVIDER_TIMEOUT_SECONDS per attempt, with retries.
 PROVIDER_SECONDS_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
 SEARCH_SECONDS_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
+# A stage run lasts at most its hard deadline, a share of the 600 s processing expiry.
+STAGE_SECONDS_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
 # Inputs per embedding request; EMBEDDING_BATCH_SIZE is 16 by default, at most 2048.
 BATCH_INPUT_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 512, 2048)
 
@@ -81,10 +83,18 @@ class StageMetrics:
     """The children of one stage (label ``stage``), bound once.
 
     One attribute per outcome of ``STAGE_OUTCOMES`` (a counter each), ``reclaims``,
-    ``deadlines`` (counters) and ``in_flight`` (a gauge: runs of this stage in progress).
+    ``deadlines`` (counters), ``in_flight`` (a gauge: runs of this stage in progress) and
+    ``seconds`` (a histogram: claimed runs from the claim to the save or failure).
     """
 
-    __slots__ = (*STAGE_OUTCOMES, "deadlines", "failure_reasons", "in_flight", "reclaims")
+    __slots__ = (
+        *STAGE_OUTCOMES,
+        "deadlines",
+        "failure_reasons",
+        "in_flight",
+        "reclaims",
+        "seconds",
+    )
 
     def __init__(self, metrics: WorkerMetrics, stage: Stage) -> None:
         outcomes = metrics.stage_outcomes
@@ -97,6 +107,7 @@ class StageMetrics:
         self.reclaims = metrics.reclaims.labels(stage.label)
         self.deadlines = metrics.stage_deadlines.labels(stage.label)
         self.in_flight = metrics.stages_in_flight.labels(stage.label)
+        self.seconds = metrics.stage_seconds.labels(stage.label)
         self.failure_reasons = {
             reason: metrics.stage_failures.labels(stage.label, reason.value)
             for reason in FailureReason
@@ -176,6 +187,14 @@ class WorkerMetrics:
             ["stage"],
             registry=self.registry,
         )
+        self.stage_seconds = Histogram(
+            "pinlog_stage_seconds",
+            "Stage runs this worker claimed, in seconds from the claim to the save or the "
+            "failure (provider calls, pool and lock waits included), by stage",
+            ["stage"],
+            buckets=STAGE_SECONDS_BUCKETS,
+            registry=self.registry,
+        )
         self.backfill_contexts = Counter(
             "pinlog_backfill_contexts_total",
             "Contexts of re-embedding backfill batches by result (completed, cancelled, failed, "
@@ -246,6 +265,32 @@ class WorkerMetrics:
             "1 while a provider's daily token cap is reached (unavailable until the next UTC "
             "day), else 0",
             ["provider"],
+            registry=self.registry,
+        )
+        self.daily_token_cap = Gauge(
+            "pinlog_provider_daily_token_cap",
+            "A provider's daily token cap (PINLOG_EMBEDDING_DAILY_TOKEN_CAP, "
+            "PINLOG_JUDGE_DAILY_TOKEN_CAP); 0 when there is none",
+            ["provider"],
+            registry=self.registry,
+        )
+        self.tokens_today = Gauge(
+            "pinlog_provider_tokens_today",
+            "A provider's tokens of the UTC day over every worker process, as the spend guard "
+            "counts them (the ledger as last read, plus this process's calls since)",
+            ["provider"],
+            registry=self.registry,
+        )
+        self.provider_unavailable = Gauge(
+            "pinlog_provider_unavailable",
+            "1 for the reason a provider's gate refuses calls now (a provider-wide fault, "
+            "rate_limited, daily_token_cap), 0 for the other reasons; set when scraped",
+            ["provider", "reason"],
+            registry=self.registry,
+        )
+        self.database_up = Gauge(
+            "pinlog_database_up",
+            "1 when the database answered the readiness check at the last scrape, else 0",
             registry=self.registry,
         )
         self.embedding_batch_inputs = Histogram(

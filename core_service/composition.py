@@ -182,7 +182,7 @@ async def build_core(
         stack.push_async_callback(endpoints.aclose)
         pause = PauseSwitch(engine, metrics)
         profile_in_use = ProfileInUse(engine, configured=settings.embedding_profile)
-        routing = ProfileRouting(endpoints)
+        routing = ProfileRouting(endpoints, metrics=metrics, profile_in_use=profile_in_use)
         stack.push_async_callback(routing.aclose)  # run_forever closes it too; twice is fine
         await routing.refresh_once()  # route the first requests by profile already
         dispatcher = build_dispatcher(
@@ -238,6 +238,7 @@ async def build_core(
                 metrics,
             ),
         )
+        metrics.pending_expiry.set(settings.pending_expiry_seconds)
         gauges = StatusGauges(
             engine,
             metrics,

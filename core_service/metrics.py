@@ -164,6 +164,33 @@ class CoreMetrics:
             "Unix time of the last refresh of the status gauges",
             registry=self.registry,
         )
+        # Read for the alert rules (deploy/prometheus/): the database as /readyz sees it
+        # (set when scraped), the workers ready by the profile each serves and the profile in
+        # use (the routing loop, every 5 s), and the expiry the lag is judged against.
+        self.database_up = Gauge(
+            "pinlog_core_database_up",
+            "1 when the database answered the readiness check (within 1 s, accepting writes) "
+            "at the last scrape, else 0",
+            registry=self.registry,
+        )
+        self.workers_ready = Gauge(
+            "pinlog_core_workers_ready",
+            "Listed worker instances whose /readyz said ready at the last read, by the "
+            "embedding profile each serves",
+            ["profile"],
+            registry=self.registry,
+        )
+        self.profile_in_use = Gauge(
+            "pinlog_core_profile_in_use",
+            "1 for the embedding profile in use as this process sees it (at most 5 s old)",
+            ["profile"],
+            registry=self.registry,
+        )
+        self.pending_expiry = Gauge(
+            "pinlog_core_pending_expiry_seconds",
+            "PINLOG_CORE_PENDING_EXPIRY_SECONDS: a PENDING stage is stale after this long",
+            registry=self.registry,
+        )
         self.member_quota = Counter(
             "pinlog_core_member_quota_total",
             "Member quota checks by kind (write, search, daily_notes) and outcome (admitted, "

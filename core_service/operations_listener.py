@@ -57,10 +57,18 @@ def bind_ops_socket(host: str, port: int) -> socket.socket:
 
 
 def create_ops_app(public: FastAPI) -> FastAPI:
-    """``/healthz``, ``/metrics`` (the public app's registry) and ``/readyz`` with the names of
-    the problems, reading the public app's state (published by its lifespan)."""
+    """``/healthz``, ``/metrics`` (the public app's registry; ``pinlog_core_database_up`` set
+    by a readiness check at each scrape) and ``/readyz`` with the names of the problems,
+    reading the public app's state (published by its lifespan)."""
     ops = FastAPI(title="PinLog core operations", docs_url=None, redoc_url=None, openapi_url=None)
     ops.state.metrics_registry = public.state.metrics_registry
+
+    async def before_scrape() -> None:
+        # pinlog_core_database_up: the readiness check, bounded at 1 s like /readyz.
+        problems = await readiness_problems(public.state.probe_engine)
+        public.state.metrics.database_up.set(0 if problems else 1)
+
+    ops.state.before_scrape = before_scrape
     ops.include_router(liveness)
     ops.include_router(metrics)
 

@@ -45,6 +45,7 @@ PROCESS_MODULES = frozenset(
         "tests/ops/test_doctor.py",
         "tests/ops/test_embedded_postgres_unclean_exit.py",
         "tests/ops/test_pgbouncer.py",
+        "tests/ops/test_prometheus_rules.py",
         "tests/ops/test_serve_options.py",
         "tests/worker/providers/test_analyser_loading.py",
     }

@@ -19,12 +19,18 @@ from collections.abc import Mapping
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from app.failure_policy import PROVIDER_WIDE_REASONS
+from app.metrics import WorkerMetrics
 from app.repository.db import ping
 from app.service.presets import PresetCache
-from app.service.provider_gate import ProviderGate
+from app.service.provider_gate import RATE_LIMITED_REASON, ProviderGate
+from app.service.spend_guard import REASON as SPEND_CAP_REASON
 
 DATABASE_UNAVAILABLE = "database unavailable"
 DATABASE_SLOW = "database not answering within the readiness timeout"
+# Every reason a gate can give (``ProviderGate.reason``): the label values of
+# ``pinlog_provider_unavailable``, each exported from startup.
+GATE_REASONS = PROVIDER_WIDE_REASONS | {RATE_LIMITED_REASON, SPEND_CAP_REASON}
 
 
 class Readiness:
@@ -82,6 +88,16 @@ class Readiness:
             }
             for name, gate in self._gates.items()
         }
+
+    async def export_gauges(self, metrics: WorkerMetrics) -> None:
+        """Set the gauges read when ``/metrics`` is scraped: ``pinlog_database_up`` (the
+        database check above, shared and cached for ``cache_seconds``) and
+        ``pinlog_provider_unavailable{provider,reason}`` (1 for each gate's reason now)."""
+        metrics.database_up.set(0 if await self._database() else 1)
+        for name, gate in self._gates.items():
+            reason = gate.reason
+            for known in GATE_REASONS | ({reason} if reason else set()):
+                metrics.provider_unavailable.labels(name, known).set(1 if known == reason else 0)
 
     async def _database(self) -> str | None:
         fresh = time.monotonic() - self._checked_at < self._cache_seconds

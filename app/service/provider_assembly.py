@@ -90,12 +90,10 @@ def open_providers(
         embedding_probe(StageTagged(embedder, "probe")),
         settings,
         metrics,
-        DailyTokenCap(
-            "embedding", settings.embedding_daily_token_cap, ledger, metrics.spend_capped
-        ),
+        DailyTokenCap("embedding", settings.embedding_daily_token_cap, ledger, metrics),
         budgets["embedding"].cooldown_seconds,
     )
-    judge_cap = DailyTokenCap("judge", settings.judge_daily_token_cap, ledger, metrics.spend_capped)
+    judge_cap = DailyTokenCap("judge", settings.judge_daily_token_cap, ledger, metrics)
     first_gate = _gate(
         "judge",
         judge_probe(StageTaggedJudge(judge, "probe")),

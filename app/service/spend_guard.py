@@ -8,7 +8,8 @@ time with 503 and a ``Retry-After`` of the seconds to midnight UTC, and a stage 
 is left ``PROCESSING`` for the rescan (transient, never ``FAILED``; what it had stored stays).
 One ERROR line when the cap is reached, one WARNING when it is released (a new day, or a
 raised cap after a restart); ``pinlog_provider_spend_capped{provider}`` is 1 meanwhile and
-``/readyz`` reports the gate's reason ``daily_token_cap``.
+``/readyz`` reports the gate's reason ``daily_token_cap``. ``pinlog_provider_daily_token_cap``
+and ``pinlog_provider_tokens_today`` (read when scraped) let an alert warn before the cap.
 
 The cap is a ceiling, not an exact budget: calls in flight when it is reached still finish,
 and another replica's tokens are seen with the ledger's write interval of delay.
@@ -22,7 +23,7 @@ import time
 from collections.abc import Callable
 from typing import Protocol
 
-from prometheus_client import Gauge
+from app.metrics import WorkerMetrics
 
 logger = logging.getLogger(__name__)
 
@@ -35,22 +36,25 @@ class TokensToday(Protocol):
 
 
 class DailyTokenCap:
-    """``provider``'s cap of ``cap`` tokens per UTC day (0: none) over ``totals``."""
+    """``provider``'s cap of ``cap`` tokens per UTC day (0: none) over ``totals``, shown in
+    ``metrics`` (the cap, today's tokens, whether it is reached)."""
 
     def __init__(
         self,
         provider: str,
         cap: int,
         totals: TokensToday,
-        gauge: Gauge,
+        metrics: WorkerMetrics,
         *,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.provider = provider
         self.cap = cap
         self._totals = totals
-        self._gauge = gauge.labels(provider)
+        self._gauge = metrics.spend_capped.labels(provider)
         self._gauge.set(0)
+        metrics.daily_token_cap.labels(provider).set(cap)
+        metrics.tokens_today.labels(provider).set_function(lambda: totals.tokens_today(provider))
         self._clock = clock
         self._reached = False
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
@@ -47,10 +48,12 @@ async def run_claimed(
     reclaims it after the expiry never meets a live attempt (§2, §10 #9). A save cancelled
     mid-transaction rolls back whole.
 
-    ``counts``: this stage's metrics (outcomes, reclaims, deadlines, runs in flight).
+    ``counts``: this stage's metrics (outcomes, reclaims, deadlines, runs in flight, and the
+    seconds of a claimed run).
     """
     deadline = limits.deadline_seconds
     scope = asyncio.timeout(deadline)
+    started = time.monotonic()
     counts.in_flight.inc()
     try:
         with log_context(stage=stage.label):
@@ -93,6 +96,8 @@ async def run_claimed(
             return None
     finally:
         counts.in_flight.dec()
+        if attempt is not None:  # a run of ours: not a claim that found the stage taken
+            counts.seconds.observe(time.monotonic() - started)
 
 
 async def claim_stage(

@@ -59,6 +59,11 @@ from pinlog_platform.contract.states.failure_reasons import FailureReason
 
 logger = logging.getLogger(__name__)
 
+# The states ``reembed status`` reports, each a series of ``pinlog_core_reembed_state``.
+SWITCH_STATES = ("idle", "backfilling", "ready", "cut_over", "rolling_back")
+# The ``kind`` series of ``pinlog_core_reembed_contexts``, in the order they are set.
+SWITCH_CONTEXT_KINDS = ("total", "done", "failed", "missing_in_use")
+
 BACKFILL_PATH = "/internal/v1/backfill/embed"
 # Contexts per batch at most (the worker takes up to 256); a batch is rate_per_second
 # contexts at most, so each slot is about a second.
@@ -357,11 +362,10 @@ class ReembedBackfill:
         except CoreError as exc:
             logger.warning("switch gauges not refreshed (%s)", type(exc).__name__)
             return
-        for state in ("idle", "backfilling", "ready", "cut_over", "rolling_back"):
+        for state in SWITCH_STATES:
             self._metrics.reembed_state.labels(state).set(1 if report.state == state else 0)
-        for kind, value in (("total", report.total), ("done", report.done),
-                            ("failed", report.failed_total),
-                            ("missing_in_use", report.missing_in_use)):  # fmt: skip
+        counts = (report.total, report.done, report.failed_total, report.missing_in_use)
+        for kind, value in zip(SWITCH_CONTEXT_KINDS, counts, strict=True):
             self._metrics.reembed_contexts.labels(kind).set(value)
         for profile in self._seen_profiles - set(report.vectors):
             self._metrics.embedding_vectors.labels(profile).set(0)

@@ -24,6 +24,9 @@ from pinlog_platform.contract.states import Status
 
 logger = logging.getLogger(__name__)
 
+# The keys of ``reprocess`` counted, each a series of ``pinlog_core_reprocess_contexts``.
+REPROCESS_STATES = ("pending", "processing", "failed")
+
 
 @dataclass(frozen=True, slots=True)
 class StatusReport:
@@ -242,6 +245,6 @@ class StatusGauges:
             metrics.retry_counts.labels(retries).set(n)
         for period, spend in report.spend.items():
             metrics.provider_spend.labels(period).set(spend["usd"])
-        for state in ("pending", "processing", "failed"):
+        for state in REPROCESS_STATES:
             metrics.reprocess_contexts.labels(state).set(report.reprocess[state])
         metrics.status_refreshed.set_to_current_time()

@@ -8,14 +8,21 @@ largest request body it takes (``maxRequestBytes``: backfill batches are cut to 
 searches and backfill batches then go to instances of the profile they need
 (``WorkerEndpoints.in_turn(profile)``). An instance that cannot be read keeps the profile last
 seen (a restart does not change a worker's profile). Nothing is written or logged but changes.
+With ``metrics``, each read also sets ``pinlog_core_workers_ready{profile}`` (the instances
+that said ready, by the profile each serves; instances whose profile was never seen are not
+counted) and ``pinlog_core_profile_in_use{profile}`` (1 for the profile in use), which the
+alert "no ready worker for the profile in use" compares (deploy/prometheus/).
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import logging
 
+from core_service.metrics import CoreMetrics
+from core_service.service.profile_in_use import ProfileInUse
 from core_service.service.worker_endpoints import WorkerEndpoints
 from core_service.service.worker_readiness import ReadinessReader, display_url
 
@@ -29,13 +36,22 @@ class ProfileRouting:
     """Keeps ``endpoints``' ``profile`` current; ``refresh_once`` or ``run_forever``;
     ``aclose`` when only ``refresh_once`` was used."""
 
-    def __init__(self, endpoints: WorkerEndpoints) -> None:
+    def __init__(
+        self,
+        endpoints: WorkerEndpoints,
+        *,
+        metrics: CoreMetrics | None = None,
+        profile_in_use: ProfileInUse | None = None,
+    ) -> None:
         self._endpoints = endpoints
         self._reader = ReadinessReader([e.base_url for e in endpoints.all])
+        self._metrics = metrics
+        self._profile_in_use = profile_in_use
 
     async def refresh_once(self) -> None:
         """Read every instance's profile once; never raises for worker faults."""
         readings = await self._reader.read_all()
+        ready: collections.Counter[str] = collections.Counter()
         for endpoint, reading in zip(self._endpoints.all, readings, strict=True):
             if reading.profile is not None and reading.profile != endpoint.profile:
                 logger.info("worker %s serves profile %s", display_url(endpoint.base_url),
@@ -43,6 +59,17 @@ class ProfileRouting:
                 endpoint.profile = reading.profile
             if reading.max_request_bytes is not None:
                 endpoint.max_request_bytes = reading.max_request_bytes
+            if endpoint.profile is not None:
+                ready[endpoint.profile] += 1 if reading.ready else 0
+        if self._metrics is not None:
+            in_use = await self._profile_in_use.current() if self._profile_in_use else None
+            # Cleared and set with no await between: a scrape sees the whole new set.
+            self._metrics.workers_ready.clear()
+            for profile in {*ready, *([in_use] if in_use else [])}:
+                self._metrics.workers_ready.labels(profile).set(ready[profile])
+            if in_use is not None:
+                self._metrics.profile_in_use.clear()
+                self._metrics.profile_in_use.labels(in_use).set(1)
 
     async def run_forever(self, stop: asyncio.Event) -> None:
         try:

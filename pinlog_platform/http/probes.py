@@ -5,7 +5,8 @@ serves ``liveness`` on its public port and ``metrics`` on its operations listene
 
 Readiness is each service's own (what it needs differs), so it is not here. ``/metrics``
 serves the Prometheus registry of the app that mounts the router, found as
-``request.app.state.metrics_registry``.
+``request.app.state.metrics_registry``, after awaiting ``request.app.state.before_scrape()``
+when the app set one (gauges read at scrape time, e.g. whether the database answers).
 """
 
 from __future__ import annotations
@@ -25,7 +26,11 @@ async def healthz() -> dict[str, str]:
 
 @metrics.get("/metrics")
 async def prometheus_metrics(request: Request) -> Response:
-    """Prometheus text format of this app's own registry (``app.state.metrics_registry``)."""
+    """Prometheus text format of this app's own registry (``app.state.metrics_registry``),
+    after ``app.state.before_scrape()`` (when set; it bounds its own wait)."""
+    before_scrape = getattr(request.app.state, "before_scrape", None)
+    if before_scrape is not None:
+        await before_scrape()
     return Response(
         generate_latest(request.app.state.metrics_registry), media_type=CONTENT_TYPE_LATEST
     )

@@ -119,10 +119,12 @@ async def endpoints_of(*base_urls: str) -> AsyncIterator[WorkerEndpoints]:
 
 
 @asynccontextmanager
-async def profile_routing(endpoints: WorkerEndpoints) -> AsyncIterator[ProfileRouting]:
+async def profile_routing(
+    endpoints: WorkerEndpoints, **gauges: Any
+) -> AsyncIterator[ProfileRouting]:
     """A ``ProfileRouting`` whose refreshes the caller drives; closed as the core closes it
-    (its loop, stopped)."""
-    routing = ProfileRouting(endpoints)
+    (its loop, stopped). ``gauges``: its ``metrics`` and ``profile_in_use``, when given."""
+    routing = ProfileRouting(endpoints, **gauges)
     try:
         yield routing
     finally:

@@ -3,10 +3,18 @@ own registry, so these counts are this test's alone."""
 
 from __future__ import annotations
 
+import socket
+
+import httpx
+from fastapi import FastAPI
 from prometheus_client.parser import text_string_to_metric_families
 
+from core_service.metrics import CoreMetrics
+from core_service.operations_listener import create_ops_app
+from core_service.repository.db import create_engine
 from tests.core import support as facts
 from tests.core.harness import bearer
+from tests.worker.harness import sample_value
 from tests.worker.support import set_statuses
 
 
@@ -63,3 +71,41 @@ async def test_core_metrics_count_this_apps_traffic(core_with_fake_worker, fake_
         _value(samples, latency, route="/api/v1/records/{record_id}", method="GET", status="2xx")
         == 1
     )
+
+
+async def test_the_gauges_the_alert_rules_read_are_served(core_with_fake_worker):
+    """What deploy/prometheus/pinlog-rules.yml reads from the core besides the status gauges:
+    the database as the readiness check finds it at the scrape, the workers ready by profile
+    beside the profile in use (the routing's first read at startup), and the pending expiry
+    the lag is judged against."""
+    samples = await _samples(core_with_fake_worker)
+
+    assert _value(samples, "pinlog_core_database_up") == 1
+    assert _value(samples, "pinlog_core_pending_expiry_seconds") == 300
+    in_use = [labels for (name, labels), value in samples.items()
+              if name == "pinlog_core_profile_in_use" and value == 1]  # fmt: skip
+    assert len(in_use) == 1
+    assert _value(samples, "pinlog_core_workers_ready", **dict(in_use[0])) == 1
+
+
+async def test_database_up_is_0_when_the_database_does_not_answer_at_the_scrape():
+    """The operations listener's scrape runs the readiness check: against a port nothing
+    listens on, ``pinlog_core_database_up`` is 0 (and the scrape still answers 200)."""
+    with socket.socket() as placeholder:
+        placeholder.bind(("127.0.0.1", 0))
+        port = placeholder.getsockname()[1]
+    public = FastAPI()
+    public.state.metrics = CoreMetrics()
+    public.state.metrics_registry = public.state.metrics.registry
+    public.state.probe_engine = create_engine(
+        f"postgresql+asyncpg://pinlog:unused@127.0.0.1:{port}/pinlog", pool_size=1
+    )
+    try:
+        transport = httpx.ASGITransport(app=create_ops_app(public))
+        async with httpx.AsyncClient(transport=transport, base_url="http://ops") as client:
+            answer = await client.get("/metrics")
+    finally:
+        await public.state.probe_engine.dispose()
+
+    assert answer.status_code == 200
+    assert sample_value(answer.text, "pinlog_core_database_up") == 0

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import pytest
 
+from core_service.metrics import CoreMetrics
 from core_service.operations.keyword_reprocess import workers_on
 from core_service.repository.db import autocommit
 from core_service.service.personal_search import PersonalSearch
@@ -102,6 +103,60 @@ async def test_routing_reads_each_workers_profile_and_keeps_it_when_unreadable(f
     assert second_read == [PROFILE, THIRD, None]
     assert [e.base_url for e in of_third] == [second_url, NOWHERE]
     assert gone == [PROFILE, THIRD, None]
+
+
+async def test_routing_counts_the_ready_workers_by_profile_beside_the_profile_in_use(
+    engine, fake_worker
+):
+    """``pinlog_core_workers_ready{profile}`` and ``pinlog_core_profile_in_use{profile}``, what
+    the alert "no ready worker for the profile in use" compares: a worker that is not ready
+    and one unreachable count 0 under the profile last seen; after a cutover the profile in use
+    is the target, listed at 0 while no worker of it is ready."""
+    second = FakeWorker(SECRET)
+    second.profile = TARGET
+    metrics = CoreMetrics()
+
+    def sample(name: str, profile: str) -> float | None:
+        return metrics.registry.get_sample_value(name, {"profile": profile})
+
+    async with serving(second.app) as second_url:
+        endpoints = WorkerEndpoints.connect(
+            [fake_worker.base_url, second_url, NOWHERE],
+            internal_secret=SECRET,
+            connect_timeout_seconds=1.0,
+            read_timeout_seconds=5.0,
+        )
+        try:
+            async with profile_routing(
+                endpoints,
+                metrics=metrics,
+                profile_in_use=ProfileInUse(engine, configured=PROFILE),
+            ) as routing:
+                await routing.refresh_once()
+                both_ready = [sample("pinlog_core_workers_ready", p) for p in (PROFILE, TARGET)]
+                in_use = [sample("pinlog_core_profile_in_use", p) for p in (PROFILE, TARGET)]
+                second.ready = False
+                await routing.refresh_once()
+                target_not_ready = sample("pinlog_core_workers_ready", TARGET)
+        except BaseException:
+            await endpoints.aclose()
+            raise
+    try:
+        await cut_over_to_target(engine)
+        async with profile_routing(
+            endpoints, metrics=metrics, profile_in_use=ProfileInUse(engine, configured=PROFILE)
+        ) as routing:
+            await routing.refresh_once()  # the second worker is gone
+            after_cutover = [sample("pinlog_core_workers_ready", p) for p in (PROFILE, TARGET)]
+            in_use_after = [sample("pinlog_core_profile_in_use", p) for p in (PROFILE, TARGET)]
+    finally:
+        await endpoints.aclose()
+
+    assert both_ready == [1, 1]
+    assert in_use == [1, None]
+    assert target_not_ready == 0
+    assert after_cutover == [1, 0]
+    assert in_use_after == [None, 1]
 
 
 # --- process requests ------------------------------------------------------------------------

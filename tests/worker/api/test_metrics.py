@@ -7,10 +7,15 @@ fake OpenAI server; provider failures are scripted answers of that server.
 
 from __future__ import annotations
 
+import socket
 import threading
 
 import numpy as np
 
+from app.metrics import WorkerMetrics
+from app.repository.db import create_engine
+from app.service.health import Readiness
+from app.service.presets import PresetCache
 from tests.fake_openai import Scripted, embedding_body, error_body
 from tests.worker.harness import PROFILE, SECRET, RunningWorker
 from tests.worker.support import fetch_state, make_state, wait_for
@@ -55,6 +60,9 @@ async def test_processed_contexts_are_counted_by_stage_outcome_and_provider_call
         assert await worker.metric(outcomes, stage=stage, outcome="failed") == 0
         assert await worker.metric("pinlog_stages_in_flight", stage=stage) == 0
         assert await worker.metric("pinlog_reclaims_total", stage=stage) == 0
+        assert await worker.metric("pinlog_stage_seconds_count", stage=stage) == 2
+        stage_seconds = await worker.metric("pinlog_stage_seconds_sum", stage=stage)
+        assert stage_seconds is not None and stage_seconds > 0
     for provider in ("embedding", "judge"):
         calls = "pinlog_provider_call_seconds_count"
         assert await worker.metric(calls, provider=provider, outcome="ok") == 2
@@ -217,3 +225,27 @@ async def test_two_app_instances_in_one_process_count_independently(
         assert await _http_count(other, "/healthz", "GET", "2xx") == 1
         assert await _http_count(worker, "/healthz", "GET", "2xx") is None
     assert worker.app.state.metrics.registry is not other.app.state.metrics.registry
+
+
+async def test_database_up_is_the_readiness_check_run_when_scraped(worker):
+    """``pinlog_database_up``: 1 while the database answers the readiness check, 0 for a
+    database that does not answer (a port nothing listens on), each set by the scrape."""
+    up = await worker.metric("pinlog_database_up")
+    with socket.socket() as placeholder:
+        placeholder.bind(("127.0.0.1", 0))
+        port = placeholder.getsockname()[1]
+    engine = create_engine(
+        f"postgresql+asyncpg://pinlog:unused@127.0.0.1:{port}/pinlog",
+        pool_size=1,
+        with_vector_codec=False,
+    )
+    metrics = WorkerMetrics()
+    readiness = Readiness(engine, PresetCache(engine, PROFILE), {}, profile=PROFILE)
+    try:
+        await readiness.export_gauges(metrics)
+    finally:
+        await readiness.aclose()
+        await engine.dispose()
+
+    assert up == 1
+    assert metrics.registry.get_sample_value("pinlog_database_up") == 0

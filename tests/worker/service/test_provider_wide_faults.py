@@ -170,10 +170,13 @@ async def test_ten_notes_against_a_provider_wide_fault_end_none_failed_and_all_c
         statuses = [await fetch_state(engine, i) for i in range(1, NOTES + 1)]
         note_calls, probes = _calls(fake_openai, provider)
         gate = (await _providers(worker))[provider]
+        series = {"provider": provider, "reason": reason}
+        shown = await worker.metric("pinlog_provider_unavailable", **series)
         searched = await _search(worker)
 
         fake_openai.set_fault(_endpoint(provider), None)
         await _until_available(worker, provider)
+        cleared = await worker.metric("pinlog_provider_unavailable", **series)
         for context_id in range(1, NOTES + 1):
             await backdate(engine, context_id, seconds=EXPIRY_PLUS)
             assert (await _post(worker, context_id)).status_code == 202
@@ -188,6 +191,7 @@ async def test_ten_notes_against_a_provider_wide_fault_end_none_failed_and_all_c
     assert note_calls == THRESHOLD  # then only the worker's own probes
     assert gate["available"] is False and gate["reason"] == reason
     assert gate["retryAfterSeconds"] == 1
+    assert (shown, cleared) == (1, 0), "the gauge the alert reads follows the gate"
     if provider == "embedding":
         assert searched.status_code == 503 and searched.headers["Retry-After"] == "1"
         assert searched.json() == {"detail": "embedding upstream unavailable"}

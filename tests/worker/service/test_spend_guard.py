@@ -9,6 +9,7 @@ import logging
 
 from sqlalchemy import text
 
+from app.repository.usage_ledger import UsageDelta, add_usage, tokens_today
 from tests.fake_openai import Scripted
 from tests.worker.harness import SECRET
 from tests.worker.support import fetch_state, make_state
@@ -56,6 +57,17 @@ async def test_a_reached_cap_refuses_work_without_failing_it_until_the_cap_is_ra
         ready = (await worker.client.get("/readyz")).json()
         capped = await worker.metric("pinlog_provider_spend_capped", provider="judge")
         embedding_capped = await worker.metric("pinlog_provider_spend_capped", provider="embedding")
+        gate_reason = await worker.metric(
+            "pinlog_provider_unavailable", provider="judge", reason="daily_token_cap"
+        )
+        embedding_gate_reason = await worker.metric(
+            "pinlog_provider_unavailable", provider="embedding", reason="daily_token_cap"
+        )
+        caps = [
+            await worker.metric("pinlog_provider_daily_token_cap", provider=provider)
+            for provider in ("judge", "embedding")
+        ]
+        judge_tokens = await worker.metric("pinlog_provider_tokens_today", provider="judge")
 
     assert refused.status_code == 503
     assert refused.json() == {"detail": "judge provider unavailable"}
@@ -64,6 +76,9 @@ async def test_a_reached_cap_refuses_work_without_failing_it_until_the_cap_is_ra
     assert ready["providers"]["judge"]["reason"] == "daily_token_cap"
     assert ready["providers"]["embedding"]["available"] is True, "the other provider is open"
     assert (capped, embedding_capped) == (1, 0)
+    assert (gate_reason, embedding_gate_reason) == (1, 0)
+    assert caps == [10, 0]
+    assert judge_tokens is not None and judge_tokens >= 10, "what closed the gate"
     errors = [r for r in caplog.records if r.levelno == logging.ERROR]
     assert len(errors) == 1 and "judge provider daily token cap reached" in errors[0].message
     assert await fetch_state(engine, 2) == ("PENDING", "PENDING")
@@ -129,3 +144,33 @@ async def test_tokens_billed_for_failed_attempts_count_toward_the_cap(
     assert (await fetch_state(engine, 1))[0] in ("PENDING", "PROCESSING")
     assert await fetch_state(engine, 2) == ("PENDING", "PENDING")
     assert await _failed_stages(engine) == 0
+
+
+async def test_tokens_today_count_every_process_from_the_ledger_without_a_cap(
+    engine, make_worker, fake_openai
+):
+    """``pinlog_provider_tokens_today``: every process's tokens of the UTC day (the ledger,
+    read at startup and after each write) plus this process's calls since, also where no cap
+    is set (the alerts on 80 % of a cap read it beside ``pinlog_provider_daily_token_cap``)."""
+    await make_state(engine, context_id=1)
+    another_process = UsageDelta(
+        "judge", "gpt-4o-mini", "keyword", calls=3, prompt_tokens=900, completion_tokens=60,
+        embedding_tokens=0, estimated_tokens=0, cost_usd=None,
+    )  # fmt: skip
+    async with engine.begin() as conn:
+        await add_usage(conn, [another_process])
+
+    async with make_worker() as worker:
+        at_start = await worker.metric("pinlog_provider_tokens_today", provider="judge")
+        cap = await worker.metric("pinlog_provider_daily_token_cap", provider="judge")
+        assert (await _post(worker, 1)).status_code == 202
+        await worker.drain()
+        after_a_note = await worker.metric("pinlog_provider_tokens_today", provider="judge")
+        await worker.app.state.usage.flush()
+        after_the_write = await worker.metric("pinlog_provider_tokens_today", provider="judge")
+    async with engine.connect() as conn:
+        ledger = await tokens_today(conn, "judge")
+
+    assert (at_start, cap) == (960, 0)
+    assert after_a_note is not None and after_a_note > 960, "this process's call, at once"
+    assert after_the_write == ledger == after_a_note, "written and read back: counted once"
