@@ -1,6 +1,6 @@
 """The autoscaler's query (``pinlog_platform/contract/scaler.py``) on the real PostgreSQL: what
 it counts per profile, its cap, its plan (index-only scans, nothing else read) and the role
-that runs it (``0106_scaler_role.sql``)."""
+that runs it (``0106_core_scaler_role.sql``)."""
 
 from __future__ import annotations
 

@@ -2,6 +2,8 @@
 -- the backlog"): it may read exactly the columns the scaler's query reads
 -- (pinlog_platform/contract/scaler.py) and nothing else: no note text, no owner, no vector.
 -- NOLOGIN: the operator grants it to a login role (GRANT pinlog_scaler TO <login>).
+-- A core migration (`pinlog-core db upgrade`): it grants on core.embedding_switch, which a
+-- worker-only upgrade (`pinlog-ai db upgrade`) does not create.
 DO $$
 BEGIN
     IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'pinlog_scaler') THEN
