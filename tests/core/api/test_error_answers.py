@@ -24,9 +24,9 @@ CAP = MAX_REQUEST_BYTES_FLOOR
 METHODS = ("get", "post", "put", "delete", "patch")
 MISSING_ID = 9_000_000
 # Answers no client request can provoke on a healthy core: a fault of ours (500) and a
-# database or worker away, or a deadline passed (503). Their routes and bodies are driven in
-# tests/core/api/test_database_faults.py, test_ops_and_headers.py and
-# tests/core/service/test_request_deadline*.
+# database or worker away, or a deadline passed (503). They are driven in
+# tests/core/api/test_database_faults.py, test_ops_and_headers.py, test_search_api.py and
+# tests/platform/test_request_deadline.py.
 NOT_PROVOKED_HERE = {"500", "503"}
 # A withdrawn member, a member whose write and search buckets the 429 pass empties.
 WITHDRAWN, LIMITED = 3, 4
