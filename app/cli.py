@@ -343,6 +343,8 @@ def doctor() -> None:
             await engine.dispose()
 
     report = _run(run)
+    for warning in report.warnings:
+        typer.echo(f"WARNING   {warning}")
     for finding in report.findings:
         examples = f" (e.g. {', '.join(finding.examples)})" if finding.examples else ""
         typer.echo(

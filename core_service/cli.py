@@ -1,7 +1,7 @@
 """The ``pinlog-core`` command: ``db upgrade``, ``serve`` and ``rescan --once`` here; the
-operator commands (``token``, ``status``, ``pause``, ``resume``, ``retry-failed``, ``reprocess
-keywords``, ``reembed start | status | cutover | rollback | finish``) each in its module of
-``core_service/operations/``, registered below."""
+operator commands (``token``, ``status``, ``inspect``, ``pause``, ``resume``, ``retry-failed``,
+``reprocess keywords``, ``reembed start | status | cutover | rollback | finish``) each in its
+module of ``core_service/operations/``, registered below."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from core_service.command_startup import (
     run_with_database,
 )
 from core_service.operations import (
+    inspect,
     keyword_reprocess,
     pause,
     reembed,
@@ -36,6 +37,7 @@ app.add_typer(tokens.commands)
 app.add_typer(status.commands)
 app.add_typer(pause.commands)
 app.add_typer(retry_failed.commands)
+app.add_typer(inspect.commands)
 app.add_typer(keyword_reprocess.commands, name="reprocess")
 app.add_typer(reembed.commands, name="reembed")
 app.add_typer(search_reindex.commands, name="reindex")

@@ -11,21 +11,42 @@ class CoreError(Exception):
     """Base class of every error the core service maps to an HTTP status."""
 
 
-class InvalidBodyError(CoreError, ValueError):
-    """A note body that cannot be stored (blank, too long, unencodable): HTTP 422."""
+class InvalidRequestError(CoreError, ValueError):
+    """A request the core refuses as invalid after validation let it through: HTTP 422,
+    answered like a validation error, ``{"detail": "invalid request", "errors": [{"loc",
+    "msg", "type": "value_error"}]}``; ``loc`` names the part of the request (``("body",
+    "placeName")``, ``("query", "cursor")``; empty when no one part is to blame)."""
+
+    loc: tuple[str, ...] = ()
+
+    def __init__(self, message: str, *, loc: tuple[str, ...] | None = None) -> None:
+        super().__init__(message)
+        if loc is not None:
+            self.loc = loc
 
 
-class InvalidCursorError(CoreError, ValueError):
+class InvalidBodyError(InvalidRequestError):
+    """A note body (or another free text of the body) that cannot be stored (blank, too long,
+    unencodable): HTTP 422; ``loc`` ``("body", <field>)``."""
+
+    loc = ("body",)
+
+
+class InvalidCursorError(InvalidRequestError):
     """A list cursor this service did not issue (malformed, or not a position): HTTP 422."""
 
+    loc = ("query", "cursor")
 
-class InvalidInputError(CoreError, ValueError):
+
+class InvalidInputError(InvalidRequestError):
     """Client input the database cannot hold or compute with (a data exception of a statement
     bound to it, SQLSTATE class 22) that validation let through: HTTP 422."""
 
 
-class InvalidKeywordError(CoreError, ValueError):
+class InvalidKeywordError(InvalidRequestError):
     """A keyword code to browse by that is unknown, inactive or ``BLOCKED``: HTTP 422."""
+
+    loc = ("query", "keyword")
 
 
 class NotFoundError(CoreError):
@@ -49,8 +70,18 @@ class ConflictError(CoreError):
         self.replaced_by = replaced_by
 
 
+# The one 401 answer for a token that is not accepted, whatever the reason (bad signature,
+# expired, revoked, or a withdrawn member's): telling them apart would tell a caller that a
+# token is well signed.
+UNAUTHENTICATED_DETAIL = "invalid or expired token"
+
+
 class UnauthenticatedError(CoreError):
-    """A missing, malformed, expired or revoked bearer token: HTTP 401."""
+    """A missing, malformed, expired or revoked bearer token, or a withdrawn member's: HTTP 401.
+    Every refused token answers ``UNAUTHENTICATED_DETAIL``; only a missing one says so."""
+
+    def __init__(self, message: str = UNAUTHENTICATED_DETAIL) -> None:
+        super().__init__(message)
 
 
 class RateLimitedError(CoreError):

@@ -13,20 +13,21 @@ import logging
 import socket
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from functools import partial
+from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from core_service.api.responses import NOT_READY, ok
 from core_service.api.routes import router
 from core_service.api.security_headers import SecurityHeadersMiddleware
 from core_service.composition import Core, build_core
 from core_service.errors import (
     ConflictError,
     CoreError,
-    InvalidBodyError,
-    InvalidCursorError,
-    InvalidInputError,
-    InvalidKeywordError,
+    InvalidRequestError,
     NotFoundError,
     RateLimitedError,
     UnauthenticatedError,
@@ -41,7 +42,7 @@ from pinlog_platform.http.json_response import OrjsonResponse
 from pinlog_platform.http.probes import liveness
 from pinlog_platform.http.request_deadline import RequestDeadlineMiddleware
 from pinlog_platform.http.request_timing import RequestTimingMiddleware
-from pinlog_platform.http.validation import validation_error
+from pinlog_platform.http.validation import INVALID_REQUEST, error_items
 
 logger = logging.getLogger(__name__)
 
@@ -96,6 +97,7 @@ def create_app(
         # No trailing-slash redirects: their Location would be built from the Host header.
         redirect_slashes=False,
     )
+    app.openapi = partial(_documented_answers_only, app)  # type: ignore[method-assign]
     app.state.metrics = metrics
     app.state.metrics_registry = metrics.registry
     app.state.ops_base_url = None
@@ -120,8 +122,9 @@ def create_app(
     app.add_middleware(SecurityHeadersMiddleware, private_prefixes=(router.prefix,))
     app.add_exception_handler(RequestValidationError, _path_or_body_error)
     app.add_exception_handler(CoreError, _core_error)
+    app.add_exception_handler(StarletteHTTPException, _http_error)
 
-    @app.get("/readyz")
+    @app.get("/readyz", responses={**ok(200, "Ready", {"status": "ready"}), **NOT_READY})
     async def readyz(request: Request) -> OrjsonResponse:
         """Readiness, public: ready or not, without reasons (those are on the ops listener)."""
         if await readiness_problems(request.app.state.probe_engine):
@@ -132,11 +135,9 @@ def create_app(
 
 
 # The one place mapping the core's errors to HTTP statuses; anything else is a bug: 500.
+# Every answer is {"detail": string} (docs/core-service.md "Errors"); a 422 adds "errors".
 _ERROR_STATUSES: tuple[tuple[type[CoreError], int], ...] = (
-    (InvalidBodyError, 422),
-    (InvalidCursorError, 422),
-    (InvalidInputError, 422),
-    (InvalidKeywordError, 422),
+    (InvalidRequestError, 422),
     (UnauthenticatedError, 401),
     (RateLimitedError, 429),
     (NotFoundError, 404),
@@ -157,6 +158,9 @@ async def _core_error(_request: Request, exc: Exception) -> OrjsonResponse:
             elif isinstance(exc, RateLimitedError):
                 headers["Retry-After"] = str(exc.retry_after_seconds)
             body: dict[str, object] = {"detail": str(exc)}
+            if isinstance(exc, InvalidRequestError):
+                item = {"loc": list(exc.loc), "msg": str(exc), "type": "value_error"}
+                body = {"detail": INVALID_REQUEST, "errors": [item]}
             if isinstance(exc, ConflictError) and exc.replaced_by is not None:
                 body["replacedBy"] = exc.replaced_by
             return OrjsonResponse(body, status_code=status, headers=headers)
@@ -179,7 +183,38 @@ async def _path_or_body_error(request: Request, exc: Exception) -> OrjsonRespons
         if location[:1] == ("path",):
             what = _PATH_RESOURCES.get(str(location[1]) if len(location) > 1 else "", "resource")
             return await _core_error(request, NotFoundError(what))
-    return await validation_error(request, exc)
+    return OrjsonResponse({"detail": INVALID_REQUEST, "errors": error_items(exc)}, status_code=422)
+
+
+async def _http_error(_request: Request, exc: Exception) -> OrjsonResponse:
+    """Starlette's own answers (an unknown path 404, 405, a body cut off at the cap 413, a
+    body that cannot be parsed 400) in the shape and bytes of every other answer:
+    ``{"detail": string}`` rendered by ``OrjsonResponse``, with the exception's headers
+    (405's ``Allow``)."""
+    assert isinstance(exc, StarletteHTTPException)
+    return OrjsonResponse(
+        {"detail": exc.detail}, status_code=exc.status_code, headers=dict(exc.headers or {})
+    )
+
+
+def _documented_answers_only(app: FastAPI) -> dict[str, Any]:
+    """The OpenAPI document without the 422 FastAPI adds to every route with a parameter: a
+    path id that is not canonical answers 404 here (``_path_or_body_error``), so a route
+    answers 422 only where ``core_service/api/responses.py`` says so, in the core's own
+    shape."""
+    if app.openapi_schema is None:
+        document = FastAPI.openapi(app)
+        for operations in document.get("paths", {}).values():
+            for operation in operations.values():
+                answer = operation.get("responses", {}).get("422", {})
+                schema = answer.get("content", {}).get("application/json", {}).get("schema", {})
+                if schema.get("$ref", "").endswith("/HTTPValidationError"):
+                    del operation["responses"]["422"]
+        schemas = document.get("components", {}).get("schemas", {})
+        for name in ("HTTPValidationError", "ValidationError"):
+            schemas.pop(name, None)
+        app.openapi_schema = document
+    return app.openapi_schema
 
 
 def _publish(app: FastAPI, core: Core) -> None:

@@ -74,8 +74,8 @@ class TokenSettings(CoreDatabaseSettings):
     docs/operations.md "Signing keys")."""
 
     jwt_secret: SecretStr = Field(
-        description="HS256 key that signs member tokens (the current key); generated, "
-        ">= 32 characters"
+        description="HS256 key that signs member tokens (the current key); generated: "
+        ">= 32 characters, >= 10 distinct, not a placeholder of .env.example"
     )
     jwt_previous_secrets: SecretStr | None = Field(
         default=None,
@@ -153,7 +153,10 @@ class CoreSettings(HttpServingSettings, TokenSettings, StateClockSettings):
     worker_base_url: str = Field(
         description="Base URL of the AI worker, or several comma-separated (round robin)"
     )
-    internal_secret: SecretStr = Field(description="X-Internal-Secret shared with the worker (§8)")
+    internal_secret: SecretStr = Field(
+        description="X-Internal-Secret shared with the worker (§8); generated: >= 32 characters, "
+        ">= 10 distinct, not a placeholder of .env.example"
+    )
     embedding_profile: str = Field(
         min_length=1, max_length=100, description="The worker's embedding profile (§5, §7)"
     )

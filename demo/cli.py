@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import secrets
+import signal
 import time
 from pathlib import Path
 
@@ -73,7 +74,7 @@ def demo(
                 operations=operations,
             )
         )
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, asyncio.CancelledError):
         code = 0
     except EmbeddedPostgresUnavailable as exc:
         typer.echo(f"demo unavailable: {exc}", err=True)
@@ -89,7 +90,7 @@ async def run_demo(
     from app import embedded_postgres
     from app.settings import DatabaseSettings
     from demo import operations as ops
-    from demo.feed import member_tokens
+    from demo.feed import load_samples, member_tokens
     from demo.report import render_results
     from demo.run import (
         both_services,
@@ -100,6 +101,7 @@ async def run_demo(
     )
 
     started = time.monotonic()
+    _stop_on_first_interrupt()
     given = DatabaseSettings()
     database_url = given.database_url
     if database_url is None:
@@ -161,15 +163,21 @@ async def run_demo(
                 jwt_secret=jwt_secret, say=say_now,
             )  # fmt: skip
         if serve:
-            tokens = await member_tokens(database_url, jwt_secret, {1, 2})
+            members = {sample.user_id for sample in load_samples()}
+            tokens = await member_tokens(database_url, jwt_secret, members)
             worker = services.worker
             if worker.stopped and services.second_worker is not None:
                 worker = services.second_worker  # the profile in use after the switch
             print(f"\ncore service on {services.core_url}, worker on {worker.url}")
             print(f"database: {database_url}")
-            for member_id in (1, 2):
+            for member_id in sorted(members):
                 # Valid for this run only: its signing key is a throwaway secret.
                 print(f"TOKEN='{tokens[member_id]}'  # member {member_id}")
+            # The run's signing key, so that `pinlog-core token` makes tokens it accepts.
+            print(
+                f"PINLOG_CORE_DATABASE_URL='{database_url}' "
+                f"PINLOG_CORE_JWT_SECRET='{jwt_secret}' .venv/bin/pinlog-core token --member 5"
+            )
             if secret is None:
                 # A throwaway development secret, so the worker's API can be tried by hand.
                 secret_value = settings.internal_secret.get_secret_value()
@@ -177,3 +185,24 @@ async def run_demo(
             print("serving until Ctrl-C", flush=True)
             await services.closed()
     return 0 if completed == len(live) and operated else 1
+
+
+def _stop_on_first_interrupt() -> None:
+    """Ctrl-C (or SIGTERM) stops the demo once: the first cancels the run (its servers stop
+    gracefully and the database as at the end), later ones are ignored while that happens, so
+    no traceback of a half-finished shutdown is printed. Replaces asyncio's own handler, whose
+    second Ctrl-C raises ``KeyboardInterrupt`` wherever the shutdown happens to be; the demo's
+    servers capture no signal (``demo.run``)."""
+    loop = asyncio.get_running_loop()
+    main = asyncio.current_task()
+    assert main is not None
+
+    def interrupted() -> None:
+        for received in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(received)
+            signal.signal(received, signal.SIG_IGN)
+        print("\nstopping ...", flush=True)
+        main.cancel()
+
+    for received in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(received, interrupted)

@@ -53,6 +53,10 @@ SEARCH_MEMBER = 1
 # ones are the production cuts (floor 0.30): a query sharing words with a note finds it.
 SEARCH_QUERY = "혼자 와인 한 잔"
 NOTE_WIDTH = 24
+SHOWN_CHANGES = 3  # notes whose keywords are shown before and after the re-judging
+# Keyword F1 on the frozen test notes (docs/offline-encoder.md, README "Offline and production
+# providers"): the hashing + similarity pair, and the offline encoder with the learned judge.
+HASHING_F1, OFFLINE_F1 = 0.480, 0.743
 
 
 def hashing_worker_settings(settings: Settings) -> Settings:
@@ -80,6 +84,10 @@ async def switch_profile(
     assert services.second_worker is not None
     old, new = services.core_settings.embedding_profile, new_worker.embedding_profile
     say(f"switch: from {old} (in use) to {new} (the second worker's)")
+    say("switch: the second profile is a TEST encoder (character hashing and the similarity "
+        f"judge: keyword F1 {HASHING_F1} against {OFFLINE_F1} for the one in use, "
+        "docs/offline-encoder.md); it shows the mechanics of a switch, and many notes get "
+        "worse keywords under it")  # fmt: skip
     report = await embed_presets(new_worker, preset_file)
     state = "embedded and stored" if report.changed else "already stored"
     say(f"switch: presets load under the new profile: {state} (list version {report.version})")
@@ -105,7 +113,11 @@ async def switch_profile(
         run = await judge_again(services.core_settings, lines)
         say(f"switch: keywords judged again under the new profile: {run.report.reset} notes in "
             f"{run.seconds:.1f} s (after {PROPAGATION_SECONDS:g} s for every core process to "
-            f"see the cutover); {len(run.changed())} show other keywords")  # fmt: skip
+            f"see the cutover); {len(run.changed())} of {len(run.after)} show other keywords"
+            + (", for example:" if run.changed() else ""))  # fmt: skip
+        for before, after in run.changed()[:SHOWN_CHANGES]:
+            say(f"  context {after.context_id} ({shorten(after.note, NOTE_WIDTH)}): "
+                f"[{', '.join(before.keywords)}] -> [{', '.join(after.keywords)}]")  # fmt: skip
         answered, found = await _search(services, sides, lines, jwt_secret=jwt_secret)
         say(f"switch: the same search: {found}, from the worker of the {answered} profile")
         # The old worker goes before its preset vectors do: left running, it would warn at

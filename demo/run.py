@@ -15,6 +15,7 @@ The parts of the run; ``demo.cli`` runs them in order (and, with ``--operations`
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import secrets
 import socket
 from collections.abc import AsyncIterator, Callable
@@ -179,9 +180,19 @@ async def both_services(
         yield RunningServices(worker, core, core_settings, second)
 
 
+class _DemoServer(uvicorn.Server):
+    """A uvicorn server that leaves signals alone: the demo serves several in one process and
+    handles Ctrl-C once for all of them (``demo.cli``); each server capturing SIGINT and
+    raising it again on its way out would pass one Ctrl-C along a chain of handlers and turn
+    a second one into a traceback."""
+
+    def capture_signals(self) -> contextlib.AbstractContextManager[None]:
+        return contextlib.nullcontext()
+
+
 @asynccontextmanager
 async def _serving(app: FastAPI, port: int) -> AsyncIterator[ServedApp]:
-    server = uvicorn.Server(
+    server = _DemoServer(
         uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", log_config=None)
     )
     task = asyncio.create_task(server.serve())

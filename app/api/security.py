@@ -7,12 +7,13 @@ whether its body was valid): always 401. Compared in constant time.
 from __future__ import annotations
 
 import hmac
-import json
 
+import orjson
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 HEADER = b"x-internal-secret"
-_BODY = json.dumps({"detail": "missing or wrong X-Internal-Secret"}).encode()
+# Rendered as every other error answer (no spaces: Starlette's JSONResponse, orjson).
+_BODY = orjson.dumps({"detail": "missing or wrong X-Internal-Secret"})
 
 
 class InternalSecretMiddleware:

@@ -182,6 +182,36 @@ class CheckResult:
     examples: tuple[str, ...]
 
 
+# doctor's profile check: live context vectors of the configured profile, and of every other
+# one (a doctor run with the wrong profile, e.g. without PINLOG_OFFLINE on the offline demo's
+# database, would otherwise check a profile nothing uses and report no problem).
+LIVE_VECTORS_OF_PROFILE = text(
+    """
+    SELECT count(*) FILTER (WHERE embedding_profile = :profile) AS this_profile,
+           count(*) FILTER (WHERE embedding_profile <> :profile) AS other_profiles,
+           coalesce(string_agg(DISTINCT embedding_profile, ', ')
+                    FILTER (WHERE embedding_profile <> :profile), '') AS others
+    FROM ai.context_embedding
+    WHERE NOT is_deleted
+    """
+)
+
+
+@dataclass(frozen=True, slots=True)
+class ProfileVectors:
+    """Live context vectors of the configured profile and of the others (names, comma-separated)."""
+
+    this_profile: int
+    other_profiles: int
+    others: str
+
+
+async def live_vectors_of_profile(conn: AsyncConnection, profile: str) -> ProfileVectors:
+    """``LIVE_VECTORS_OF_PROFILE`` for ``profile``."""
+    row = (await conn.execute(LIVE_VECTORS_OF_PROFILE, {"profile": profile})).one()
+    return ProfileVectors(int(row.this_profile), int(row.other_profiles), row.others)
+
+
 async def run_check(
     conn: AsyncConnection, statement: TextClause, *, examples: int, **params: object
 ) -> CheckResult:

@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
+import orjson
 
 from app.repository.named_statements import compile_named
 from app.repository.stage_pool import StagePool
@@ -76,7 +77,8 @@ SAVE_EMBEDDING = compile_named(
 # COMPLETED while attempt :attempt still owns it. The INSERT reads the DELETE's output, which
 # makes PostgreSQL finish the DELETE first: without that dependency the sub-statements run in
 # an unspecified order and re-inserting a kept keyword would hit the primary key.
-# :confidences are sent as float8 (3 decimals) and cast; :unmatched_concepts is JSON text.
+# :confidences are sent as float8 (3 decimals) and cast; :unmatched_concepts and :candidates
+# (the [keyword_id, similarity] pairs judged among, §4 Addition "candidates kept") JSON text.
 SAVE_KEYWORDS = compile_named("""
     WITH locked AS (
         SELECT context_id
@@ -101,13 +103,15 @@ SAVE_KEYWORDS = compile_named("""
     ), analysed AS (
         INSERT INTO ai.context_keyword_analysis
             (context_id, preset_version, unmatched_concepts, model_profile, embedding_profile,
-             updated_at)
+             candidates, updated_at)
         SELECT context_id, CAST(:preset_version AS int), CAST(:unmatched_concepts AS jsonb),
-               CAST(:model_profile AS varchar), CAST(:embedding_profile AS varchar), now()
+               CAST(:model_profile AS varchar), CAST(:embedding_profile AS varchar),
+               CAST(:candidates AS jsonb), now()
         FROM locked
         ON CONFLICT (context_id) DO UPDATE SET
             preset_version = EXCLUDED.preset_version,
             unmatched_concepts = EXCLUDED.unmatched_concepts,
+            candidates = EXCLUDED.candidates,
             model_profile = EXCLUDED.model_profile,
             embedding_profile = EXCLUDED.embedding_profile,
             updated_at = now()
@@ -168,6 +172,7 @@ async def save_keywords(
     unmatched_concepts: Sequence[str],
     model_profile: str,
     embedding_profile: str,
+    candidates: Sequence[tuple[int, float]] = (),
 ) -> bool:
     """Replace the keywords, write the analysis and complete the keyword stage if ``attempt``
     still owns it (§3.3); ``False``: re-check failed, nothing written.
@@ -175,6 +180,9 @@ async def save_keywords(
     ``selections``: ``(keyword_id, confidence 0..1)`` pairs, zero allowed; confidences are
     stored with 3 decimals (``NUMERIC(4,3)``). ``embedding_profile``: the profile of the
     preset vectors the candidates were chosen by (a cutover re-judges other profiles').
+    ``candidates``: the ``(keyword_id, cosine similarity)`` pairs the judge chose among, best
+    first, stored in the same statement with 3 decimals (§4 Addition "candidates kept"; read
+    by ``pinlog-core inspect``).
     """
     row = await stage_pool.fetch_row(
         SAVE_KEYWORDS,
@@ -186,5 +194,7 @@ async def save_keywords(
         unmatched_concepts=json.dumps(list(unmatched_concepts), ensure_ascii=False),
         model_profile=model_profile,
         embedding_profile=embedding_profile,
+        # orjson: a keyword save is on every context's path (a quarter of json.dumps's CPU).
+        candidates=orjson.dumps([[int(k), round(float(sim), 3)] for k, sim in candidates]).decode(),
     )
     return row is not None

@@ -129,7 +129,12 @@ class Finding:
 
 @dataclass(frozen=True, slots=True)
 class DoctorReport:
+    """The findings, and ``warnings``: lines about how the report was made that a reader must
+    see (the checked profile has no vectors while another has: the wrong profile was checked),
+    which do not change the exit code."""
+
     findings: tuple[Finding, ...]
+    warnings: tuple[str, ...] = ()
 
     @property
     def violations(self) -> int:
@@ -158,7 +163,15 @@ async def examine(
                 conn, check.statement, examples=EXAMPLES, **_used(check, params)
             )
             findings.append(Finding(check, result.total, result.examples))
-    return DoctorReport(tuple(findings))
+        vectors = await invariants.live_vectors_of_profile(conn, profile)
+    warnings = []
+    if vectors.this_profile == 0 and vectors.other_profiles > 0:
+        warnings.append(
+            f"profile {profile} has no vectors, but {vectors.other_profiles} belong to "
+            f"{vectors.others}: the profile-specific checks looked at a profile nothing uses; "
+            "set PINLOG_EMBEDDING_PROFILE (or PINLOG_OFFLINE=true) to the workers' profile"
+        )
+    return DoctorReport(tuple(findings), tuple(warnings))
 
 
 def _used(check: Check, params: dict[str, object]) -> dict[str, object]:

@@ -117,6 +117,7 @@ class KeywordStage:
             unmatched_concepts=unmatched,
             model_profile=profile,
             embedding_profile=snapshot.profile,
+            candidates=[(candidate.id, candidate.similarity) for candidate in candidates],
         )
         if not saved:
             self._counts.discarded.inc()

@@ -65,7 +65,10 @@ class DeploymentSettings(BaseModel):
     database_url: str = Field(
         description="SQLAlchemy asyncpg URL, postgresql+asyncpg://user:pass@host/db"
     )
-    internal_secret: SecretStr = Field(description="Shared X-Internal-Secret value (§8)")
+    internal_secret: SecretStr = Field(
+        description="Shared X-Internal-Secret value (§8); generated: >= 32 characters, >= 10 "
+        "distinct, not a placeholder of .env.example"
+    )
     offline: bool = Field(
         default=False, description="Select the offline embedder and judge (OFFLINE_DEFAULTS)"
     )

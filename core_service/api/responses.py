@@ -7,32 +7,90 @@ from __future__ import annotations
 from typing import Any
 
 
-def _error(description: str, detail: str) -> dict[str, Any]:
+def _error(description: str, detail: str, **extra: Any) -> dict[str, Any]:
     return {
         "description": description,
-        "content": {"application/json": {"example": {"detail": detail}}},
+        "content": {"application/json": {"example": {"detail": detail, **extra}}},
     }
 
 
+def _retry_after(answer: dict[str, Any]) -> dict[str, Any]:
+    return {**answer, "headers": {"Retry-After": {"schema": {"type": "string"}, "example": "5"}}}
+
+
+# Every error answer is {"detail": string}; a 422 adds "errors" (docs/core-service.md "Errors").
 UNAUTHENTICATED = {
-    401: _error("Missing, malformed or expired token, or withdrawn member", "unauthenticated")
+    401: _error(
+        'Missing token ("missing bearer token"), or a token refused for any reason: bad '
+        "signature, expired, revoked, or a withdrawn member's (one body for all)",
+        "invalid or expired token",
+    )
 }
-TOO_LARGE = {413: _error("Request body over MAX_REQUEST_BYTES", "request body too large")}
+METHOD_NOT_ALLOWED = {
+    405: _error(
+        "This path does not take this method (the Allow header lists those it takes)",
+        "Method Not Allowed",
+    )
+}
+TOO_LARGE = {
+    413: _error(
+        "Request body over MAX_REQUEST_BYTES, by its Content-Length or as it streams (the same "
+        "bytes either way)",
+        "request body too large",
+    )
+}
+UNPARSABLE = {
+    400: _error(
+        "A body that cannot be parsed at all (not UTF-8, JSON nested too deep)",
+        "There was an error parsing the body",
+    )
+}
 INVALID = {
-    422: _error("Validation error; nothing was written and the body is not echoed", "invalid body")
+    422: _error(
+        "The request is invalid: one item per problem under errors; nothing was written and "
+        "the input is not echoed",
+        "invalid request",
+        errors=[{"loc": ["body", "body"], "msg": "Field required", "type": "missing"}],
+    )
 }
 NOT_FOUND = {404: _error("No such record or context of this member", "record not found")}
-CONFLICT = {409: _error("Already deleted, or the record's last active context", "conflict")}
+CONFLICT = {
+    409: _error(
+        "The context was deleted or replaced (replacedBy names the id to use when it was "
+        "replaced), or it is the record's last active context",
+        "context is already deleted",
+    )
+}
+RATE_LIMITED = {
+    429: _retry_after(
+        _error(
+            "Over the member's quota (MEMBER_WRITES_PER_MINUTE, MEMBER_SEARCHES_PER_MINUTE, "
+            "MEMBER_BURST, MEMBER_DAILY_NOTES); Retry-After in whole seconds",
+            "too many requests; retry later",
+        )
+    )
+}
+INTERNAL = {500: _error("A fault of the service (logged with its SQLSTATE only)", "internal error")}
 UNAVAILABLE = {
-    503: {
-        **_error("Database (or, for search, the worker) unavailable; retry later", "unavailable"),
-        "headers": {"Retry-After": {"schema": {"type": "string"}, "example": "5"}},
-    }
+    503: _retry_after(
+        _error(
+            "Database (or, for search, the worker) unavailable, or the request deadline "
+            "passed; retry later",
+            "database unavailable",
+        )
+    )
 }
 UPSTREAM = {502: _error("The worker refused the search", "search failed")}
+NOT_READY = {503: _error("Not ready: the database did not answer within 1 s", "unavailable")}
+NOT_READY[503]["content"]["application/json"]["example"] = {"status": "unavailable"}
 
-# Every route: the token is checked first; bodies are bounded; the database may be away.
-COMMON = {**UNAUTHENTICATED, **TOO_LARGE, **INVALID, **UNAVAILABLE}
+# Every /api/v1 route: the token is checked first; a body is bounded whatever the method; the
+# database may be away; a path answers 405 for a method it does not take.
+COMMON = {**UNAUTHENTICATED, **METHOD_NOT_ALLOWED, **TOO_LARGE, **INTERNAL, **UNAVAILABLE}
+# Routes that read a JSON body: it may not parse (400) or not validate (422).
+WITH_BODY = {**UNPARSABLE, **INVALID}
+# Routes that take a quota token (every non-GET route; searches their own bucket).
+QUOTA = RATE_LIMITED
 
 
 def ok(status: int, description: str, example: Any) -> dict[int, dict[str, Any]]:

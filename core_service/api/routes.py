@@ -14,11 +14,14 @@ from core_service.api.dependencies import Lifecycle, MemberId, Pages, Reader, Se
 from core_service.api.responses import (
     COMMON,
     CONFLICT,
+    INVALID,
     LIST_EXAMPLE,
     NOT_FOUND,
+    QUOTA,
     RECORD_EXAMPLE,
     SEARCH_EXAMPLE,
     UPSTREAM,
+    WITH_BODY,
     ok,
 )
 from core_service.api.schemas import (
@@ -77,6 +80,8 @@ router = APIRouter(prefix="/api/v1", route_class=AuthenticatedRoute)
             {"recordId": 65, "contextId": 68},
         ),
         **COMMON,
+        **WITH_BODY,
+        **QUOTA,
     },
 )
 @member_checked_by_operation
@@ -100,7 +105,13 @@ async def create_record(
 @router.post(
     "/records/{record_id}/contexts",
     status_code=status.HTTP_201_CREATED,
-    responses={**ok(201, "The new context", {"contextId": 68}), **COMMON, **NOT_FOUND, **CONFLICT},
+    responses={
+        **ok(201, "The new context", {"contextId": 68}),
+        **COMMON,
+        **WITH_BODY,
+        **QUOTA,
+        **NOT_FOUND,
+    },
     response_model=ContextIdOnly,
     response_model_by_alias=True,
 )
@@ -121,6 +132,8 @@ async def add_context(
     responses={
         **ok(200, "The contextId to use from now on", {"contextId": 69}),
         **COMMON,
+        **WITH_BODY,
+        **QUOTA,
         **NOT_FOUND,
         **CONFLICT,
     },
@@ -139,7 +152,7 @@ async def modify_context(
 @router.delete(
     "/contexts/{context_id}",
     status_code=status.HTTP_204_NO_CONTENT,
-    responses={**COMMON, **NOT_FOUND, **CONFLICT},
+    responses={**COMMON, **QUOTA, **NOT_FOUND, **CONFLICT},
 )
 @member_checked_by_operation
 async def delete_context(context_id: Id, member_id: MemberId, lifecycle: Lifecycle) -> Response:
@@ -150,14 +163,14 @@ async def delete_context(context_id: Id, member_id: MemberId, lifecycle: Lifecyc
 @router.delete(
     "/records/{record_id}",
     status_code=status.HTTP_204_NO_CONTENT,
-    responses={**COMMON, **NOT_FOUND, **CONFLICT},
+    responses={**COMMON, **QUOTA, **NOT_FOUND},
 )
 async def delete_record(record_id: Id, member_id: MemberId, lifecycle: Lifecycle) -> Response:
     await lifecycle.delete_record(member_id=member_id, record_id=record_id)
     return Response(status_code=status.HTTP_204_NO_CONTENT)
 
 
-@router.delete("/members/me", status_code=status.HTTP_204_NO_CONTENT, responses=COMMON)
+@router.delete("/members/me", status_code=status.HTTP_204_NO_CONTENT, responses={**COMMON, **QUOTA})
 async def withdraw(member_id: MemberId, lifecycle: Lifecycle) -> Response:
     await lifecycle.withdraw_member(member_id)
     return Response(status_code=status.HTTP_204_NO_CONTENT)
@@ -167,7 +180,7 @@ async def withdraw(member_id: MemberId, lifecycle: Lifecycle) -> Response:
     "/records",
     response_model=RecordList,
     response_model_by_alias=True,
-    responses={**ok(200, "One page of the member's records", LIST_EXAMPLE), **COMMON},
+    responses={**ok(200, "One page of the member's records", LIST_EXAMPLE), **COMMON, **INVALID},
 )
 async def list_records(
     member_id: MemberId,
@@ -242,6 +255,8 @@ async def get_record(record_id: Id, member_id: MemberId, reader: Reader) -> Reco
     responses={
         **ok(200, "The member's matching records, best fused score first", SEARCH_EXAMPLE),
         **COMMON,
+        **WITH_BODY,
+        **QUOTA,
         **UPSTREAM,
     },
 )

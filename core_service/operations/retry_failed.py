@@ -250,6 +250,11 @@ def retry_failed_command(
         None, "--limit", parser=numbers.whole(1), metavar="N", help="At most N contexts"
     ),
     dry_run: bool = typer.Option(False, "--dry-run", help="Only count; write nothing"),
+    list_them: bool = typer.Option(
+        False,
+        "--list",
+        help="With --dry-run: also one line per context (context, record, member, reason)",
+    ),
 ) -> None:
     """Replace each live context with a FAILED stage by a new one with the same body (a
     fresh budget), dispatched at once; input failures only when --reason names them."""
@@ -259,10 +264,18 @@ def retry_failed_command(
         raise typer.BadParameter(
             "one of " + ", ".join(code.value for code in FailureReason), param_hint="--reason"
         )
+    if list_them and not dry_run:
+        raise typer.BadParameter("only with --dry-run", param_hint="--list")
     settings = load(StateClockSettings if dry_run else RescanSettings)
     selection = Selection(reason=reason, member_id=member, since_seconds=since, limit=limit)
     result = run_operation(settings, lambda ops: retry_failed(ops, selection, dry_run=dry_run))
     if dry_run:
+        if list_them:
+            for failed in result:
+                typer.echo(
+                    f"context {failed.context_id} record {failed.record_id} "
+                    f"member {failed.member_id} {failed.reason}"
+                )
         typer.echo(f"would replace {len(result)} context(s)")
         typer.echo("by reason: " + counts(Counter(failed.reason for failed in result)))
         return

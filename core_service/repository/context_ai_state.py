@@ -208,7 +208,8 @@ DEFER_DISPATCH = text(
 # profile in use (embedding COMPLETED, keyword stage unfinished, no live vector of that
 # profile, its backfill row of that profile open): the worker claims nothing then ("vector of
 # this profile still coming"), a wait that is not the note's fault. updated_at is untouched
-# (the worker's clock).
+# (the worker's clock). The same statement records the dispatch's time, worker and outcome
+# (0096_last_dispatch.sql, read by `pinlog-core inspect`).
 RECORD_ACCEPTED_DISPATCH = text(
     """
     UPDATE ai.context_ai_state AS s
@@ -231,7 +232,10 @@ RECORD_ACCEPTED_DISPATCH = text(
                      WHERE w.id = 1 AND e.context_id = s.context_id AND NOT e.is_deleted)
                  THEN 0
             ELSE 1 END,
-        dispatch_accepted_at = coalesce(s.dispatch_accepted_at, now())
+        dispatch_accepted_at = coalesce(s.dispatch_accepted_at, now()),
+        last_dispatch_at = now(),
+        last_dispatch_worker = CAST(:worker AS text),
+        last_dispatch_outcome = CAST(:outcome AS text)
     WHERE s.context_id = :context_id
       AND (s.dispatch_accepted_at IS NULL OR s.retry_count < :max_retry)
     RETURNING s.retry_count
@@ -359,12 +363,24 @@ async def count_taken(conn: AsyncConnection, context_ids: Sequence[int]) -> int:
 
 
 async def record_accepted_dispatch(
-    conn: AsyncConnection, *, context_id: int, max_retry: int
+    conn: AsyncConnection,
+    *,
+    context_id: int,
+    max_retry: int,
+    worker: str | None = None,
+    outcome: str | None = None,
 ) -> int | None:
     """Count a dispatch a worker took: free the first time, else one retry spent while
-    ``retry_count < max_retry``. The new ``retry_count``; ``None`` when nothing was written (no
-    row, or the budget already spent)."""
-    params = {"context_id": context_id, "max_retry": max_retry}
+    ``retry_count < max_retry``, and record it as the context's last dispatch (``worker``: the
+    base URL that took it; ``outcome``: ``accepted``, ``timed_out`` or ``HTTP <status>``). The
+    new ``retry_count``; ``None`` when nothing was written (no row, or the budget already
+    spent)."""
+    params = {
+        "context_id": context_id,
+        "max_retry": max_retry,
+        "worker": worker,
+        "outcome": outcome,
+    }
     row = (await conn.execute(RECORD_ACCEPTED_DISPATCH, params)).one_or_none()
     return None if row is None else int(row.retry_count)
 

@@ -103,7 +103,7 @@ def translate_database_error(exc: BaseException) -> None:
         raise UnavailableError("database unavailable") from exc
     constraint = constraint_name(exc)
     if constraint == BODY_CONSTRAINT:
-        raise InvalidBodyError("body cannot be stored") from None
+        raise InvalidBodyError("body cannot be stored", loc=("body", "body")) from None
     state = sqlstate(exc) or "unknown"
     raise DatabaseFault(
         f"database error {state}" + (f" on {constraint}" if constraint else "")

@@ -57,15 +57,17 @@ def normalize_text(raw: str, *, field: str, max_characters: int) -> str:
     (place ids and names too, so NFC and NFD spellings of one place are one place)."""
     if _UNSTORABLE.search(raw):
         raise InvalidBodyError(
-            f"{field} contains characters that cannot be stored (NUL or a lone surrogate)"
+            f"{field} contains characters that cannot be stored (NUL or a lone surrogate)",
+            loc=("body", field),
         )
     normalised = unicodedata.normalize("NFC", raw).strip(TRIMMED_CHARACTERS)
     if not any(_visible(char) for char in normalised):
-        raise InvalidBodyError(f"{field} is blank")
+        raise InvalidBodyError(f"{field} is blank", loc=("body", field))
     if len(normalised) > max_characters:
         raise InvalidBodyError(
             f"{field} has {len(normalised)} characters after normalisation; "
-            f"at most {max_characters} are allowed"
+            f"at most {max_characters} are allowed",
+            loc=("body", field),
         )
     return normalised
 
@@ -86,5 +88,7 @@ def refuse_control_characters(value: str, *, field: str) -> str:
     reorder or hide what a name shows: ``InvalidBodyError`` (HTTP 422) naming
     ``field``. For names and external ids only; note bodies keep their line breaks."""
     if _CONTROL_OR_BIDI.search(value):
-        raise InvalidBodyError(f"{field} contains control or bidirectional formatting characters")
+        raise InvalidBodyError(
+            f"{field} contains control or bidirectional formatting characters", loc=("body", field)
+        )
     return value

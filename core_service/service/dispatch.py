@@ -191,7 +191,7 @@ class WorkerDispatcher:
             elif len(outcome.causes) > 1:
                 logger.info("dispatch of context %d skipped %d worker(s) (%s)",
                             request.context_id, len(outcome.causes) - 1, causes)  # fmt: skip
-            await self._count(request.context_id)
+            await self._count(request.context_id, outcome)
         elif result in (DispatchResult.REFUSED, DispatchResult.UNREACHABLE):
             waiting = self._gate.refused(outcome.retry_after_seconds)
             logger.warning(
@@ -201,12 +201,17 @@ class WorkerDispatcher:
                 waiting,
             )
 
-    async def _count(self, context_id: int) -> None:
-        """The counting statement after a dispatch that ran (docs/rescan.md "Budget")."""
+    async def _count(self, context_id: int, outcome: DispatchOutcome) -> None:
+        """The counting statement after a dispatch that ran (docs/rescan.md "Budget"), which
+        also records its worker and outcome (``pinlog-core inspect``)."""
         try:
             async with autocommit(self._engine) as conn:
                 await context_ai_state.record_accepted_dispatch(
-                    conn, context_id=context_id, max_retry=self._max_retry
+                    conn,
+                    context_id=context_id,
+                    max_retry=self._max_retry,
+                    worker=outcome.taken_by,
+                    outcome=outcome.recorded_outcome,
                 )
         except CoreError as exc:
             logger.warning(

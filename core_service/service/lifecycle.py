@@ -128,7 +128,7 @@ class ContextLifecycle:
             place_name=place_name,
         )
         if not created.member_active:
-            raise UnauthenticatedError("member is not active")
+            raise UnauthenticatedError()
         if created.raced:
             (
                 record_id,
@@ -171,7 +171,7 @@ class ContextLifecycle:
             record_id=record_id,
         )
         if not added.member_active:
-            raise UnauthenticatedError("member is not active")
+            raise UnauthenticatedError()
         if added.context_id is None:
             raise NotFoundError("record")
         self._count("add", "added")
@@ -265,7 +265,7 @@ class ContextLifecycle:
         """
         async with client_transaction(self._engine) as conn:
             if not await member.withdraw(conn, member_id):
-                raise UnauthenticatedError("member is not active")
+                raise UnauthenticatedError()
             record_ids = await record.delete_all_of_member(conn, member_id)
             context_ids = await context.lock_active_in_records(conn, record_ids)
             await cancel_contexts(conn, context_ids)
@@ -285,7 +285,7 @@ class ContextLifecycle:
         docstring). ``(record_id, context_id, record_created, record_place_name)``."""
         async with client_transaction(self._engine) as conn:
             if not await member.lock_active(conn, member_id):
-                raise UnauthenticatedError("member is not active")
+                raise UnauthenticatedError()
             stored_place = await place.get_or_create(
                 conn, external_place_id=external_place_id, name=place_name
             )
@@ -396,7 +396,7 @@ def _refuse_unless_live(found: context_writes.ExistingContextLocks) -> None:
     an inactive member, 404 for another member's or a missing context, 409 for a deleted one
     (naming its replacement when there is one)."""
     if not found.member_active:
-        raise UnauthenticatedError("member is not active")
+        raise UnauthenticatedError()
     if not found.owned:
         raise NotFoundError("context")
     if found.owner_deleted:

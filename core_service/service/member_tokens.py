@@ -39,7 +39,7 @@ import jwt
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from core_service.errors import UnauthenticatedError
+from core_service.errors import UNAUTHENTICATED_DETAIL, UnauthenticatedError
 from core_service.repository import member
 from core_service.repository.db import client_autocommit
 from core_service.repository.member import MemberState
@@ -53,7 +53,7 @@ KID_CHARACTERS = 8
 CLOCK_LEEWAY_SECONDS = 60
 # Verified tokens one process remembers (a few hundred bytes each).
 VERIFIED_TOKENS_HELD = 10_000
-_REFUSED = "invalid or expired token"
+_REFUSED = UNAUTHENTICATED_DETAIL
 
 # Whether a token without kid may still be accepted (module docstring), by the database clock.
 LEGACY_TOKENS_ACCEPTED = text(

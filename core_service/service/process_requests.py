@@ -94,12 +94,24 @@ _RETRY_LATER = frozenset({DispatchResult.REFUSED, DispatchResult.UNREACHABLE, Di
 class DispatchOutcome:
     """A dispatch's result; ``retry_after_seconds`` is the shortest ``Retry-After`` among the
     refusals, ``causes`` one short item per instance tried (``HTTP 503``, ``ConnectError``) and
-    ``unauthorized`` the instances that answered 401/403."""
+    ``unauthorized`` the instances that answered 401/403; ``taken_by`` the base URL of the
+    instance that took it (a result that ``ran``), else ``None``."""
 
     result: DispatchResult
     retry_after_seconds: float | None = None
     causes: tuple[str, ...] = ()
     unauthorized: tuple[str, ...] = ()
+    taken_by: str | None = None
+
+    @property
+    def recorded_outcome(self) -> str | None:
+        """What the counting statement records of a dispatch that ran (``pinlog-core
+        inspect``): ``accepted``, ``timed_out`` or the worker's verdict (``HTTP 422``)."""
+        if not self.result.ran:
+            return None
+        if self.result is DispatchResult.REJECTED:
+            return self.causes[-1] if self.causes else self.result.value
+        return self.result.value
 
 
 class ProcessRequestSender:
@@ -132,7 +144,9 @@ class ProcessRequestSender:
             result, wait, cause = await self._attempt(endpoint, payload)
             causes.append(cause)
             if result.ran:
-                return DispatchOutcome(result, None, tuple(causes), tuple(unauthorized))
+                return DispatchOutcome(
+                    result, None, tuple(causes), tuple(unauthorized), endpoint.base_url
+                )
             if result is DispatchResult.UNAUTHORIZED:
                 unauthorized.append(endpoint.base_url)
             results.append((result, wait))

@@ -62,5 +62,5 @@ class RecordReader:
         async with client_autocommit(self._engine) as conn:
             views = await record_view.load(conn, viewer_id=viewer_id, record_ids=record_ids)
         if views is None:
-            raise UnauthenticatedError("member is not active")
+            raise UnauthenticatedError()
         return views

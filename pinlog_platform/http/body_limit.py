@@ -12,13 +12,14 @@ secret check. It imports neither service: ``app`` and ``core_service`` never imp
 
 from __future__ import annotations
 
-import json
-
+import orjson
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 DETAIL = "request body too large"
-_BODY = json.dumps({"detail": DETAIL}).encode()
+# The bytes the streamed case answers too (HTTPException rendered by OrjsonResponse in the
+# core; Starlette's JSONResponse in the worker, the same bytes): one condition, one answer.
+_BODY = orjson.dumps({"detail": DETAIL})
 
 
 class BodySizeLimitMiddleware:

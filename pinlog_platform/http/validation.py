@@ -11,12 +11,20 @@ from fastapi.exceptions import RequestValidationError
 
 from pinlog_platform.http.json_response import OrjsonResponse
 
+# The core's 422 ``detail``; its items are under ``errors`` (docs/core-service.md "Errors").
+INVALID_REQUEST = "invalid request"
 
-async def validation_error(_request: Request, exc: RequestValidationError) -> OrjsonResponse:
-    """HTTP 422 ``{"detail": [{"loc": [...], "msg": str, "type": str}, ...]}``, one item per
-    failing field, without the ``input`` FastAPI would add."""
-    detail = [
+
+def error_items(exc: RequestValidationError) -> list[dict[str, object]]:
+    """``[{"loc": [...], "msg": str, "type": str}, ...]``, one item per failing field, without
+    the ``input`` FastAPI would add."""
+    return [
         {"loc": list(error.get("loc", ())), "msg": error.get("msg", ""), "type": error.get("type")}
         for error in exc.errors()
     ]
-    return OrjsonResponse({"detail": detail}, status_code=422)
+
+
+async def validation_error(_request: Request, exc: RequestValidationError) -> OrjsonResponse:
+    """The worker's HTTP 422 ``{"detail": [{"loc": [...], "msg": str, "type": str}, ...]}``
+    (§8; the core answers ``{"detail": "invalid request", "errors": [...]}`` instead)."""
+    return OrjsonResponse({"detail": error_items(exc)}, status_code=422)

@@ -37,7 +37,8 @@ SHIPPED_PLACEHOLDERS = frozenset(
         "change-me",
         "change-me-too",
         "change-me-three",
-        "change-me-to-16-or-more-characters",
+        "change-me-to-16-or-more-characters",  # an earlier .env.example's: still refused
+        "change-me-to-32-or-more-characters",
         "change-me-to-32-or-more-characters-long",
         "sk-...",
     }

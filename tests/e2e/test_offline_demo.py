@@ -142,7 +142,15 @@ async def test_operations_reclassify_the_presets_then_switch_the_profile(empty_d
         r"switch: search .*: [1-5] results?, best context \d+ .*, from the worker of the old "
         r"profile"
     )
-    one(rf"switch: keywords judged again under the new profile: {live} notes in .*")
+    one(r"switch: the second profile is a TEST encoder \(.*F1 0\.48.*\).*worse keywords.*")
+    rejudged = one(
+        rf"switch: keywords judged again under the new profile: {live} notes in .*; "
+        rf"(\d+) of {live} show other keywords.*"
+    )
+    after_switch = lines[lines.index(rejudged[0]) + 1 :]
+    shown = [line for line in after_switch if line.startswith("  context ")]
+    assert len(shown) == min(3, int(rejudged[1])), output
+    assert all(re.fullmatch(r"  context \d+ \(.*\): \[.*\] -> \[.*\]", s) for s in shown)
     one(r"switch: the same search: [1-5] results?, .*, from the worker of the new profile")
     one(rf"switch: {live} notes embedded under the new profile in [1-9]\d* provider call\(s\).*")
 

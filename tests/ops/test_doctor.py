@@ -182,6 +182,28 @@ async def test_a_switch_in_progress_is_reported_by_profile(engine) -> None:
     assert seen_from_other.by_name("completed_without_vector_of_profile").examples == ("2", "3")
 
 
+async def test_a_profile_without_vectors_beside_one_with_them_is_warned_about(engine) -> None:
+    """doctor run with the wrong profile (no PINLOG_OFFLINE on the offline demo's database)
+    says so instead of checking a profile nothing uses in silence; no warning while the
+    checked profile has vectors, or while no profile has any."""
+    other = "local-use-multilingual-v3-512-cosine-v1"
+    assert (await _examine(engine)).warnings == ()
+    await make_state(engine, context_id=1, embedding_status="COMPLETED")
+    await make_embedding(engine, context_id=1, profile=other)
+
+    warned = await _examine(engine)
+
+    assert warned.warnings == (
+        f"profile {PROFILE} has no vectors, but 1 belong to {other}: the profile-specific "
+        "checks looked at a profile nothing uses; set PINLOG_EMBEDDING_PROFILE (or "
+        "PINLOG_OFFLINE=true) to the workers' profile",
+    )
+    assert warned.violations == 0
+    await make_state(engine, context_id=2, embedding_status="COMPLETED")
+    await make_embedding(engine, context_id=2)
+    assert (await _examine(engine)).warnings == ()
+
+
 async def test_doctor_writes_nothing(engine) -> None:
     await _make_every_finding(engine)
     snapshot = text(

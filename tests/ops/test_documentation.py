@@ -153,26 +153,21 @@ def test_the_openapi_documents_match_the_apps():
         assert committed == text, f"run `make openapi` and commit docs/openapi/{name}"
 
 
-def test_every_documented_client_status_is_in_the_openapi_document():
-    """Each route answers, besides its success, 401, 413, 422 and 503 (every route), and the
-    statuses docs/core-service.md lists for it: 404, 409 for changes, 502 for search."""
+def test_every_status_of_the_client_document_has_an_example():
+    """Each answer the client API's document lists carries an example body. Which statuses
+    each route lists is compared with the routes' real answers in
+    ``tests/core/api/test_error_answers.py``."""
     import json
 
     document = json.loads((ROOT / "docs/openapi/core-client.json").read_text(encoding="utf-8"))
-    expected = {
-        ("post", "/api/v1/records"): {"200", "201"},
-        ("get", "/api/v1/records"): {"200"},
-        ("post", "/api/v1/records/{record_id}/contexts"): {"201", "404", "409"},
-        ("put", "/api/v1/contexts/{context_id}"): {"200", "404", "409"},
-        ("delete", "/api/v1/contexts/{context_id}"): {"204", "404", "409"},
-        ("delete", "/api/v1/records/{record_id}"): {"204", "404", "409"},
-        ("delete", "/api/v1/members/me"): {"204"},
-        ("get", "/api/v1/records/{record_id}"): {"200", "404"},
-        ("post", "/api/v1/search"): {"200", "502"},
-    }
-    for (method, path), statuses in expected.items():
-        responses = document["paths"][path][method]["responses"]
-        assert statuses | {"401", "413", "422", "503"} <= set(responses), (method, path)
-        for status, answer in responses.items():
-            if status != "204" and "content" in answer:
-                assert "example" in answer["content"]["application/json"], (path, status)
+    for path, operations in document["paths"].items():
+        if path == "/healthz":
+            continue  # the liveness route both services share (pinlog_platform/http/probes.py)
+        for method, operation in operations.items():
+            for status, answer in operation["responses"].items():
+                if status != "204" and "content" in answer:
+                    assert "example" in answer["content"]["application/json"], (
+                        path,
+                        method,
+                        status,
+                    )

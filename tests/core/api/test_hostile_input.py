@@ -37,8 +37,20 @@ async def test_place_ids_and_names_are_normalised_and_each_owners_name_is_dispat
     assert (first.status_code, second.status_code) == (201, 201)
     assert await facts.count(engine, "SELECT count(*) FROM core.place") == 1
     assert [r["placeMeta"]["name"] for r in fake_worker.requests] == ["진짜 이름", "가짜"]
-    assert (blank.status_code, blank.json()) == (422, {"detail": "externalPlaceId is blank"})
-    assert nul.status_code == 422 and "placeName" in nul.json()["detail"]
+    assert (blank.status_code, blank.json()) == (
+        422,
+        {
+            "detail": "invalid request",
+            "errors": [
+                {
+                    "loc": ["body", "externalPlaceId"],
+                    "msg": "externalPlaceId is blank",
+                    "type": "value_error",
+                }
+            ],
+        },
+    )
+    assert nul.status_code == 422 and nul.json()["errors"][0]["loc"] == ["body", "placeName"]
 
 
 async def test_a_client_chosen_method_or_path_creates_no_metric_series(core_with_fake_worker):

@@ -80,7 +80,13 @@ async def test_search_validation_and_worker_outage(core_with_fake_worker):
     # The fake worker does not serve search: the core answers 502, not 500.
     upstream = await _search(core_with_fake_worker, 1, "카페")
 
-    assert (blank.status_code, blank.json()) == (422, {"detail": "query is blank"})
+    assert (blank.status_code, blank.json()) == (
+        422,
+        {
+            "detail": "invalid request",
+            "errors": [{"loc": ["body", "query"], "msg": "query is blank", "type": "value_error"}],
+        },
+    )
     assert too_many.status_code == 422
     assert unauthenticated.status_code == 401
     assert upstream.status_code == 502

@@ -68,6 +68,9 @@ async def test_failed_notes_are_replaced_by_new_contexts_that_complete(
 
     dry = await _retry_failed(env, "--dry-run")
     assert dry == ["would replace 1 context(s)", "by reason: retries_exhausted=1"]
+    listed = await _retry_failed(env, "--dry-run", "--list")
+    record_id = created[0]["recordId"]
+    assert listed == [f"context {exhausted} record {record_id} member 1 retries_exhausted", *dry]
     assert await facts.count(engine, contexts) == before
 
     first = await _retry_failed(env)

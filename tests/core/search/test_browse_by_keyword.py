@@ -81,7 +81,25 @@ async def test_a_cursor_is_bound_to_its_keyword_and_bad_codes_are_422(
     assert same.status_code == 200 and len(same.json()["records"]) == 2  # the other two
     for response in (other_keyword, plain_with_keyword, keyword_without):
         assert response.status_code == 422
-        assert response.json() == {"detail": "cursor belongs to another listing"}
+        assert response.json() == {
+            "detail": "invalid request",
+            "errors": [
+                {
+                    "loc": ["query", "cursor"],
+                    "msg": "cursor belongs to another listing",
+                    "type": "value_error",
+                }
+            ],
+        }
     assert {code: r.status_code for code, r in bad.items()} == dict.fromkeys(bad, 422)
-    assert bad["RUDE"].json() == {"detail": "keyword is unknown, inactive or blocked"}
+    assert bad["RUDE"].json() == {
+        "detail": "invalid request",
+        "errors": [
+            {
+                "loc": ["query", "keyword"],
+                "msg": "keyword is unknown, inactive or blocked",
+                "type": "value_error",
+            }
+        ],
+    }
     assert malformed.status_code == 422

@@ -167,6 +167,34 @@ async def test_keyword_save_replaces_rows_and_writes_analysis(engine, stage_pool
     assert (analysis.preset_version, analysis.model_profile) == (3, "judge-x")
 
 
+async def test_keyword_save_stores_the_candidates_in_the_same_statement(engine, stage_pool):
+    """§4 Addition "candidates kept": the pairs the judge chose among, best first, 3 decimals,
+    replaced by the next judgment (``[]`` for none)."""
+    for preset_id in (1, 2, 3):
+        await make_preset(engine, preset_id=preset_id)
+    await make_state(engine, context_id=1, embedding_status="COMPLETED")
+    await claim(stage_pool, Stage.KEYWORD)
+    offered = [(2, 0.61234), (1, 0.5), (3, 0.40049)]
+    saved = await stage_saves.save_keywords(
+        stage_pool, context_id=1, attempt=1, selections=[(2, 0.9)], preset_version=3,
+        unmatched_concepts=[], model_profile="judge-x", embedding_profile=PROFILE,
+        candidates=offered,
+    )  # fmt: skip
+    assert saved is True
+    async with engine.connect() as conn:
+        stored = await conn.execute(text("SELECT candidates FROM ai.context_keyword_analysis"))
+        assert stored.scalar_one() == [[2, 0.612], [1, 0.5], [3, 0.4]]
+    async with engine.begin() as conn:
+        await conn.execute(text("UPDATE ai.context_ai_state SET keyword_status = 'PENDING'"))
+    await claim(stage_pool, Stage.KEYWORD)
+
+    assert await save_keywords(stage_pool, selections=[], attempt=2) is True
+
+    async with engine.connect() as conn:
+        stored = await conn.execute(text("SELECT candidates FROM ai.context_keyword_analysis"))
+        assert stored.scalar_one() == []
+
+
 async def test_keyword_delete_insert_replaces_three_rows_with_zero(engine, stage_pool):
     for preset_id in (1, 2, 3):
         await make_preset(engine, preset_id=preset_id)
