@@ -45,22 +45,33 @@ def ok(status: int, description: str, example: Any) -> dict[int, dict[str, Any]]
     }
 
 
+PUBLIC_ID_EXAMPLE = "q3Xo9vS0dJ2m1-aK7_bQZw"
+CREATED_EXAMPLE = {"recordId": 65, "contextId": 67, "publicId": PUBLIC_ID_EXAMPLE}
 RECORD_EXAMPLE = {
     "recordId": 65,
+    "publicId": PUBLIC_ID_EXAMPLE,
     "place": {"externalPlaceId": "my-place", "name": "동네 카페"},
     "contexts": [
         {
             "contextId": 67,
             "body": "창가 자리가 조용해서 노트북 작업하기 좋음",
             "createdAt": "2026-12-01T10:00:00+00:00",
+            "ai": {"state": "completed"},
         }
     ],
+    "keywords": [{"code": "STUDY_WORK", "displayName": "공부/작업", "category": "ACTIVITY"}],
+}
+PUBLIC_RECORD_EXAMPLE = {
+    "publicId": PUBLIC_ID_EXAMPLE,
+    "place": {"externalPlaceId": "my-place", "name": "동네 카페"},
+    "contexts": [{"createdAt": "2026-12-01T10:00:00+00:00"}],
     "keywords": [{"code": "STUDY_WORK", "displayName": "공부/작업", "category": "ACTIVITY"}],
 }
 LIST_EXAMPLE = {
     "records": [
         {
             "recordId": 65,
+            "publicId": PUBLIC_ID_EXAMPLE,
             "place": {"externalPlaceId": "my-place", "name": "동네 카페"},
             "contextCount": 1,
             "keywords": [

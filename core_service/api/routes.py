@@ -3,6 +3,7 @@ their errors to statuses (422 validation, 401 token, 404 not yours or missing, 4
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import asdict
 from typing import Annotated
 
@@ -14,14 +15,17 @@ from core_service.api.dependencies import Lifecycle, MemberId, Pages, Reader, Se
 from core_service.api.responses import (
     COMMON,
     CONFLICT,
+    CREATED_EXAMPLE,
     LIST_EXAMPLE,
     NOT_FOUND,
+    PUBLIC_RECORD_EXAMPLE,
     RECORD_EXAMPLE,
     SEARCH_EXAMPLE,
     UPSTREAM,
     ok,
 )
 from core_service.api.schemas import (
+    PUBLIC_ID_PATTERN,
     AiItem,
     ContextBody,
     ContextIdOnly,
@@ -30,6 +34,8 @@ from core_service.api.schemas import (
     CreateRecordBody,
     KeywordItem,
     PlaceItem,
+    PublicContextItem,
+    PublicRecordItem,
     RecordAi,
     RecordItem,
     RecordList,
@@ -38,6 +44,7 @@ from core_service.api.schemas import (
     SearchResultItem,
     SearchResults,
 )
+from core_service.repository.record_view import KeywordView
 from core_service.service.record_reads import summarize
 from pinlog_platform.bigint import BIGINT_MAX
 from pinlog_platform.contract.canonical_ids import parse_canonical_id
@@ -52,6 +59,8 @@ def _canonical_id(value: object) -> object:
     return value
 
 
+# A record's public id in a path (any other text is 404, as a missing record).
+PublicId = Annotated[str, Path(pattern=PUBLIC_ID_PATTERN)]
 # Ids in paths: ``1_0``, ``01``, ``+1``, `` 1``, ``1.0`` and other scripts' digits name nothing.
 Id = Annotated[int, Path(ge=1, le=BIGINT_MAX), BeforeValidator(_canonical_id)]
 # A count in a query spelled canonically too (422 otherwise).
@@ -62,6 +71,13 @@ KeywordCode = Annotated[
     str | None, Query(min_length=1, max_length=50, pattern=r"^[A-Z][A-Z0-9_]*$")
 ]
 
+
+def _keyword_items(keywords: Iterable[KeywordView]) -> list[KeywordItem]:
+    return [
+        KeywordItem(code=k.code, display_name=k.display_name, category=k.category) for k in keywords
+    ]
+
+
 # Every route authenticates the caller before its body is read (401 before 422 or any work).
 router = APIRouter(prefix="/api/v1", route_class=AuthenticatedRoute)
 
@@ -70,11 +86,11 @@ router = APIRouter(prefix="/api/v1", route_class=AuthenticatedRoute)
     "/records",
     status_code=status.HTTP_201_CREATED,
     responses={
-        **ok(201, "A new record", {"recordId": 65, "contextId": 67}),
+        **ok(201, "A new record", CREATED_EXAMPLE),
         **ok(
             200,
             "The note joined the member's active record for the place",
-            {"recordId": 65, "contextId": 68},
+            {**CREATED_EXAMPLE, "contextId": 68},
         ),
         **COMMON,
     },
@@ -83,14 +99,17 @@ router = APIRouter(prefix="/api/v1", route_class=AuthenticatedRoute)
 async def create_record(
     body: CreateRecordBody, member_id: MemberId, lifecycle: Lifecycle
 ) -> OrjsonResponse:
-    """201 with a new record, 200 when the context joined the member's record for the place."""
+    """201 with a new record, 200 when the context joined the member's record for the place;
+    both name the record's ``publicId`` (the id other members read its public view by)."""
     created = await lifecycle.create_record(
         member_id=member_id,
         external_place_id=body.external_place_id,
         place_name=body.place_name,
         body=body.body,
     )
-    payload = CreatedRecord(record_id=created.record_id, context_id=created.context_id)
+    payload = CreatedRecord(
+        record_id=created.record_id, context_id=created.context_id, public_id=created.public_id
+    )
     return OrjsonResponse(
         payload.model_dump(by_alias=True),
         status_code=status.HTTP_201_CREATED if created.record_created else status.HTTP_200_OK,
@@ -184,14 +203,12 @@ async def list_records(
         records=[
             RecordListItem(
                 record_id=r.summary.record_id,
+                public_id=r.summary.public_id,
                 place=PlaceItem(
                     external_place_id=r.summary.external_place_id, name=r.summary.place_name
                 ),
                 context_count=r.summary.context_count,
-                keywords=[
-                    KeywordItem(code=k.code, display_name=k.display_name, category=k.category)
-                    for k in r.summary.keywords
-                ],
+                keywords=_keyword_items(r.summary.keywords),
                 created_at=r.summary.created_at,
                 ai=RecordAi(state=r.ai_state, **r.summary.ai_counts),
             )
@@ -207,17 +224,20 @@ async def list_records(
     response_model_by_alias=True,
     response_model_exclude_none=True,
     responses={
-        **ok(200, "The record as the caller may see it", RECORD_EXAMPLE),
+        **ok(200, "The caller's own record", RECORD_EXAMPLE),
         **COMMON,
         **NOT_FOUND,
     },
 )
 @member_checked_by_operation
 async def get_record(record_id: Id, member_id: MemberId, reader: Reader) -> RecordItem:
-    """Owner: bodies and PUBLIC + PRIVATE_ONLY keywords; others: neither bodies nor private."""
+    """The caller's own record: bodies, each context's AI state, ``PUBLIC`` + ``PRIVATE_ONLY``
+    keywords. Another member's record is 404 exactly as a missing one (its public view is
+    ``GET /api/v1/public-records/{publicId}``; §9 Deviation)."""
     view = await reader.get(viewer_id=member_id, record_id=record_id)
     return RecordItem(
         record_id=view.record_id,
+        public_id=view.public_id,
         place=PlaceItem(external_place_id=view.external_place_id, name=view.place_name),
         contexts=[
             ContextItem(
@@ -228,10 +248,33 @@ async def get_record(record_id: Id, member_id: MemberId, reader: Reader) -> Reco
             )
             for c in view.contexts
         ],
-        keywords=[
-            KeywordItem(code=k.code, display_name=k.display_name, category=k.category)
-            for k in view.keywords
-        ],
+        keywords=_keyword_items(view.keywords),
+    )
+
+
+@router.get(
+    "/public-records/{public_id}",
+    response_model=PublicRecordItem,
+    response_model_by_alias=True,
+    responses={
+        **ok(200, "The record's public view, the same for every member", PUBLIC_RECORD_EXAMPLE),
+        **COMMON,
+        **NOT_FOUND,
+    },
+)
+@member_checked_by_operation
+async def get_public_record(
+    public_id: PublicId, member_id: MemberId, reader: Reader
+) -> PublicRecordItem:
+    """Any active record's public view by its ``publicId``: the place, each live note's time,
+    ``PUBLIC`` keywords; no ids, bodies or AI states. 404 for a missing or deleted record, or
+    an id not of the public id's form."""
+    view = await reader.get_public(viewer_id=member_id, public_id=public_id)
+    return PublicRecordItem(
+        public_id=view.public_id,
+        place=PlaceItem(external_place_id=view.external_place_id, name=view.place_name),
+        contexts=[PublicContextItem(created_at=t) for t in view.context_times],
+        keywords=_keyword_items(view.keywords),
     )
 
 

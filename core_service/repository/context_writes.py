@@ -110,7 +110,8 @@ _CANCEL_DELETED = (
 
 # §9 Create: the active member (FOR SHARE: a concurrent withdrawal waits or is seen), the place
 # (found, or inserted with this name), the member's active record of the place (touched, or
-# inserted with the name this member gave), then the context and its state row. Empty
+# inserted with the name this member gave; its public id is the column's default, 0090), then
+# the context and its state row. Empty
 # `member`: not active. `member` present but no record: a place or record inserted by a
 # concurrent transaction after this statement's snapshot (module docstring).
 CREATE_CONTEXT = text(
@@ -137,18 +138,19 @@ CREATE_CONTEXT = text(
         UPDATE core.record AS r SET updated_at = now()
         FROM member, place
         WHERE r.member_id = member.id AND r.place_id = place.id AND r.deleted_at IS NULL
-        RETURNING r.id, coalesce(r.place_name, place.name) AS place_name, false AS created
+        RETURNING r.id, r.public_id, coalesce(r.place_name, place.name) AS place_name,
+                  false AS created
     ),
     new_record AS (
         INSERT INTO core.record (member_id, place_id, place_name)
         SELECT member.id, place.id, CAST(:place_name AS varchar) FROM member, place
         WHERE NOT EXISTS (SELECT 1 FROM found_record)
         ON CONFLICT (member_id, place_id) WHERE deleted_at IS NULL DO NOTHING
-        RETURNING id, place_name, true AS created
+        RETURNING id, public_id, place_name, true AS created
     ),
     record AS (
-        SELECT id, place_name, created FROM found_record
-        UNION ALL SELECT id, place_name, created FROM new_record
+        SELECT id, public_id, place_name, created FROM found_record
+        UNION ALL SELECT id, public_id, place_name, created FROM new_record
     ),
     target AS (
         SELECT id AS record_id, now() AS origin_created_at FROM record
@@ -161,7 +163,7 @@ CREATE_CONTEXT = text(
            (EXISTS (SELECT 1 FROM target) AND NOT """
     + member_daily_notes.NOTE_ADMITTED
     + """) AS daily_cap_reached,
-           record.id AS record_id, record.created AS record_created,
+           record.id AS record_id, record.public_id, record.created AS record_created,
            record.place_name AS record_place_name, new_context.id AS context_id
     FROM (VALUES (1)) AS one
     LEFT JOIN record ON true
@@ -319,11 +321,13 @@ class CreateOutcome:
     member is active but a place or record committed concurrently was not visible; nothing
     written, run the step-by-step path. ``daily_cap_reached``: the member's daily note cap
     refused the context (a record may have been written: roll back). Otherwise the record
-    (``record_created``: inserted now), the name its owner gave, and the new context."""
+    (``record_created``: inserted now), its ``public_id``, the name its owner gave, and the new
+    context."""
 
     member_active: bool
     daily_cap_reached: bool = False
     record_id: int | None = None
+    public_id: str = ""
     record_created: bool = False
     record_place_name: str = ""
     context_id: int | None = None
@@ -424,6 +428,7 @@ async def create(
     return CreateOutcome(
         member_active=True,
         record_id=int(row.record_id),
+        public_id=row.public_id,
         record_created=bool(row.record_created),
         record_place_name=row.record_place_name,
         context_id=int(row.context_id),

@@ -5,7 +5,8 @@ shows after it (a ``# -> <status> <body>`` line: the status, and every field the
 The placeholders the README asks the reader to fill come from what the demo printed: the
 ``TOKEN='Bearer ...'`` line of member 1 and the ``SECRET='...'`` line are pasted as printed, the
 ports 8766 (core) and 8765 (worker) become the ones it served on, and an id shown in an earlier
-answer (``records/65``, "the recordId above") becomes the id that answer really carried. Each
+answer (``records/65``, "the recordId above"; a ``publicId``) becomes the id that answer really
+carried. Each
 command runs in ``bash`` with real ``curl``, only ``-w`` (to see the status) and ``--max-time``
 added. ``make run`` and ``make test`` themselves are not run here: CI runs ``make test``, and
 ``make run`` is this demo behind a virtual environment. No fixture of the suite starts the demo
@@ -145,12 +146,16 @@ def _field_names(value: object) -> Iterator[str]:
             yield from _field_names(item)
 
 
+# The path segment that takes each id field an answer shows.
+ID_PATHS = {"recordId": "records", "contextId": "contexts", "publicId": "public-records"}
+
+
 def _shown_ids(body: str) -> dict[str, str]:
     """The ids an answer shows at its top level, before any nested value: ``{"records": "65"}``
     for ``{"recordId":65,...``, keyed by the path segment that takes them."""
     top = re.match(r"\{[^{\[]*", body)
-    found = re.findall(r'"(record|context)Id":(\d+)', top[0]) if top else []
-    return {f"{kind}s": value for kind, value in found}
+    found = re.findall(r'"(recordId|contextId|publicId)":"?([\w-]+)"?', top[0]) if top else []
+    return {ID_PATHS[name]: value for name, value in found}
 
 
 @pytest.mark.skipif(
@@ -171,7 +176,7 @@ async def test_every_readme_curl_command_answers_what_the_readme_shows(demo: Dem
             continue
         actual = json.loads(body) if body else {}
         for kind, shown in _shown_ids(readme.expected_body).items():
-            answered = str(actual[f"{kind[:-1]}Id"])
+            answered = str(actual[next(f for f, path in ID_PATHS.items() if path == kind)])
             if same_id.setdefault((kind, shown), answered) != answered:
                 problems.append(
                     f"{readme.command}\n  {kind} {answered}, not {same_id[kind, shown]}"
@@ -189,7 +194,7 @@ def _as_run(readme: ReadmeCommand, demo: Demo, same_id: dict[tuple[str, str], st
     for service, port in (("core", demo.core_port), ("worker", demo.worker_port)):
         command = command.replace(f"127.0.0.1:{README_PORTS[service]}/", f"127.0.0.1:{port}/")
     command = re.sub(
-        r"/(records|contexts)/(\d+)",
+        r"/(records|contexts|public-records)/([\w-]+)",
         lambda m: f"/{m[1]}/{same_id.get((m[1], m[2]), m[2])}",
         command,
     )
