@@ -22,7 +22,18 @@ INVALID = {
     422: _error("Validation error; nothing was written and the body is not echoed", "invalid body")
 }
 NOT_FOUND = {404: _error("No such record or context of this member", "record not found")}
-CONFLICT = {409: _error("Already deleted, or the record's last active context", "conflict")}
+CONFLICT = {
+    409: {
+        "description": (
+            "Replaced (replacedBy: the live end of its replacements), already deleted (with"
+            " replacedBy when its replacements end in a deleted context), or the record's last"
+            " active context"
+        ),
+        "content": {
+            "application/json": {"example": {"detail": "context was replaced", "replacedBy": 69}}
+        },
+    }
+}
 UNAVAILABLE = {
     503: {
         **_error("Database (or, for search, the worker) unavailable; retry later", "unavailable"),

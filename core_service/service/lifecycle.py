@@ -191,14 +191,15 @@ class ContextLifecycle:
     async def modify_context(
         self, *, member_id: int, context_id: int, body: str
     ) -> ModifiedContext:
-        """Edit = create the new context, then delete the old one, in one statement (§9;
-        ``context_writes.MODIFY_CONTEXT``).
+        """Edit = create the new context, then delete the old one naming the new one as its
+        replacement, in one statement (§9; ``context_writes.MODIFY_CONTEXT``).
 
         An unchanged body (after normalisation) is a no-op: the old id, state untouched, no
         dispatch. Nothing is inherited by the new context; ``origin_created_at`` is carried.
         Raises ``InvalidBodyError`` (422), ``UnauthenticatedError`` (401: withdrawn member),
         ``NotFoundError`` (404: never existed or another member's), ``ConflictError`` (409:
-        already deleted), ``RateLimitedError`` (429: the daily note cap, which an edit that
+        replaced, naming the live end of the replacement chain, or already deleted:
+        ``_refuse_unless_live``), ``RateLimitedError`` (429: the daily note cap, which an edit that
         writes a new context takes like a create), ``UnavailableError`` (503).
         """
         stored_body = normalize_body(body)
@@ -230,7 +231,8 @@ class ContextLifecycle:
         """Soft-delete one context and cancel its AI work (§9 Delete).
 
         Raises ``UnauthenticatedError`` (401: withdrawn member), ``NotFoundError`` (404),
-        ``ConflictError`` (409: already deleted, or the record's last active context),
+        ``ConflictError`` (409: replaced or already deleted, ``_refuse_unless_live``; or the
+        record's last active context),
         ``UnavailableError`` (503).
         """
         outcome = await client_single_statement(
@@ -394,18 +396,19 @@ def seconds_to_next_utc_day() -> int:
 
 def _refuse_unless_live(found: context_writes.ExistingContextLocks) -> None:
     """The answer to an edit or delete of a context that is not the caller's live one: 401 for
-    an inactive member, 404 for another member's or a missing context, 409 for a deleted one
-    (naming its replacement when there is one)."""
+    an inactive member, 404 for another member's or a missing context, 409 for a deleted one:
+    "context was replaced" naming the live end of its replacement chain (``replacedBy``), or
+    "context is already deleted" (naming the chain's last context when that one is deleted)."""
     if not found.member_active:
         raise UnauthenticatedError("member is not active")
     if not found.owned:
         raise NotFoundError("context")
-    if found.owner_deleted:
-        raise ConflictError("context is already deleted", replaced_by=found.owner_replaced_by)
+    if found.owner_deleted or (found.record_active and found.old_deleted):
+        if found.replaced_by is not None and not found.replacement_deleted:
+            raise ConflictError("context was replaced", replaced_by=found.replaced_by)
+        raise ConflictError("context is already deleted", replaced_by=found.replaced_by)
     if not found.record_active:
         raise ConflictError("context is already deleted")
-    if found.old_deleted:
-        raise ConflictError("context is already deleted", replaced_by=found.old_replaced_by)
 
 
 async def insert_context(
