@@ -105,6 +105,10 @@ SEARCH_EXAMPLE = {
         {
             "recordId": 65,
             "contextId": 67,
+            "place": {"externalPlaceId": "my-place", "name": "동네 카페"},
+            "keywords": [
+                {"code": "STUDY_WORK", "displayName": "공부/작업", "category": "ACTIVITY"}
+            ],
             "similarity": 0.56,
             "keywordMatched": True,
             "matchedBy": ["lexical", "semantic", "keyword"],

@@ -297,11 +297,16 @@ async def search(body: SearchBody, member_id: MemberId, service: Search) -> Sear
             SearchResultItem(
                 record_id=h.record_id,
                 context_id=h.context_id,
+                place=PlaceItem(
+                    external_place_id=h.shown.external_place_id, name=h.shown.place_name
+                ),
+                keywords=_keyword_items(h.shown.keywords),
                 similarity=h.similarity,
                 keyword_matched=h.keyword_matched,
                 matched_by=list(h.matched_by),
                 score=h.score,
             )
             for h in hits
+            if h.shown is not None
         ]
     )

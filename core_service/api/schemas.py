@@ -143,10 +143,13 @@ class RecordList(BaseModel):
 class SearchResultItem(BaseModel):
     """One record (docs/search.md): ``similarity`` null while its context has no live vector
     of the profile in use; ``matchedBy`` lists ``lexical``, ``semantic``, ``keyword``;
-    ``score`` is the fused (reciprocal rank) score."""
+    ``score`` is the fused (reciprocal rank) score; ``place`` and ``keywords`` as the record
+    read shows them to its owner."""
 
     record_id: int = Field(serialization_alias="recordId")
     context_id: int = Field(serialization_alias="contextId")
+    place: PlaceItem
+    keywords: list[KeywordItem]
     similarity: float | None
     keyword_matched: bool = Field(serialization_alias="keywordMatched")
     matched_by: list[Literal["lexical", "semantic", "keyword"]] = Field(
