@@ -39,6 +39,7 @@ class FaultProxy:
         self.port = 0
         self.round_trips = 0
         self.statements: list[str] = []
+        self._freeze_rule = None
 
     @property
     def url(self) -> str:
@@ -57,6 +58,17 @@ class FaultProxy:
 
     def freeze(self) -> None:
         self._flowing.clear()
+
+    def freeze_on(self, rule) -> None:
+        """Freeze as a client sends a statement for which ``rule(text, statements so far)``
+        holds: that statement is held with everything after it, until ``thaw()``."""
+        self._freeze_rule = rule
+
+    def _statement(self, statement: str) -> None:
+        self.statements.append(statement)
+        if self._freeze_rule is not None and self._freeze_rule(statement, self.statements):
+            self._freeze_rule = None
+            self.freeze()
 
     def thaw(self) -> None:
         self._refusing = False
@@ -85,7 +97,7 @@ class FaultProxy:
             return
         self._writers.update((writer, up_writer))
         await asyncio.gather(
-            self._pipe(reader, up_writer, ClientMessages(self.statements.append)),
+            self._pipe(reader, up_writer, ClientMessages(self._statement)),
             self._pipe(up_reader, writer, ServerMessages(self._ready_for_query)),
             return_exceptions=True,
         )

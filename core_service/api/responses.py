@@ -116,3 +116,44 @@ SEARCH_EXAMPLE = {
         }
     ]
 }
+KEYWORDS_EXAMPLE = {
+    "keywords": [
+        {
+            "code": "STUDY_WORK",
+            "displayName": "공부/작업",
+            "category": "ACTIVITY",
+            "visibility": "PUBLIC",
+        }
+    ]
+}
+EXPORT_EXAMPLE = {
+    "memberId": 1,
+    "exportedAt": "2026-12-07T10:00:00+00:00",
+    "records": [
+        {
+            "recordId": 65,
+            "publicId": PUBLIC_ID_EXAMPLE,
+            "place": {"externalPlaceId": "my-place", "name": "동네 카페"},
+            "createdAt": "2026-12-01T10:00:00+00:00",
+            "keywords": [
+                {"code": "STUDY_WORK", "displayName": "공부/작업", "category": "ACTIVITY"}
+            ],
+            "contexts": [
+                {
+                    "contextId": 67,
+                    "body": "창가 자리가 조용해서 노트북 작업하기 좋음",
+                    "createdAt": "2026-12-01T10:00:00+00:00",
+                    "ai": {"state": "completed"},
+                    "keywords": [
+                        {
+                            "code": "STUDY_WORK",
+                            "displayName": "공부/작업",
+                            "category": "ACTIVITY",
+                            "confidence": 0.82,
+                        }
+                    ],
+                }
+            ],
+        }
+    ],
+}

@@ -7,15 +7,26 @@ from collections.abc import Iterable
 from dataclasses import asdict
 from typing import Annotated
 
-from fastapi import APIRouter, Path, Query, Response, status
+from fastapi import APIRouter, Header, Path, Query, Response, status
 from pydantic import BeforeValidator
 
 from core_service.api.authentication import AuthenticatedRoute, member_checked_by_operation
-from core_service.api.dependencies import Lifecycle, MemberId, Pages, Reader, Search
+from core_service.api.dependencies import (
+    Exports,
+    Keywords,
+    Lifecycle,
+    MemberId,
+    Pages,
+    Reader,
+    Search,
+)
+from core_service.api.export_response import ExportResponse
 from core_service.api.responses import (
     COMMON,
     CONFLICT,
     CREATED_EXAMPLE,
+    EXPORT_EXAMPLE,
+    KEYWORDS_EXAMPLE,
     LIST_EXAMPLE,
     NOT_FOUND,
     PUBLIC_RECORD_EXAMPLE,
@@ -45,6 +56,7 @@ from core_service.api.schemas import (
     SearchResults,
 )
 from core_service.repository.record_view import KeywordView
+from core_service.service.keyword_vocabulary import none_match
 from core_service.service.record_reads import summarize
 from pinlog_platform.bigint import BIGINT_MAX
 from pinlog_platform.contract.canonical_ids import parse_canonical_id
@@ -276,6 +288,55 @@ async def get_public_record(
         contexts=[PublicContextItem(created_at=t) for t in view.context_times],
         keywords=_keyword_items(view.keywords),
     )
+
+
+# The keyword vocabulary is the same for every member and changes only when presets are
+# loaded: a client may keep it for five minutes, and ask again with its ETag.
+KEYWORDS_CACHE_CONTROL = "private, max-age=300"
+
+
+@router.get(
+    "/keywords",
+    responses={
+        **ok(200, "Every active, non-BLOCKED keyword preset", KEYWORDS_EXAMPLE),
+        304: {"description": "If-None-Match names the current ETag; no body"},
+        **COMMON,
+    },
+)
+@member_checked_by_operation
+async def keywords(
+    member_id: MemberId,
+    vocabulary: Keywords,
+    if_none_match: Annotated[str | None, Header(max_length=1000)] = None,
+) -> Response:
+    """The keyword vocabulary (filter chips, ``keyword=CODE`` of the list): ``{keywords:
+    [{code, displayName, category, visibility}]}``, every active preset that is not
+    ``BLOCKED``, in the preset list's order, the same for every member. ``Cache-Control:
+    private, max-age=300`` and a strong ``ETag``; 304 without a body when ``If-None-Match``
+    names it (docs/core-service.md "Keywords")."""
+    found = await vocabulary.read(member_id=member_id)
+    headers = {"ETag": found.etag, "Cache-Control": KEYWORDS_CACHE_CONTROL}
+    if none_match(if_none_match, found.etag):
+        return Response(status_code=status.HTTP_304_NOT_MODIFIED, headers=headers)
+    return Response(found.body, media_type="application/json", headers=headers)
+
+
+@router.get(
+    "/members/me/export",
+    responses={
+        **ok(200, "The member's own data as one streamed JSON document", EXPORT_EXAMPLE),
+        **COMMON,
+    },
+)
+@member_checked_by_operation
+async def export(member_id: MemberId, exports: Exports) -> Response:
+    """The member's active records with their live notes (bodies), keywords and AI state, as
+    one JSON document streamed page by page from one snapshot; takes a token of the member's
+    write bucket (429 when empty). The request deadline covers the first byte; then each chunk
+    has its own, and the whole export ends within 5 minutes (cut off: the connection closes
+    before the document's end). docs/core-service.md "Export"."""
+    stream = await exports.open(member_id=member_id)
+    return ExportResponse(stream, member_id=member_id, chunk_seconds=exports.chunk_seconds)
 
 
 @router.post(

@@ -35,8 +35,10 @@ VISIBLE_KEYWORDS_LITERALS = frozenset(
 NON_STATUS_LITERALS = VISIBLE_KEYWORDS_LITERALS | {
     "ai",
     "body",
+    "confidence",
     "contextId",
     "createdAt",
+    "keywords",
     *(column for stage in STAGE_ORDER for column in (stage.status_column, stage.failure_column)),
 }
 
@@ -282,3 +284,144 @@ async def load_public(
         ),
         keywords=_keywords(row.keywords),
     )
+
+
+# One page of the member's own export (GET /api/v1/members/me/export): its active records
+# strictly after the key (:after_created_at, :after_id) in the list's order (newest first, the
+# index of record_page), each with its live contexts (bodies, AI statuses, and the keywords the
+# owner sees on each: §9's owner rule) and the record's keywords, after the caller's activity;
+# `exported_at` is the transaction's time (the export reads one REPEATABLE READ snapshot).
+EXPORT_PAGE = text(
+    """
+    SELECT viewer.active AS viewer_active, now() AS exported_at,
+           r.id AS record_id, r.public_id, r.created_at, p.external_place_id,
+           coalesce(r.place_name, p.name) AS place_name,
+           coalesce((
+               SELECT json_agg(json_build_object(
+                          'contextId', c.id,
+                          'body', c.body,
+                          'createdAt', c.created_at,
+                          'ai', (
+                              SELECT """
+    + _STAGE_COLUMNS_AS_JSON
+    + """
+                              FROM ai.context_ai_state AS s WHERE s.context_id = c.id),
+                          'keywords', coalesce((
+                              SELECT json_agg(json_build_object(
+                                         'code', kp.code, 'displayName', kp.display_name,
+                                         'category', kp.category, 'confidence', ck.confidence)
+                                     ORDER BY ck.confidence DESC, kp.code)
+                              FROM ai.context_ai_state AS s
+                              JOIN ai.context_keyword AS ck ON ck.context_id = s.context_id
+                              JOIN ai.keyword_preset AS kp ON kp.id = ck.keyword_id
+                              WHERE s.context_id = c.id AND """
+    + keywords_shown("s")
+    + """
+                                AND kp.is_active
+                                AND kp.visibility IN ('PUBLIC', 'PRIVATE_ONLY')
+                          ), '[]'))
+                      ORDER BY c.created_at, c.id)
+               FROM core.context AS c
+               WHERE c.record_id = r.id AND c.deleted_at IS NULL
+           ), '[]') AS contexts,"""
+    + VISIBLE_KEYWORDS
+    + """
+    FROM (
+        SELECT EXISTS (
+            SELECT 1 FROM core.member WHERE id = :viewer_id AND deleted_at IS NULL
+        ) AS active
+    ) AS viewer
+    LEFT JOIN LATERAL (
+        SELECT page.id, page.member_id, page.public_id, page.place_id, page.place_name,
+               page.created_at
+        FROM core.record AS page
+        WHERE viewer.active AND page.member_id = :viewer_id AND page.deleted_at IS NULL
+          AND (CAST(:after_created_at AS timestamptz) IS NULL
+               OR (page.created_at, page.id)
+                  < (CAST(:after_created_at AS timestamptz), CAST(:after_id AS bigint)))
+        ORDER BY page.created_at DESC, page.id DESC
+        LIMIT :limit
+    ) AS r ON true
+    LEFT JOIN core.place AS p ON p.id = r.place_id
+    ORDER BY r.created_at DESC, r.id DESC
+    """
+)
+
+
+@dataclass(frozen=True, slots=True)
+class ExportedContext:
+    context_id: int
+    body: str
+    created_at: datetime
+    ai: AiStatuses | None
+    keywords: tuple[tuple[KeywordView, float | None], ...]  # with each one's confidence
+
+
+@dataclass(frozen=True, slots=True)
+class ExportedRecord:
+    record_id: int
+    public_id: str
+    created_at: datetime
+    external_place_id: str
+    place_name: str
+    contexts: tuple[ExportedContext, ...]
+    keywords: tuple[KeywordView, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ExportPage:
+    """``exported_at``: the snapshot's time; ``records``: up to the page's limit, newest
+    first."""
+
+    exported_at: datetime
+    records: list[ExportedRecord]
+
+
+async def export_page(
+    conn: AsyncConnection,
+    *,
+    viewer_id: int,
+    after: tuple[datetime, int] | None,
+    limit: int,
+) -> ExportPage:
+    """``EXPORT_PAGE``: up to ``limit`` of the viewer's active records after the key
+    ``after``. Raises ``ViewerInactive`` when the viewer is not an active member."""
+    after_created_at, after_id = after if after is not None else (None, None)
+    params = {
+        "viewer_id": viewer_id,
+        "after_created_at": after_created_at,
+        "after_id": after_id,
+        "limit": limit,
+    }
+    rows = (await conn.execute(EXPORT_PAGE, params)).all()
+    if not rows[0].viewer_active:
+        raise ViewerInactive
+    records = [
+        ExportedRecord(
+            record_id=row.record_id,
+            public_id=row.public_id,
+            created_at=row.created_at,
+            external_place_id=row.external_place_id,
+            place_name=row.place_name,
+            contexts=tuple(
+                ExportedContext(
+                    context_id=int(item["contextId"]),
+                    body=item["body"],
+                    created_at=datetime.fromisoformat(item["createdAt"]),
+                    ai=_statuses(item["ai"]),
+                    keywords=tuple(
+                        (
+                            KeywordView(k["code"], k["displayName"], k["category"]),
+                            None if k["confidence"] is None else float(k["confidence"]),
+                        )
+                        for k in item["keywords"]
+                    ),
+                )
+                for item in decode_json_list(row.contexts)
+            ),
+            keywords=_keywords(row.keywords),
+        )
+        for row in rows
+        if row.record_id is not None
+    ]
+    return ExportPage(rows[0].exported_at, records)

@@ -33,6 +33,8 @@ EXPECTED = {
     "read": 1,
     "read (another member's record id)": 1,
     "read (public view)": 1,
+    "keywords": 1,
+    "export (one page)": 3,
 }
 
 
@@ -118,6 +120,9 @@ async def _operations(core, proxy, place: str) -> dict[str, int]:
         client.get(f"/api/v1/public-records/{created['publicId']}", headers=bearer(2)),
         200,
     )
+    await run("keywords", client.get("/api/v1/keywords", headers=headers), 200)
+    # BEGIN (REPEATABLE READ, READ ONLY), the page, COMMIT.
+    await run("export (one page)", client.get("/api/v1/members/me/export", headers=bearer(3)), 200)
     return counts
 
 
