@@ -26,7 +26,9 @@ from core_service.repository.db import (
     create_engine,
 )
 from core_service.service.dispatch import WorkerDispatcher
+from core_service.service.keyword_vocabulary import KeywordVocabulary
 from core_service.service.lifecycle import ContextLifecycle
+from core_service.service.member_export import MemberExport
 from core_service.service.member_quotas import MemberQuotas, QuotaSettings
 from core_service.service.member_tokens import TokenAuthenticator
 from core_service.service.pause import PauseSwitch
@@ -69,6 +71,8 @@ class Core:
     lifecycle: ContextLifecycle
     reader: RecordReader
     pages: RecordPages
+    keywords: KeywordVocabulary
+    exports: MemberExport
     search: PersonalSearch
     authenticator: TokenAuthenticator
     quotas: MemberQuotas
@@ -215,6 +219,8 @@ async def build_core(
             ),
             reader=RecordReader(engine),
             pages=RecordPages(engine),
+            keywords=KeywordVocabulary(engine),
+            exports=MemberExport(engine, chunk_seconds=settings.request_timeout_seconds),
             search=PersonalSearch(
                 engine,
                 endpoints,

@@ -60,10 +60,11 @@ class NotFoundError(CoreError):
 
 
 class ConflictError(CoreError):
-    """The change contradicts the current state (already deleted, last context): HTTP 409.
+    """The change contradicts the current state (replaced, already deleted, last context):
+    HTTP 409.
 
-    ``replaced_by``: the context that replaced a deleted one (``pinlog-core retry-failed``),
-    which the answer names as ``replacedBy``."""
+    ``replaced_by``: where a replaced context's chain of replacements (edits,
+    ``pinlog-core retry-failed``) ends, which the answer names as ``replacedBy``."""
 
     def __init__(self, message: str, *, replaced_by: int | None = None) -> None:
         super().__init__(message)

@@ -170,13 +170,14 @@ async def _core_error(_request: Request, exc: Exception) -> OrjsonResponse:
 
 
 # A path id that is not canonical names nothing: the not-found answer of that resource.
-_PATH_RESOURCES = {"record_id": "record", "context_id": "context"}
+_PATH_RESOURCES = {"record_id": "record", "context_id": "context", "public_id": "record"}
 
 
 async def _path_or_body_error(request: Request, exc: Exception) -> OrjsonResponse:
     """422 for a body or query that fails validation; 404 for a path id that is not
-    canonical ASCII decimal within BIGINT, with the body a missing resource gets, so that
-    ``1_0`` or ``01`` reveals nothing the id ``10`` or ``1`` would not."""
+    canonical ASCII decimal within BIGINT (or a public id not of its form), with the body a
+    missing resource gets, so that ``1_0`` or ``01`` reveals nothing the id ``10`` or ``1``
+    would not."""
     assert isinstance(exc, RequestValidationError)
     for error in exc.errors():
         location = tuple(error.get("loc", ()))

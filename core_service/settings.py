@@ -204,7 +204,9 @@ class CoreSettings(HttpServingSettings, TokenSettings, StateClockSettings):
     )
 
     member_writes_per_minute: int = Field(
-        default=600, ge=0, description="Client API writes per member and minute; 0 = off"
+        default=600,
+        ge=0,
+        description="Client API writes (and exports) per member and minute; 0 = off",
     )
     member_searches_per_minute: int = Field(
         default=600, ge=0, description="Searches per member and minute; 0 = off"

@@ -65,6 +65,8 @@ class ContextLine:
 class FeedOutcome:
     lines: list[ContextLine] = field(default_factory=list)
     record_ids: list[int] = field(default_factory=list)  # core record id of each sample
+    # the record's public id, by record id (what another member reads it by)
+    public_ids: dict[int, str] = field(default_factory=dict)
     events: list[str] = field(default_factory=list)  # one line per change, for the output
 
 
@@ -123,6 +125,7 @@ class DemoClient:
             response.raise_for_status()
             created = response.json()
             outcome.record_ids.append(created["recordId"])
+            outcome.public_ids[created["recordId"]] = created["publicId"]
             outcome.lines.append(
                 ContextLine(created["contextId"], sample.user_id, sample.place, sample.text)
             )
@@ -169,13 +172,17 @@ class DemoClient:
         outcome.events.append(f"edit context {line.context_id}: new contextId {new_id}")
 
     async def keyword_views(
-        self, record_id: int, owner: int, other: int
+        self, record_id: int, public_id: str, owner: int, other: int
     ) -> tuple[list[str], list[str]]:
-        """Display names of the record's keywords as its owner and as another member see
-        them (§9 keyword read rules: PRIVATE_ONLY only for the owner)."""
+        """Display names of the record's keywords as its owner sees them (by record id) and as
+        another member does (the public view, by public id: §9 keyword read rules, PRIVATE_ONLY
+        only for the owner; a record id names only one's own record)."""
         views = []
-        for member in (owner, other):
-            response = await self.call("GET", f"/api/v1/records/{record_id}", member)
+        for member, path in (
+            (owner, f"/api/v1/records/{record_id}"),
+            (other, f"/api/v1/public-records/{public_id}"),
+        ):
+            response = await self.call("GET", path, member)
             response.raise_for_status()
             views.append([k["displayName"] for k in response.json()["keywords"]])
         return views[0], views[1]

@@ -241,10 +241,13 @@ async def feed_and_report(
                 owner = samples[index].user_id
                 other = min(members - {owner})
                 record_id = outcome.record_ids[index]
-                mine, theirs = await client.keyword_views(record_id, owner, other)
+                mine, theirs = await client.keyword_views(
+                    record_id, outcome.public_ids[record_id], owner, other
+                )
                 views.append(
                     f"record {record_id} ({samples[index].place}): owner (member {owner}) sees "
-                    f"[{', '.join(mine)}]; member {other} sees [{', '.join(theirs)}]"
+                    f"[{', '.join(mine)}]; member {other}, by its public id "
+                    f"{outcome.public_ids[record_id]}, sees [{', '.join(theirs)}]"
                 )
         return outcome, await load_results(engine, outcome.lines), views
     finally:

@@ -6,7 +6,9 @@ directions while every socket stays open (a silent peer: half-open TCP after a f
 partition, a NAT that dropped its state); ``thaw()`` delivers what was held. ``cut()`` closes
 every connection and refuses new ones until ``thaw()``. ``round_trips`` counts the server's
 ``ReadyForQuery`` messages: one per round trip a client waited for (a simple query, an extended
-query's ``Sync``, the end of the startup), read from the wire on the side.
+query's ``Sync``, the end of the startup), read from the wire on the side; ``statements`` lists
+the text of every statement the clients ran (a simple query, or the prepared statement each
+``Bind`` names), in the order sent.
 """
 
 from __future__ import annotations
@@ -36,6 +38,8 @@ class FaultProxy:
         self._server: asyncio.base_events.Server | None = None
         self.port = 0
         self.round_trips = 0
+        self.statements: list[str] = []
+        self._freeze_rule = None
 
     @property
     def url(self) -> str:
@@ -54,6 +58,17 @@ class FaultProxy:
 
     def freeze(self) -> None:
         self._flowing.clear()
+
+    def freeze_on(self, rule) -> None:
+        """Freeze as a client sends a statement for which ``rule(text, statements so far)``
+        holds: that statement is held with everything after it, until ``thaw()``."""
+        self._freeze_rule = rule
+
+    def _statement(self, statement: str) -> None:
+        self.statements.append(statement)
+        if self._freeze_rule is not None and self._freeze_rule(statement, self.statements):
+            self._freeze_rule = None
+            self.freeze()
 
     def thaw(self) -> None:
         self._refusing = False
@@ -82,7 +97,7 @@ class FaultProxy:
             return
         self._writers.update((writer, up_writer))
         await asyncio.gather(
-            self._pipe(reader, up_writer),
+            self._pipe(reader, up_writer, ClientMessages(self._statement)),
             self._pipe(up_reader, writer, ServerMessages(self._ready_for_query)),
             return_exceptions=True,
         )
@@ -97,7 +112,7 @@ class FaultProxy:
         self,
         reader: asyncio.StreamReader,
         writer: asyncio.StreamWriter,
-        messages: ServerMessages | None = None,
+        messages: ServerMessages | ClientMessages | None = None,
     ) -> None:
         with contextlib.suppress(OSError, asyncio.IncompleteReadError):
             while data := await reader.read(65536):
@@ -132,6 +147,51 @@ class ServerMessages:
             if self._buffer[:1] == b"Z":
                 self._on_ready()
             del self._buffer[: 1 + length]
+
+
+class ClientMessages:
+    """Splits the client's side of one PostgreSQL connection into messages and calls
+    ``on_statement`` with the text of each statement it runs: a simple query (``Q``), or the
+    statement a ``Bind`` (``B``) names, its text from the ``Parse`` (``P``) that prepared it.
+    The untyped messages before the startup's end (an ``SSLRequest``, the startup message) are
+    skipped."""
+
+    _SSL_OR_GSS_REQUEST = (80877103, 80877104)
+
+    def __init__(self, on_statement) -> None:
+        self._on_statement = on_statement
+        self._buffer = bytearray()
+        self._started = False
+        self._prepared: dict[str, str] = {}
+
+    def feed(self, data: bytes) -> None:
+        self._buffer += data
+        while True:
+            if not self._started:
+                if len(self._buffer) < 8:
+                    return
+                length = int.from_bytes(self._buffer[:4], "big")
+                if len(self._buffer) < length:
+                    return
+                code = int.from_bytes(self._buffer[4:8], "big")
+                self._started = code not in self._SSL_OR_GSS_REQUEST
+                del self._buffer[:length]
+                continue
+            if len(self._buffer) < 5:
+                return
+            length = int.from_bytes(self._buffer[1:5], "big")
+            if len(self._buffer) < 1 + length:
+                return
+            kind, payload = bytes(self._buffer[:1]), bytes(self._buffer[5 : 1 + length])
+            del self._buffer[: 1 + length]
+            if kind == b"Q":
+                self._on_statement(payload.split(b"\0", 1)[0].decode())
+            elif kind == b"P":
+                name, query = payload.split(b"\0", 2)[:2]
+                self._prepared[name.decode()] = query.decode()
+            elif kind == b"B":
+                statement = payload.split(b"\0", 2)[1].decode()
+                self._on_statement(self._prepared.get(statement, statement))
 
 
 @asynccontextmanager

@@ -46,11 +46,16 @@ class AuthenticatedRoute(APIRoute):
         return authenticated_handler
 
 
+# Reads that cost what a write costs: an export reads all of a member's data.
+_WRITE_PRICED_READS = ("/members/me/export",)
+
+
 def quota_kind(path: str, methods: set[str]) -> QuotaKind | None:
-    """Searches take the search bucket; every other non-GET route a write token; reads none."""
+    """Searches take the search bucket; every other non-GET route and an export a write
+    token; other reads none."""
     if path.endswith("/search"):
         return QuotaKind.SEARCH
-    if methods & {"POST", "PUT", "PATCH", "DELETE"}:
+    if methods & {"POST", "PUT", "PATCH", "DELETE"} or path.endswith(_WRITE_PRICED_READS):
         return QuotaKind.WRITE
     return None
 

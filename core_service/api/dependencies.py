@@ -9,7 +9,9 @@ from typing import Annotated
 
 from fastapi import Depends, Request
 
+from core_service.service.keyword_vocabulary import KeywordVocabulary
 from core_service.service.lifecycle import ContextLifecycle
+from core_service.service.member_export import MemberExport
 from core_service.service.personal_search import PersonalSearch
 from core_service.service.record_pages import RecordPages
 from core_service.service.record_reads import RecordReader
@@ -27,6 +29,14 @@ async def _pages(request: Request) -> RecordPages:
     return request.app.state.pages
 
 
+async def _keywords(request: Request) -> KeywordVocabulary:
+    return request.app.state.keywords
+
+
+async def _exports(request: Request) -> MemberExport:
+    return request.app.state.exports
+
+
 async def _search(request: Request) -> PersonalSearch:
     return request.app.state.search
 
@@ -40,4 +50,6 @@ Lifecycle = Annotated[ContextLifecycle, Depends(_lifecycle)]
 Reader = Annotated[RecordReader, Depends(_reader)]
 Pages = Annotated[RecordPages, Depends(_pages)]
 Search = Annotated[PersonalSearch, Depends(_search)]
+Keywords = Annotated[KeywordVocabulary, Depends(_keywords)]
+Exports = Annotated[MemberExport, Depends(_exports)]
 MemberId = Annotated[int, Depends(_member_id)]

@@ -55,11 +55,16 @@ INVALID = {
 }
 NOT_FOUND = {404: _error("No such record or context of this member", "record not found")}
 CONFLICT = {
-    409: _error(
-        "The context was deleted or replaced (replacedBy names the id to use when it was "
-        "replaced), or it is the record's last active context",
-        "context is already deleted",
-    )
+    409: {
+        "description": (
+            "Replaced (replacedBy: the live end of its replacements), already deleted (with"
+            " replacedBy when its replacements end in a deleted context), or the record's last"
+            " active context"
+        ),
+        "content": {
+            "application/json": {"example": {"detail": "context was replaced", "replacedBy": 69}}
+        },
+    }
 }
 RATE_LIMITED = {
     429: _retry_after(
@@ -103,22 +108,33 @@ def ok(status: int, description: str, example: Any) -> dict[int, dict[str, Any]]
     }
 
 
+PUBLIC_ID_EXAMPLE = "q3Xo9vS0dJ2m1-aK7_bQZw"
+CREATED_EXAMPLE = {"recordId": 65, "contextId": 67, "publicId": PUBLIC_ID_EXAMPLE}
 RECORD_EXAMPLE = {
     "recordId": 65,
+    "publicId": PUBLIC_ID_EXAMPLE,
     "place": {"externalPlaceId": "my-place", "name": "동네 카페"},
     "contexts": [
         {
             "contextId": 67,
             "body": "창가 자리가 조용해서 노트북 작업하기 좋음",
             "createdAt": "2026-12-01T10:00:00+00:00",
+            "ai": {"state": "completed"},
         }
     ],
+    "keywords": [{"code": "STUDY_WORK", "displayName": "공부/작업", "category": "ACTIVITY"}],
+}
+PUBLIC_RECORD_EXAMPLE = {
+    "publicId": PUBLIC_ID_EXAMPLE,
+    "place": {"externalPlaceId": "my-place", "name": "동네 카페"},
+    "contexts": [{"createdAt": "2026-12-01T10:00:00+00:00"}],
     "keywords": [{"code": "STUDY_WORK", "displayName": "공부/작업", "category": "ACTIVITY"}],
 }
 LIST_EXAMPLE = {
     "records": [
         {
             "recordId": 65,
+            "publicId": PUBLIC_ID_EXAMPLE,
             "place": {"externalPlaceId": "my-place", "name": "동네 카페"},
             "contextCount": 1,
             "keywords": [
@@ -141,10 +157,55 @@ SEARCH_EXAMPLE = {
         {
             "recordId": 65,
             "contextId": 67,
+            "place": {"externalPlaceId": "my-place", "name": "동네 카페"},
+            "keywords": [
+                {"code": "STUDY_WORK", "displayName": "공부/작업", "category": "ACTIVITY"}
+            ],
             "similarity": 0.56,
             "keywordMatched": True,
             "matchedBy": ["lexical", "semantic", "keyword"],
             "score": 0.0492,
         }
     ]
+}
+KEYWORDS_EXAMPLE = {
+    "keywords": [
+        {
+            "code": "STUDY_WORK",
+            "displayName": "공부/작업",
+            "category": "ACTIVITY",
+            "visibility": "PUBLIC",
+        }
+    ]
+}
+EXPORT_EXAMPLE = {
+    "memberId": 1,
+    "exportedAt": "2026-12-07T10:00:00+00:00",
+    "records": [
+        {
+            "recordId": 65,
+            "publicId": PUBLIC_ID_EXAMPLE,
+            "place": {"externalPlaceId": "my-place", "name": "동네 카페"},
+            "createdAt": "2026-12-01T10:00:00+00:00",
+            "keywords": [
+                {"code": "STUDY_WORK", "displayName": "공부/작업", "category": "ACTIVITY"}
+            ],
+            "contexts": [
+                {
+                    "contextId": 67,
+                    "body": "창가 자리가 조용해서 노트북 작업하기 좋음",
+                    "createdAt": "2026-12-01T10:00:00+00:00",
+                    "ai": {"state": "completed"},
+                    "keywords": [
+                        {
+                            "code": "STUDY_WORK",
+                            "displayName": "공부/작업",
+                            "category": "ACTIVITY",
+                            "confidence": 0.82,
+                        }
+                    ],
+                }
+            ],
+        }
+    ],
 }

@@ -44,9 +44,16 @@ class SearchBody(_Body):
     limit: Annotated[StrictInt, Field(ge=1, le=100)] = 20
 
 
+# A record's public id: 22 characters, the unpadded base64url spelling of 128 random bits.
+PUBLIC_ID_PATTERN = r"^[A-Za-z0-9_-]{22}$"
+
+
 class CreatedRecord(BaseModel):
+    """``publicId``: the id other members read the record's public view by."""
+
     record_id: int = Field(serialization_alias="recordId")
     context_id: int = Field(serialization_alias="contextId")
+    public_id: str = Field(serialization_alias="publicId")
 
 
 class ContextIdOnly(BaseModel):
@@ -63,10 +70,10 @@ class AiItem(BaseModel):
 
 
 class ContextItem(BaseModel):
-    """``body`` and ``ai`` are absent from another member's view."""
+    """A live context in its owner's view (``ai`` absent without a state row)."""
 
     context_id: int = Field(serialization_alias="contextId")
-    body: str | None = None
+    body: str
     created_at: datetime = Field(serialization_alias="createdAt")
     ai: AiItem | None = None
 
@@ -83,9 +90,26 @@ class PlaceItem(BaseModel):
 
 
 class RecordItem(BaseModel):
+    """``GET /api/v1/records/{recordId}``: the owner's view."""
+
     record_id: int = Field(serialization_alias="recordId")
+    public_id: str = Field(serialization_alias="publicId")
     place: PlaceItem
     contexts: list[ContextItem]
+    keywords: list[KeywordItem]
+
+
+class PublicContextItem(BaseModel):
+    created_at: datetime = Field(serialization_alias="createdAt")
+
+
+class PublicRecordItem(BaseModel):
+    """``GET /api/v1/public-records/{publicId}``: the view every member gets; no record or
+    context ids, bodies, AI states or private keywords."""
+
+    public_id: str = Field(serialization_alias="publicId")
+    place: PlaceItem
+    contexts: list[PublicContextItem]
     keywords: list[KeywordItem]
 
 
@@ -103,6 +127,7 @@ class RecordListItem(BaseModel):
     """One item of ``GET /api/v1/records``; field names shared with ``RecordItem``."""
 
     record_id: int = Field(serialization_alias="recordId")
+    public_id: str = Field(serialization_alias="publicId")
     place: PlaceItem
     context_count: int = Field(serialization_alias="contextCount")
     keywords: list[KeywordItem]
@@ -118,10 +143,13 @@ class RecordList(BaseModel):
 class SearchResultItem(BaseModel):
     """One record (docs/search.md): ``similarity`` null while its context has no live vector
     of the profile in use; ``matchedBy`` lists ``lexical``, ``semantic``, ``keyword``;
-    ``score`` is the fused (reciprocal rank) score."""
+    ``score`` is the fused (reciprocal rank) score; ``place`` and ``keywords`` as the record
+    read shows them to its owner."""
 
     record_id: int = Field(serialization_alias="recordId")
     context_id: int = Field(serialization_alias="contextId")
+    place: PlaceItem
+    keywords: list[KeywordItem]
     similarity: float | None
     keyword_matched: bool = Field(serialization_alias="keywordMatched")
     matched_by: list[Literal["lexical", "semantic", "keyword"]] = Field(

@@ -74,17 +74,6 @@ LOAD_FOR_DISPATCH = text(
     """
 )
 
-# Which of these contexts are active, owned by the member, under an active record of theirs.
-FILTER_ACTIVE_OWNED = text(
-    """
-    SELECT c.id, c.record_id FROM core.context AS c
-    JOIN core.record AS r ON r.id = c.record_id
-    WHERE c.id = ANY(CAST(:context_ids AS bigint[]))
-      AND c.member_id = :member_id AND r.member_id = :member_id
-      AND c.deleted_at IS NULL AND r.deleted_at IS NULL
-    """
-)
-
 
 @dataclass(frozen=True, slots=True)
 class LockedContext:
@@ -175,13 +164,3 @@ def _statuses(row: Row) -> dict[Stage, Status] | None:
     if columns[STAGE_ORDER[0].status_column] is None:  # LEFT JOIN: no state row
         return None
     return {stage: Status(columns[stage.status_column]) for stage in STAGE_ORDER}
-
-
-async def filter_active_owned(
-    conn: AsyncConnection, *, member_id: int, context_ids: Sequence[int]
-) -> set[tuple[int, int]]:
-    """``(context_id, record_id)`` of the contexts among ``context_ids`` the member may be shown
-    now (search re-check, §7)."""
-    params = {"member_id": member_id, "context_ids": list(context_ids)}
-    rows = await conn.execute(FILTER_ACTIVE_OWNED, params)
-    return {(int(row.id), int(row.record_id)) for row in rows}

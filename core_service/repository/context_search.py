@@ -4,7 +4,8 @@ search (docs/search.md; migration 0080).
 Terms are written with the context (``NEW_SEARCH_TERMS``, a fragment of the create, add and
 edit statements of ``context_writes``), by ``insert_terms`` in a step-by-step transaction, and
 replaced by ``pinlog-core reindex search``. Search's lists (``SEARCH_LISTS``) score one
-member's live contexts BM25-style and find the records carrying a named preset.
+member's live contexts BM25-style and find the records carrying a named preset; its re-check
+(``SEARCH_RECHECK``) keeps the member's live contexts and reads what each result shows.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from dataclasses import dataclass
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from core_service.repository.record_view import VISIBLE_KEYWORDS, KeywordView, decode_json_list
 from pinlog_platform.contract.keyword_reads import keywords_shown
 from pinlog_platform.contract.search.lexical import BM25_B, BM25_K1
 from pinlog_platform.contract.search.terms import Terms
@@ -198,6 +200,73 @@ async def search_lists(
         hit = ListHit(int(row.record_id), int(row.context_id), float(row.score))
         (lists.lexical if row.kind == "lexical" else lists.named).append(hit)
     return lists
+
+
+# The core's re-check of every context a list found (§7: only the member's live contexts under
+# their live records are shown), and what a result shows of each record that passes: its
+# place, with the name its owner gave, and the keywords its owner sees (§9, VISIBLE_KEYWORDS),
+# all in one snapshot.
+SEARCH_RECHECK = text(
+    """
+    WITH allowed AS (
+        SELECT c.id, c.record_id
+        FROM core.context AS c
+        JOIN core.record AS r ON r.id = c.record_id
+        WHERE c.id = ANY(CAST(:context_ids AS bigint[]))
+          AND c.member_id = :viewer_id AND r.member_id = :viewer_id
+          AND c.deleted_at IS NULL AND r.deleted_at IS NULL
+    ),
+    shown AS (
+        SELECT r.id, p.external_place_id, coalesce(r.place_name, p.name) AS place_name,"""  # noqa: S608 (a constant fragment)
+    + VISIBLE_KEYWORDS
+    + """
+        FROM core.record AS r
+        JOIN core.place AS p ON p.id = r.place_id
+        WHERE r.id IN (SELECT record_id FROM allowed)
+    )
+    SELECT allowed.id AS context_id, allowed.record_id, shown.external_place_id,
+           shown.place_name, shown.keywords
+    FROM allowed JOIN shown ON shown.id = allowed.record_id
+    """
+)
+
+
+@dataclass(frozen=True, slots=True)
+class ShownRecord:
+    """What a search result shows of a record: its place and the owner's keywords."""
+
+    external_place_id: str
+    place_name: str
+    keywords: tuple[KeywordView, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Rechecked:
+    """``allowed``: the ``(context_id, record_id)`` pairs the member may be shown now;
+    ``records``: what each of their records shows, by record id."""
+
+    allowed: set[tuple[int, int]]
+    records: dict[int, ShownRecord]
+
+
+async def recheck(
+    conn: AsyncConnection, *, member_id: int, context_ids: Sequence[int]
+) -> Rechecked:
+    """``SEARCH_RECHECK`` for the contexts the lists found."""
+    params = {"viewer_id": member_id, "context_ids": list(context_ids)}
+    found = Rechecked(set(), {})
+    for row in await conn.execute(SEARCH_RECHECK, params):
+        found.allowed.add((int(row.context_id), int(row.record_id)))
+        if row.record_id not in found.records:
+            found.records[int(row.record_id)] = ShownRecord(
+                row.external_place_id,
+                row.place_name,
+                tuple(
+                    KeywordView(k["code"], k["displayName"], k["category"])
+                    for k in decode_json_list(row.keywords)
+                ),
+            )
+    return found
 
 
 # Active presets as search's name matching reads them (docs/search.md "Keyword"): the names

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sqlalchemy import text
+from sqlalchemy import Row, text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from core_service.repository import member_daily_notes
@@ -31,6 +31,10 @@ from core_service.repository.context_ai_state import (
 from core_service.repository.context_search import NEW_SEARCH_TERMS, term_parameters
 from pinlog_platform.contract.search.terms import Terms
 from pinlog_platform.contract.text_fingerprint import fingerprint
+
+# How many replacements on a 409 follows at most: a longer chain names the last one reached,
+# whose own 409 goes on (a chain grows by one per edit of the live end).
+REPLACEMENT_CHAIN_LINKS = 64
 
 # The daily note cap's day is the UTC calendar day (member_daily_notes): a time zone, not a status.
 NON_STATUS_LITERALS = frozenset({"UTC"})
@@ -108,9 +112,34 @@ _CANCEL_DELETED = (
     )"""
 )
 
+# A replaced context's answer names the live end of its replacement chain (each edit, and each
+# `pinlog-core retry-failed` replacement, sets the old context's replaced_by): followed from
+# the link `{first}` through at most :chain_links contexts of the caller, the farthest one
+# reached, whether it is deleted, and whether the chain goes on past it (`next_id`). A link
+# committed after the statement's snapshot (a concurrent edit this statement waited for) is
+# not visible here: the caller then names `{first}` itself, the newest context it can know.
+_REPLACEMENT_END = """
+    LEFT JOIN LATERAL (
+        WITH RECURSIVE chain (id, next_id, deleted, links) AS (
+            SELECT c.id, c.replaced_by, c.deleted_at IS NOT NULL, 1
+            FROM core.context AS c
+            WHERE c.id = {first} AND c.member_id = :member_id
+            UNION ALL
+            SELECT c.id, c.replaced_by, c.deleted_at IS NOT NULL, chain.links + 1
+            FROM chain JOIN core.context AS c ON c.id = chain.next_id
+            WHERE chain.links < :chain_links AND c.member_id = :member_id
+        )
+        SELECT id, next_id, deleted FROM chain ORDER BY links DESC LIMIT 1
+    ) AS chain_end ON true"""
+
+# The chain's columns of the answer (with `_REPLACEMENT_END` joined).
+_REPLACEMENT_COLUMNS = """{first} AS first_replacement, chain_end.id AS chain_end_id,
+           (chain_end.deleted AND chain_end.next_id IS NULL) AS chain_end_deleted"""
+
 # §9 Create: the active member (FOR SHARE: a concurrent withdrawal waits or is seen), the place
 # (found, or inserted with this name), the member's active record of the place (touched, or
-# inserted with the name this member gave), then the context and its state row. Empty
+# inserted with the name this member gave; its public id is the column's default, 0090), then
+# the context and its state row. Empty
 # `member`: not active. `member` present but no record: a place or record inserted by a
 # concurrent transaction after this statement's snapshot (module docstring).
 CREATE_CONTEXT = text(
@@ -137,18 +166,19 @@ CREATE_CONTEXT = text(
         UPDATE core.record AS r SET updated_at = now()
         FROM member, place
         WHERE r.member_id = member.id AND r.place_id = place.id AND r.deleted_at IS NULL
-        RETURNING r.id, coalesce(r.place_name, place.name) AS place_name, false AS created
+        RETURNING r.id, r.public_id, coalesce(r.place_name, place.name) AS place_name,
+                  false AS created
     ),
     new_record AS (
         INSERT INTO core.record (member_id, place_id, place_name)
         SELECT member.id, place.id, CAST(:place_name AS varchar) FROM member, place
         WHERE NOT EXISTS (SELECT 1 FROM found_record)
         ON CONFLICT (member_id, place_id) WHERE deleted_at IS NULL DO NOTHING
-        RETURNING id, place_name, true AS created
+        RETURNING id, public_id, place_name, true AS created
     ),
     record AS (
-        SELECT id, place_name, created FROM found_record
-        UNION ALL SELECT id, place_name, created FROM new_record
+        SELECT id, public_id, place_name, created FROM found_record
+        UNION ALL SELECT id, public_id, place_name, created FROM new_record
     ),
     target AS (
         SELECT id AS record_id, now() AS origin_created_at FROM record
@@ -161,7 +191,7 @@ CREATE_CONTEXT = text(
            (EXISTS (SELECT 1 FROM target) AND NOT """
     + member_daily_notes.NOTE_ADMITTED
     + """) AS daily_cap_reached,
-           record.id AS record_id, record.created AS record_created,
+           record.id AS record_id, record.public_id, record.created AS record_created,
            record.place_name AS record_place_name, new_context.id AS context_id
     FROM (VALUES (1)) AS one
     LEFT JOIN record ON true
@@ -200,12 +230,16 @@ ADD_CONTEXT = text(
     """
 )
 
+# The context that replaced the one to edit: as re-read at its lock, else as first read.
+_MODIFY_FIRST_LINK = "coalesce(old.replaced_by, owner.replaced_by)"
+
 # §9 Modify = create the new context, then delete the old one. `owner` reads the context
 # unlocked (who owns it, which record); the record is locked next (FOR UPDATE, touched only
 # when something changes), then the old context (FOR UPDATE: a concurrent edit or delete
 # committed meanwhile is seen here). An unchanged body writes nothing. Otherwise the new
-# context and state row (origin_created_at carried), the old context soft-deleted, its state
-# CANCELLED and its vector hidden, each selecting from the lock before it.
+# context and state row (origin_created_at carried), the old context soft-deleted naming the
+# new one as its replacement, its state CANCELLED and its vector hidden, each selecting from
+# the lock before it. A context found deleted answers with its replacement chain's end.
 MODIFY_CONTEXT = text(
     _ACTIVE_MEMBER_AND_OWNER  # noqa: S608 (constant fragments)
     + """
@@ -239,7 +273,7 @@ MODIFY_CONTEXT = text(
         FROM new_context WHERE r.id = new_context.record_id
     ),
     deleted AS (
-        UPDATE core.context AS c SET deleted_at = now()
+        UPDATE core.context AS c SET deleted_at = now(), replaced_by = new_state.context_id
         FROM new_state WHERE c.id = :context_id
         RETURNING c.id
     ),"""
@@ -250,25 +284,32 @@ MODIFY_CONTEXT = text(
     + member_daily_notes.NOTE_ADMITTED
     + """) AS daily_cap_reached,
            owner.member_id = :member_id AS owned, owner.deleted AS owner_deleted,
-           owner.replaced_by AS owner_replaced_by,
            record.id IS NOT NULL AS record_active,
            record.external_place_id, record.place_name, record.id AS record_id,
-           old.deleted AS old_deleted, old.replaced_by AS old_replaced_by,
-           old.unchanged, new_context.id AS new_id
+           old.deleted AS old_deleted, old.unchanged, new_context.id AS new_id,
+           """
+    + _REPLACEMENT_COLUMNS.format(first=_MODIFY_FIRST_LINK)
+    + """
     FROM (VALUES (1)) AS one
     LEFT JOIN owner ON true
     LEFT JOIN record ON true
     LEFT JOIN old ON true
-    LEFT JOIN new_context ON true
-    """
+    LEFT JOIN new_context ON true"""
+    + _REPLACEMENT_END.format(first=_MODIFY_FIRST_LINK)
 )
 
+
+# The context that replaced the one to delete: as re-read at its lock, else as first read.
+_DELETE_FIRST_LINK = (
+    "coalesce((SELECT replaced_by FROM contexts WHERE id = :context_id), owner.replaced_by)"
+)
 
 # §9 Delete of one context: `owner` unlocked, the record locked (the last-context guard runs
 # under it), then the record's contexts that are active, and the one to delete whatever its
 # state, locked in id order; a context deleted by a transaction that committed while this one
 # waited is re-read at its lock and no longer counts. The context is soft-deleted only while
-# another active one remains; then its state is CANCELLED and its vector hidden.
+# another active one remains; then its state is CANCELLED and its vector hidden. A context
+# found deleted answers with its replacement chain's end.
 DELETE_CONTEXT = text(
     _ACTIVE_MEMBER_AND_OWNER  # noqa: S608 (constant fragments)
     + """
@@ -302,14 +343,15 @@ DELETE_CONTEXT = text(
     + """
     SELECT EXISTS (SELECT 1 FROM member) AS member_active,
            owner.member_id = :member_id AS owned, owner.deleted AS owner_deleted,
-           owner.replaced_by AS owner_replaced_by,
            EXISTS (SELECT 1 FROM record) AS record_active,
            (SELECT NOT active FROM contexts WHERE id = :context_id) AS old_deleted,
-           (SELECT replaced_by FROM contexts WHERE id = :context_id) AS old_replaced_by,
-           EXISTS (SELECT 1 FROM deleted) AS deleted
+           EXISTS (SELECT 1 FROM deleted) AS deleted,
+           """
+    + _REPLACEMENT_COLUMNS.format(first=_DELETE_FIRST_LINK)
+    + """
     FROM (VALUES (1)) AS one
-    LEFT JOIN owner ON true
-    """
+    LEFT JOIN owner ON true"""
+    + _REPLACEMENT_END.format(first=_DELETE_FIRST_LINK)
 )
 
 
@@ -319,11 +361,13 @@ class CreateOutcome:
     member is active but a place or record committed concurrently was not visible; nothing
     written, run the step-by-step path. ``daily_cap_reached``: the member's daily note cap
     refused the context (a record may have been written: roll back). Otherwise the record
-    (``record_created``: inserted now), the name its owner gave, and the new context."""
+    (``record_created``: inserted now), its ``public_id``, the name its owner gave, and the new
+    context."""
 
     member_active: bool
     daily_cap_reached: bool = False
     record_id: int | None = None
+    public_id: str = ""
     record_created: bool = False
     record_place_name: str = ""
     context_id: int | None = None
@@ -353,18 +397,22 @@ class ExistingContextLocks:
 
     ``member_active`` False: the caller is not an active member, nothing written (401).
     ``owned`` None: the context never existed; False: another member's. ``owner_deleted``: it
-    was deleted before this statement began (``owner_replaced_by``: the context that replaced
-    it, if any). ``record_active`` False: its record is deleted. ``old_deleted``: deleted by a
-    transaction that committed while this one waited for its locks (``old_replaced_by``).
+    was deleted before this statement began. ``record_active`` False: its record is deleted.
+    ``old_deleted``: deleted by a transaction that committed while this one waited for its
+    locks. A deleted context that was replaced (an edit, ``retry-failed``): ``replaced_by`` is
+    the end of its replacement chain (at most ``REPLACEMENT_CHAIN_LINKS`` on; the replacement
+    itself when the statement's snapshot cannot see it), ``replacement_deleted`` whether that
+    end is deleted; ``None`` for a context deleted without a replacement (or edited before the
+    edit recorded it).
     """
 
     member_active: bool
     owned: bool | None
     owner_deleted: bool = False
-    owner_replaced_by: int | None = None
     record_active: bool = False
     old_deleted: bool = False
-    old_replaced_by: int | None = None
+    replaced_by: int | None = None
+    replacement_deleted: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -424,6 +472,7 @@ async def create(
     return CreateOutcome(
         member_active=True,
         record_id=int(row.record_id),
+        public_id=row.public_id,
         record_created=bool(row.record_created),
         record_place_name=row.record_place_name,
         context_id=int(row.context_id),
@@ -489,6 +538,7 @@ async def modify(
                 "body": body,
                 "text_sha256": fingerprint(body),
                 "daily_notes": daily_notes,
+                "chain_links": REPLACEMENT_CHAIN_LINKS,
             }
             | term_parameters(terms, analyser_version),
         )
@@ -498,30 +548,44 @@ async def modify(
         daily_cap_reached=bool(row.daily_cap_reached),
         owned=None if row.owned is None else bool(row.owned),
         owner_deleted=bool(row.owner_deleted),
-        owner_replaced_by=row.owner_replaced_by,
         record_active=bool(row.record_active),
         record_id=row.record_id,
         external_place_id=row.external_place_id or "",
         place_name=row.place_name or "",
         old_deleted=bool(row.old_deleted),
-        old_replaced_by=row.old_replaced_by,
         unchanged=bool(row.unchanged),
         new_id=row.new_id,
+        **_replacement(row),
     )
 
 
 async def delete(conn: AsyncConnection, *, member_id: int, context_id: int) -> DeleteOutcome:
     """Run ``DELETE_CONTEXT``."""
-    row = (
-        await conn.execute(DELETE_CONTEXT, {"member_id": member_id, "context_id": context_id})
-    ).one()
+    params = {
+        "member_id": member_id,
+        "context_id": context_id,
+        "chain_links": REPLACEMENT_CHAIN_LINKS,
+    }
+    row = (await conn.execute(DELETE_CONTEXT, params)).one()
     return DeleteOutcome(
         member_active=bool(row.member_active),
         owned=None if row.owned is None else bool(row.owned),
         owner_deleted=bool(row.owner_deleted),
-        owner_replaced_by=row.owner_replaced_by,
         record_active=bool(row.record_active),
         old_deleted=bool(row.old_deleted),
-        old_replaced_by=row.old_replaced_by,
         deleted=bool(row.deleted),
+        **_replacement(row),
     )
+
+
+def _replacement(row: Row) -> dict[str, object]:
+    """``replaced_by`` and ``replacement_deleted`` of ``ExistingContextLocks`` from the chain's
+    columns (``_REPLACEMENT_COLUMNS``)."""
+    if row.first_replacement is None:
+        return {"replaced_by": None, "replacement_deleted": False}
+    if row.chain_end_id is None:  # the replacement committed after the snapshot
+        return {"replaced_by": int(row.first_replacement), "replacement_deleted": False}
+    return {
+        "replaced_by": int(row.chain_end_id),
+        "replacement_deleted": bool(row.chain_end_deleted),
+    }

@@ -128,3 +128,7 @@ client_autocommit = partial(transactions.autocommit, translate=translate_client_
 client_single_statement = partial(
     transactions.single_statement, translate=translate_client_input_error
 )
+# One read-only REPEATABLE READ snapshot for a client's multi-statement read (the export).
+client_read_only_snapshot = partial(
+    transactions.read_only_snapshot, translate=translate_client_input_error
+)

@@ -19,7 +19,7 @@ INSERT_RECORD = text(
     INSERT INTO core.record (member_id, place_id, place_name)
     VALUES (:member_id, :place_id, :place_name)
     ON CONFLICT (member_id, place_id) WHERE deleted_at IS NULL DO NOTHING
-    RETURNING id
+    RETURNING id, public_id
     """
 )
 
@@ -31,7 +31,7 @@ TOUCH_ACTIVE_RECORD_OF_PLACE = text(
     FROM core.place AS p
     WHERE r.member_id = :member_id AND r.place_id = :place_id AND r.deleted_at IS NULL
       AND p.id = r.place_id
-    RETURNING r.id, coalesce(r.place_name, p.name) AS name
+    RETURNING r.id, r.public_id, coalesce(r.place_name, p.name) AS name
     """
 )
 
@@ -67,20 +67,22 @@ DELETE_MEMBER_RECORDS = text(
 )
 
 
-async def insert_if_absent(
-    conn: AsyncConnection, *, member_id: int, place_id: int, place_name: str
-) -> int | None:
-    """The new record's id, or ``None`` when the member already has one for the place.
-    ``place_name``: the name this member gave, the one the record shows."""
-    params = {"member_id": member_id, "place_id": place_id, "place_name": place_name}
-    created = (await conn.execute(INSERT_RECORD, params)).scalar_one_or_none()
-    return None if created is None else int(created)
-
-
 @dataclass(frozen=True, slots=True)
 class OwnRecord:
     record_id: int
     place_name: str
+    public_id: str
+
+
+async def insert_if_absent(
+    conn: AsyncConnection, *, member_id: int, place_id: int, place_name: str
+) -> OwnRecord | None:
+    """The new record (its public id the column's default), or ``None`` when the member
+    already has one for the place. ``place_name``: the name this member gave, the one the
+    record shows."""
+    params = {"member_id": member_id, "place_id": place_id, "place_name": place_name}
+    created = (await conn.execute(INSERT_RECORD, params)).one_or_none()
+    return None if created is None else OwnRecord(int(created.id), place_name, created.public_id)
 
 
 async def touch_active_of_place(
@@ -90,7 +92,7 @@ async def touch_active_of_place(
     gave; ``None`` if it was deleted meanwhile."""
     params = {"member_id": member_id, "place_id": place_id}
     row = (await conn.execute(TOUCH_ACTIVE_RECORD_OF_PLACE, params)).one_or_none()
-    return None if row is None else OwnRecord(int(row.id), row.name)
+    return None if row is None else OwnRecord(int(row.id), row.name, row.public_id)
 
 
 @dataclass(frozen=True, slots=True)

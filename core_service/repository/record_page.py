@@ -54,7 +54,7 @@ RECORD_STATE = (
 LIST_MEMBER_RECORDS = text(
     """
     WITH page AS (
-        SELECT r.id, r.member_id, r.place_id, r.place_name, r.created_at
+        SELECT r.id, r.member_id, r.public_id, r.place_id, r.place_name, r.created_at
         FROM core.record AS r
         WHERE r.member_id = :viewer_id AND r.deleted_at IS NULL
           AND (CAST(:after_created_at AS timestamptz) IS NULL
@@ -74,7 +74,7 @@ LIST_MEMBER_RECORDS = text(
         ORDER BY r.created_at DESC, r.id DESC
         LIMIT :limit
     )
-    SELECT r.id AS record_id, r.created_at, p.external_place_id,
+    SELECT r.id AS record_id, r.public_id, r.created_at, p.external_place_id,
            coalesce(r.place_name, p.name) AS place_name,
            ai.context_count, ai.pending, ai.processing, ai.completed, ai.failed,"""
     + VISIBLE_KEYWORDS
@@ -106,6 +106,7 @@ class RecordSummary:
     """One list item: ``ai_counts`` maps each of ``AI_STATES`` to its number of live contexts."""
 
     record_id: int
+    public_id: str
     created_at: datetime
     external_place_id: str
     place_name: str
@@ -135,6 +136,7 @@ async def list_page(
     return [
         RecordSummary(
             record_id=row.record_id,
+            public_id=row.public_id,
             created_at=row.created_at,
             external_place_id=row.external_place_id,
             place_name=row.place_name,

@@ -64,11 +64,13 @@ _RECORD_RACE_ATTEMPTS = 3
 
 @dataclass(frozen=True, slots=True)
 class CreatedContext:
-    """``record_created``: a new record (HTTP 201) or the member's existing one (200)."""
+    """``record_created``: a new record (HTTP 201) or the member's existing one (200);
+    ``public_id``: the record's public id (22 characters), which only its owner is told."""
 
     record_id: int
     context_id: int
     record_created: bool
+    public_id: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,12 +132,7 @@ class ContextLifecycle:
         if not created.member_active:
             raise UnauthenticatedError()
         if created.raced:
-            (
-                record_id,
-                context_id,
-                record_created,
-                record_place_name,
-            ) = await self._create_step_by_step(
+            own_record, record_created, context_id = await self._create_step_by_step(
                 member_id,
                 external_place_id,
                 place_name,
@@ -144,8 +141,12 @@ class ContextLifecycle:
                 await self._analyser.terms(stored_body),
             )
         else:
-            record_id, context_id = created.record_id, created.context_id
-            record_created, record_place_name = created.record_created, created.record_place_name
+            assert created.record_id is not None and created.context_id is not None
+            own_record = record.OwnRecord(
+                created.record_id, created.record_place_name, created.public_id
+            )
+            record_created, context_id = created.record_created, created.context_id
+        record_id, record_place_name = own_record.record_id, own_record.place_name
         self._count("create", "record_created" if record_created else "context_added")
         # The name the record's owner gave, as every later dispatch sends it (never a name
         # another member registered first for the place).
@@ -154,7 +155,7 @@ class ContextLifecycle:
                 context_id, member_id, record_id, stored_body, external_place_id, record_place_name
             )
         )
-        return CreatedContext(record_id, context_id, record_created)
+        return CreatedContext(record_id, context_id, record_created, own_record.public_id)
 
     async def add_context(self, *, member_id: int, record_id: int, body: str) -> int:
         """Add a context to an active record of the member; the new context id.
@@ -190,14 +191,15 @@ class ContextLifecycle:
     async def modify_context(
         self, *, member_id: int, context_id: int, body: str
     ) -> ModifiedContext:
-        """Edit = create the new context, then delete the old one, in one statement (§9;
-        ``context_writes.MODIFY_CONTEXT``).
+        """Edit = create the new context, then delete the old one naming the new one as its
+        replacement, in one statement (§9; ``context_writes.MODIFY_CONTEXT``).
 
         An unchanged body (after normalisation) is a no-op: the old id, state untouched, no
         dispatch. Nothing is inherited by the new context; ``origin_created_at`` is carried.
         Raises ``InvalidBodyError`` (422), ``UnauthenticatedError`` (401: withdrawn member),
         ``NotFoundError`` (404: never existed or another member's), ``ConflictError`` (409:
-        already deleted), ``RateLimitedError`` (429: the daily note cap, which an edit that
+        replaced, naming the live end of the replacement chain, or already deleted:
+        ``_refuse_unless_live``), ``RateLimitedError`` (429: the daily note cap, which an edit that
         writes a new context takes like a create), ``UnavailableError`` (503).
         """
         stored_body = normalize_body(body)
@@ -229,7 +231,8 @@ class ContextLifecycle:
         """Soft-delete one context and cancel its AI work (§9 Delete).
 
         Raises ``UnauthenticatedError`` (401: withdrawn member), ``NotFoundError`` (404),
-        ``ConflictError`` (409: already deleted, or the record's last active context),
+        ``ConflictError`` (409: replaced or already deleted, ``_refuse_unless_live``; or the
+        record's last active context),
         ``UnavailableError`` (503).
         """
         outcome = await client_single_statement(
@@ -279,17 +282,17 @@ class ContextLifecycle:
         place_name: str,
         stored_body: str,
         terms: Terms,
-    ) -> tuple[int, int, bool, str]:
+    ) -> tuple[record.OwnRecord, bool, int]:
         """§9 Create as one statement per row, each with a new snapshot: for the rare create
         that met a place or record committed concurrently (``context_writes`` module
-        docstring). ``(record_id, context_id, record_created, record_place_name)``."""
+        docstring). ``(the record, record_created, context_id)``."""
         async with client_transaction(self._engine) as conn:
             if not await member.lock_active(conn, member_id):
                 raise UnauthenticatedError()
             stored_place = await place.get_or_create(
                 conn, external_place_id=external_place_id, name=place_name
             )
-            record_id, record_created, record_place_name = await self._active_record(
+            own_record, record_created = await self._active_record(
                 conn, member_id, stored_place.place_id, place_name
             )
             if not await member_daily_notes.take(
@@ -299,7 +302,7 @@ class ContextLifecycle:
                 raise RateLimitedError(seconds_to_next_utc_day())
             if self._daily_notes > 0:
                 self._count_daily_note("admitted")
-            context_id = await insert_context(conn, member_id, record_id, stored_body)
+            context_id = await insert_context(conn, member_id, own_record.record_id, stored_body)
             await context_search.insert_terms(
                 conn,
                 context_id=context_id,
@@ -308,24 +311,24 @@ class ContextLifecycle:
                 analyser_version=self._analyser.version,
             )
         self._metrics.create_step_by_step.inc()
-        return record_id, context_id, record_created, record_place_name
+        return own_record, record_created, context_id
 
     async def _active_record(
         self, conn: AsyncConnection, member_id: int, place_id: int, place_name: str
-    ) -> tuple[int, bool, str]:
-        """``(record_id, created, the record's place name)``: a new record keeps
-        ``place_name``; an existing one keeps the name its owner gave first."""
+    ) -> tuple[record.OwnRecord, bool]:
+        """``(the record, created)``: a new record keeps ``place_name``; an existing one keeps
+        the name its owner gave first."""
         for _attempt in range(_RECORD_RACE_ATTEMPTS):
             created = await record.insert_if_absent(
                 conn, member_id=member_id, place_id=place_id, place_name=place_name
             )
             if created is not None:
-                return created, True, place_name
+                return created, True
             existing = await record.touch_active_of_place(
                 conn, member_id=member_id, place_id=place_id
             )
             if existing is not None:
-                return existing.record_id, False, existing.place_name
+                return existing, False
         raise UnavailableError("record is changing concurrently; try again")
 
     async def _write_note(
@@ -393,18 +396,19 @@ def seconds_to_next_utc_day() -> int:
 
 def _refuse_unless_live(found: context_writes.ExistingContextLocks) -> None:
     """The answer to an edit or delete of a context that is not the caller's live one: 401 for
-    an inactive member, 404 for another member's or a missing context, 409 for a deleted one
-    (naming its replacement when there is one)."""
+    an inactive member, 404 for another member's or a missing context, 409 for a deleted one:
+    "context was replaced" naming the live end of its replacement chain (``replacedBy``), or
+    "context is already deleted" (naming the chain's last context when that one is deleted)."""
     if not found.member_active:
         raise UnauthenticatedError()
     if not found.owned:
         raise NotFoundError("context")
-    if found.owner_deleted:
-        raise ConflictError("context is already deleted", replaced_by=found.owner_replaced_by)
+    if found.owner_deleted or (found.record_active and found.old_deleted):
+        if found.replaced_by is not None and not found.replacement_deleted:
+            raise ConflictError("context was replaced", replaced_by=found.replaced_by)
+        raise ConflictError("context is already deleted", replaced_by=found.replaced_by)
     if not found.record_active:
         raise ConflictError("context is already deleted")
-    if found.old_deleted:
-        raise ConflictError("context is already deleted", replaced_by=found.old_replaced_by)
 
 
 async def insert_context(

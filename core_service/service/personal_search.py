@@ -9,7 +9,8 @@ three lists fused by rank, the core re-checks every hit.
    (``worker_routing``), and the contexts its lists found as ``contextIds``: the *semantic*
    list (§7), the cosines of those contexts and the worker's *keyword hits*.
 3. One statement re-checks every context (the member owns it and its record, neither is
-   deleted) before anything is shown; reciprocal rank fusion ranks the records; the cuts
+   deleted) before anything is shown, and reads each record's place and the keywords its owner
+   sees; reciprocal rank fusion ranks the records; the cuts
    (``pinlog_platform.contract.search``) apply to results only the semantic list found.
 """
 
@@ -19,13 +20,13 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import orjson
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from core_service.errors import CoreError, UnavailableError, UpstreamError
-from core_service.repository import context, context_search
+from core_service.repository import context_search
 from core_service.repository.db import autocommit
 from core_service.service.context_body import normalize_body
 from core_service.service.profile_in_use import ProfileInUse
@@ -65,8 +66,9 @@ class SearchHit:
     """One record in the fused ranking: its ``context_id`` (the record's matching live context
     with the highest cosine, else the newest), ``similarity`` (that context's cosine to the
     query clamped to -1..1, ``None`` without a live vector of the profile in use),
-    ``keyword_matched`` (§7), ``matched_by`` (lists in ``LIST_ORDER``) and the fused
-    ``score``."""
+    ``keyword_matched`` (§7), ``matched_by`` (lists in ``LIST_ORDER``), the fused ``score``
+    and what the record shows (``shown``: its place and the keywords its owner sees, read with
+    the re-check)."""
 
     record_id: int
     context_id: int
@@ -74,6 +76,7 @@ class SearchHit:
     keyword_matched: bool = False
     matched_by: tuple[str, ...] = (SEMANTIC,)
     score: float = 0.0
+    shown: context_search.ShownRecord | None = None  # the record's place and keywords
 
 
 def _worker_id(value: object) -> int:
@@ -233,10 +236,11 @@ class PersonalSearch:
         if not candidates:
             return []
         async with autocommit(self._engine) as conn:
-            allowed = await context.filter_active_owned(
+            rechecked = await context_search.recheck(
                 conn, member_id=member_id, context_ids=sorted({c for _, c in candidates})
             )
-        return self._ranked(normalised, profile, core_lists, worker, allowed, limit)
+        ranked = self._ranked(normalised, profile, core_lists, worker, rechecked.allowed, limit)
+        return [replace(hit, shown=rechecked.records[hit.record_id]) for hit in ranked]
 
     def _ranked(
         self,

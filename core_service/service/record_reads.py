@@ -1,11 +1,11 @@
-"""A record as a member sees it (§9 "Keyword read rules"): the owner sees bodies,
-``PUBLIC`` + ``PRIVATE_ONLY`` keywords and each context's AI state (``summarize``);
-another member sees neither bodies, private keywords nor AI states. A record without finished
+"""A record as a member sees it (§9 "Keyword read rules"): its owner, by record id, sees
+bodies, ``PUBLIC`` + ``PRIVATE_ONLY`` keywords and each context's AI state (``summarize``);
+every member, by public id, sees the public view: no bodies, ids, private keywords or AI
+states. A record without finished
 AI reads fine with ``keywords: []`` (scenario 21)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -13,7 +13,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from core_service.errors import NotFoundError, UnauthenticatedError
 from core_service.repository import record_view
 from core_service.repository.db import client_autocommit
-from core_service.repository.record_view import AiStatuses, RecordView
+from core_service.repository.record_view import AiStatuses, PublicRecordView, RecordView
 from pinlog_platform.contract.states import STAGE_ORDER, Status
 from pinlog_platform.contract.states.failure_reasons import FailureReason
 
@@ -49,18 +49,29 @@ class RecordReader:
         self._engine = engine
 
     async def get(self, *, viewer_id: int, record_id: int) -> RecordView:
-        """One active record. Raises ``UnauthenticatedError`` (401: the viewer is not an active
-        member), ``NotFoundError`` (404) when missing or deleted."""
-        views = await self.get_many(viewer_id=viewer_id, record_ids=[record_id])
-        if not views:
-            raise NotFoundError("record")
-        return views[0]
-
-    async def get_many(self, *, viewer_id: int, record_ids: Sequence[int]) -> list[RecordView]:
-        """The active records among ``record_ids`` in one query, ordered by id. Raises
-        ``UnauthenticatedError`` (401) when the viewer is not an active member."""
+        """The viewer's own active record (the owner's view). Raises ``UnauthenticatedError``
+        (401: the viewer is not an active member), ``NotFoundError`` (404) when missing,
+        deleted or another member's: one statement and one answer for all three, so a record
+        id reveals nothing of other members (§9 Deviation "another member's view by public
+        id")."""
         async with client_autocommit(self._engine) as conn:
-            views = await record_view.load(conn, viewer_id=viewer_id, record_ids=record_ids)
-        if views is None:
-            raise UnauthenticatedError()
-        return views
+            try:
+                view = await record_view.load_own(conn, viewer_id=viewer_id, record_id=record_id)
+            except record_view.ViewerInactive:
+                raise UnauthenticatedError() from None
+        if view is None:
+            raise NotFoundError("record")
+        return view
+
+    async def get_public(self, *, viewer_id: int, public_id: str) -> PublicRecordView:
+        """The public view of the active record ``public_id`` (22 characters, base64url),
+        whoever owns it. Raises ``UnauthenticatedError`` (401), ``NotFoundError`` (404:
+        missing or deleted)."""
+        async with client_autocommit(self._engine) as conn:
+            try:
+                view = await record_view.load_public(conn, viewer_id=viewer_id, public_id=public_id)
+            except record_view.ViewerInactive:
+                raise UnauthenticatedError() from None
+        if view is None:
+            raise NotFoundError("record")
+        return view

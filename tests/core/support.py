@@ -99,6 +99,16 @@ async def embedding_deleted(engine: AsyncEngine, context_id: int) -> bool | None
         ).scalar_one_or_none()
 
 
+async def public_id(engine: AsyncEngine, record_id: int) -> str:
+    """The record's public id, as stored."""
+    async with engine.connect() as conn:
+        return (
+            await conn.execute(
+                text("SELECT public_id FROM core.record WHERE id = :id"), {"id": record_id}
+            )
+        ).scalar_one()
+
+
 async def count(engine: AsyncEngine, sql: str, **params: object) -> int:
     async with engine.connect() as conn:
         return int((await conn.execute(text(sql), params)).scalar_one())

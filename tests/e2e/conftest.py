@@ -100,6 +100,9 @@ class CoreApi:
     async def read(self, record_id: int, *, member: int = OWNER) -> httpx.Response:
         return await self.client.get(f"/api/v1/records/{record_id}", headers=bearer(member))
 
+    async def read_public(self, public_id: str, *, member: int = OWNER) -> httpx.Response:
+        return await self.client.get(f"/api/v1/public-records/{public_id}", headers=bearer(member))
+
     async def created(self, body: str, **kwargs: Any) -> tuple[int, int]:
         """Create and require 201/200; ``(record_id, context_id)``."""
         response = await self.create(body, **kwargs)

@@ -159,7 +159,7 @@ def _parse_demo_output(text: str, process: asyncio.subprocess.Process, log: Path
 
 
 MORE = "\u2026more"  # a list shown ending with `...`: more items may follow
-IDS = {"recordId": "records", "contextId": "contexts"}
+IDS = {"recordId": "records", "contextId": "contexts", "publicId": "public-records"}
 
 
 def _shown(body: str) -> object:
@@ -285,7 +285,7 @@ def _as_run(readme: ReadmeCommand, demo: Demo, same_id: dict[tuple[str, str], st
     for service, port in (("core", demo.core_port), ("worker", demo.worker_port)):
         command = command.replace(f"127.0.0.1:{README_PORTS[service]}/", f"127.0.0.1:{port}/")
     command = re.sub(
-        r"/(records|contexts)/(\d+)",
+        r"/(records|contexts|public-records)/([\w-]+)",
         lambda m: f"/{m[1]}/{same_id.get((m[1], m[2]), m[2])}",
         command,
     )

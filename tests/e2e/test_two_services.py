@@ -182,16 +182,19 @@ async def test_another_member_reads_no_bodies_or_private_keywords_and_changes_no
     live: Services, api: CoreApi, engine, fake_openai
 ):
     fake_openai.set_judge_selection(lambda ids: [(i, 0.8) for i in ids])
-    record_id, context_id = await api.created(HANGOVER)
+    created = (await api.create(HANGOVER)).json()
+    record_id, context_id = created["recordId"], created["contextId"]
     await wait_finished(engine, [context_id])
     embedded = fake_openai.embedding_calls
-    owner_view, other_view = await api.read(record_id), await api.read(record_id, member=OTHER)
+    owner_view = await api.read(record_id)
+    other_view = await api.read_public(created["publicId"], member=OTHER)
 
     attempts = [
         (api.modify(context_id, EDITED, member=OTHER), api.modify(NEVER_EXISTED, EDITED)),
         (api.delete_context(context_id, member=OTHER), api.delete_context(NEVER_EXISTED)),
         (api.delete_record(record_id, member=OTHER), api.delete_record(NEVER_EXISTED)),
         (api.add(record_id, EDITED, member=OTHER), api.add(NEVER_EXISTED, EDITED)),
+        (api.read(record_id, member=OTHER), api.read(NEVER_EXISTED)),
     ]
     for theirs, missing in attempts:
         theirs, missing = await theirs, await missing
@@ -213,7 +216,8 @@ async def test_another_member_reads_no_bodies_or_private_keywords_and_changes_no
     # A token made by `pinlog-core token` (member 3 created on the way) sees the same view.
     token = await member_token(live.command_env(), 3)
     third = await api.client.get(
-        f"/api/v1/records/{record_id}", headers={"Authorization": f"Bearer {token}"}
+        f"/api/v1/public-records/{created['publicId']}",
+        headers={"Authorization": f"Bearer {token}"},
     )
     assert third.json() == other_view.json()
 

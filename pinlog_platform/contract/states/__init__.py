@@ -177,6 +177,10 @@ ONE_STAGE_STATEMENTS: Mapping[str, Stage] = MappingProxyType(
         "core_service.repository.embedding_switch:FAILED_BY_REASON": Stage.EMBEDDING,
         # personal search's lists: keywords the owner may see (keyword_reads, §9)
         "core_service.repository.context_search:SEARCH_LISTS": Stage.KEYWORD,
+        # search's re-check reads the keywords each result shows its owner (keyword_reads, §9)
+        "core_service.repository.context_search:SEARCH_RECHECK": Stage.KEYWORD,
+        # a record's public view: the keywords every member may see (keyword_reads, §9)
+        "core_service.repository.record_view:LOAD_PUBLIC_RECORD": Stage.KEYWORD,
         # the switch's guarded moves check the embedding coverage of a profile
         "core_service.repository.embedding_switch:CUT_OVER": Stage.EMBEDDING,
         "core_service.repository.embedding_switch:FINISH": Stage.EMBEDDING,

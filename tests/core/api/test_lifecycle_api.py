@@ -328,12 +328,22 @@ async def test_reads_show_bodies_and_private_keywords_to_the_owner_only(
         engine, context_id=context_id, embedding_status="COMPLETED", keyword_status="COMPLETED"
     )
     owner = (await core_with_fake_worker.client.get(url, headers=bearer(1))).json()
-    other = (await core_with_fake_worker.client.get(url, headers=bearer(2))).json()
+    public_url = f"/api/v1/public-records/{created['publicId']}"
+    other = (await core_with_fake_worker.client.get(public_url, headers=bearer(2))).json()
+    owner_public = (await core_with_fake_worker.client.get(public_url, headers=bearer(1))).json()
 
     assert [k["code"] for k in owner["keywords"]] == ["PRIVATE_ONE", "PUBLIC_ONE"]
     assert [k["code"] for k in other["keywords"]] == ["PUBLIC_ONE"]
     assert owner["contexts"][0]["body"] == NOTE
-    assert "body" not in other["contexts"][0]
+    assert owner["publicId"] == created["publicId"]
+    # The public view is the same for every member, its owner included: no ids, no bodies.
+    assert other == owner_public
+    assert other == {
+        "publicId": created["publicId"],
+        "place": owner["place"],
+        "contexts": [{"createdAt": owner["contexts"][0]["createdAt"]}],
+        "keywords": [k for k in owner["keywords"] if k["code"] == "PUBLIC_ONE"],
+    }
     assert NOTE not in str(other)
 
     replaced = await core_with_fake_worker.client.put(

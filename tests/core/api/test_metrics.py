@@ -38,7 +38,7 @@ async def test_core_metrics_count_this_apps_traffic(core_with_fake_worker, fake_
     await core.client.put(
         f"/api/v1/contexts/{first['contextId']}", json={"body": "고친 메모"}, headers=bearer(1)
     )
-    await core.client.get(f"/api/v1/records/{first['recordId']}", headers=bearer(2))
+    await core.client.get(f"/api/v1/public-records/{first['publicId']}", headers=bearer(2))
     refused = await core.client.delete(f"/api/v1/contexts/{first['contextId']}", headers=bearer(1))
     await fake_worker.wait_for_requests(3)
     await core.app.state.dispatcher.drain(5)
@@ -68,7 +68,13 @@ async def test_core_metrics_count_this_apps_traffic(core_with_fake_worker, fake_
         == 1
     )
     assert (
-        _value(samples, latency, route="/api/v1/records/{record_id}", method="GET", status="2xx")
+        _value(
+            samples,
+            latency,
+            route="/api/v1/public-records/{public_id}",
+            method="GET",
+            status="2xx",
+        )
         == 1
     )
 

@@ -63,7 +63,8 @@ async def test_owner_sees_state_stage_and_reason_other_members_see_no_ai(
             {"id": context_id},
         )  # fmt: skip
     failed = (await core.client.get(url, headers=bearer(1))).json()
-    other = (await core.client.get(url, headers=bearer(2))).json()
+    public_url = f"/api/v1/public-records/{created['publicId']}"
+    other = (await core.client.get(public_url, headers=bearer(2))).json()
 
     assert pending["contexts"][0]["ai"] == {"state": "pending"}
     assert failed["contexts"][0]["ai"] == {

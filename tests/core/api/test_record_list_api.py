@@ -60,7 +60,16 @@ async def test_lists_only_the_members_own_active_records_newest_first(core_with_
     assert [r["recordId"] for r in body["records"]] == [second["recordId"], first["recordId"]]
     assert body["nextCursor"] is None
     item = body["records"][0]
-    assert set(item) == {"recordId", "place", "contextCount", "keywords", "createdAt", "ai"}
+    assert set(item) == {
+        "recordId",
+        "publicId",
+        "place",
+        "contextCount",
+        "keywords",
+        "createdAt",
+        "ai",
+    }
+    assert item["publicId"] == second["publicId"]
     assert item["place"] == {"externalPlaceId": "b", "name": "가게 B"}
     assert item["contextCount"] == 1
     assert item["keywords"] == []

@@ -31,6 +31,10 @@ EXPECTED = {
     "edit (unchanged)": 3,
     "delete": 3,
     "read": 1,
+    "read (another member's record id)": 1,
+    "read (public view)": 1,
+    "keywords": 1,
+    "export (one page)": 3,
 }
 
 
@@ -106,6 +110,19 @@ async def _operations(core, proxy, place: str) -> dict[str, int]:
         204,
     )
     await run("read", client.get(f"/api/v1/records/{record_id}", headers=headers), 200)
+    await run(
+        "read (another member's record id)",
+        client.get(f"/api/v1/records/{record_id}", headers=bearer(2)),
+        404,
+    )
+    await run(
+        "read (public view)",
+        client.get(f"/api/v1/public-records/{created['publicId']}", headers=bearer(2)),
+        200,
+    )
+    await run("keywords", client.get("/api/v1/keywords", headers=headers), 200)
+    # BEGIN (REPEATABLE READ, READ ONLY), the page, COMMIT.
+    await run("export (one page)", client.get("/api/v1/members/me/export", headers=bearer(3)), 200)
     return counts
 
 

@@ -22,8 +22,14 @@ OWNER, OTHER = 1, 2
 
 
 async def _codes(engine, record_id: int, viewer: int) -> set[str]:
+    """The owner's view by record id; another member's, the public view by public id."""
     async with autocommit(engine) as conn:
-        (view,) = await record_view.load(conn, viewer_id=viewer, record_ids=[record_id])
+        if viewer == OWNER:
+            view = await record_view.load_own(conn, viewer_id=viewer, record_id=record_id)
+        else:
+            public_id = await facts.public_id(engine, record_id)
+            view = await record_view.load_public(conn, viewer_id=viewer, public_id=public_id)
+    assert view is not None
     return {keyword.code for keyword in view.keywords}
 
 

@@ -112,6 +112,8 @@ async def test_a_note_without_a_vector_is_found_lexically_with_similarity_null(c
         {
             "recordId": written.record_id,
             "contextId": written.context_id,
+            "place": {"externalPlaceId": "rainy", "name": "카페"},
+            "keywords": [],
             "similarity": None,
             "keywordMatched": False,
             "matchedBy": ["lexical"],
@@ -197,3 +199,39 @@ async def test_a_deleted_records_notes_are_never_matched_by_their_words(core, en
     results = await _search(core, 1, "카페")
 
     assert [(r["recordId"], r["matchedBy"][0]) for r in results] == [(kept["recordId"], "lexical")]
+
+
+async def test_each_result_shows_its_place_and_the_keywords_its_owner_sees(
+    core, engine, fake_openai
+):
+    """Read with the re-check (one statement, §7; the round trips stay pinned): the name the
+    record's owner gave (not the first name another member gave the place) and the owner's
+    keywords, PRIVATE_ONLY ones included, exactly as the record read shows them."""
+    fake_openai.set_judge_selection(lambda ids: [(i, 0.8) for i in ids])
+    await created_and_completed(core, engine, 2, "해장하러 간 국밥집", "soup")
+    mine = await core.client.post(
+        "/api/v1/records",
+        json={"externalPlaceId": "soup", "placeName": "우리 동네 국밥", "body": "해장 국밥 최고"},
+        headers=bearer(1),
+    )
+    assert mine.status_code == 201
+    await created_and_completed(core, engine, 1, "해장 국밥 또 먹음", "soup")
+    read = await core.client.get(f"/api/v1/records/{mine.json()['recordId']}", headers=bearer(1))
+
+    (result,) = [
+        r for r in await _search(core, 1, "해장 국밥") if r["recordId"] == read.json()["recordId"]
+    ]
+
+    assert result["place"] == {"externalPlaceId": "soup", "name": "우리 동네 국밥"}
+    assert result["keywords"] == read.json()["keywords"]
+    visibilities = await _visibilities(engine, [k["code"] for k in result["keywords"]])
+    assert "PRIVATE_ONLY" in visibilities  # the owner's view, not the public one
+
+
+async def _visibilities(engine, codes):
+    async with engine.connect() as conn:
+        rows = await conn.execute(
+            text("SELECT visibility FROM ai.keyword_preset WHERE code = ANY(:codes)"),
+            {"codes": codes},
+        )
+        return {row.visibility for row in rows}
