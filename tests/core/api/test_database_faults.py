@@ -17,6 +17,7 @@ from core_service.errors import UnavailableError
 from core_service.repository.db import ENGINE_PARAMETERS
 from tests.core import support as facts
 from tests.core.harness import bearer, core_settings, running_core
+from tests.e2e.observe import wait_until
 from tests.fault_proxy import fault_proxy, set_read_only
 
 REQUEST_TIMEOUT = 2.0  # command deadline: half of it (core_service.repository.db)
@@ -75,11 +76,20 @@ async def _silent_database(core, proxy) -> None:
     assert await _recovers(core, 2, "after the thaw", within=10.0) < 10.0
 
 
+# Waits (up to 5 s) until each backend has exited: a request sent while one is still going
+# down may see its connection close mid-statement, a write the core rightly does not retry.
 TERMINATE_CORE = text(
-    "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+    "SELECT count(pg_terminate_backend(pid, 5000)) FROM pg_stat_activity "
     "WHERE datname = current_database() AND application_name = 'pinlog-core' "
     "AND pid <> pg_backend_pid()"
 )
+
+
+async def _every_dispatch_counted(engine) -> bool:
+    """Whether the core has counted the dispatch of every context (its background write, not
+    the requests this test times against the terminations)."""
+    uncounted = "SELECT count(*) FROM ai.context_ai_state WHERE last_dispatch_at IS NULL"
+    return await facts.count(engine, uncounted) == 0
 
 
 async def _admin(engine, sql) -> None:
@@ -122,6 +132,7 @@ async def test_sessions_the_server_ended_while_pooled_cost_no_request(
     assert created.status_code == 201
     record_id = created.json()["recordId"]
     for round_number in range(3):
+        await wait_until(lambda: _every_dispatch_counted(engine), what="the dispatches counted")
         await _admin(engine, TERMINATE_CORE)
         added = await core.client.post(
             f"/api/v1/records/{record_id}/contexts",
