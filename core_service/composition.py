@@ -199,6 +199,16 @@ async def build_core(
             command_timeout_seconds=command_timeout,
         )
         stack.push_async_callback(probe_engine.dispose)
+        lists_engine = None
+        if settings.search_database_url is not None:
+            # Client search's own lists on a replica; nothing else reads or writes there.
+            lists_engine = create_engine(
+                settings.search_database_url,
+                pool_size=settings.database_pool_size,
+                transaction_pooling=settings.database_transaction_pooling,
+                command_timeout_seconds=command_timeout,
+            )
+            stack.push_async_callback(lists_engine.dispose)
         analyser = SearchAnalyser()
         await analyser.load()  # before the first note or search, off the event loop
         core = Core(
@@ -221,6 +231,7 @@ async def build_core(
                 profile_in_use=profile_in_use,
                 cuts=settings.search_cuts_for,
                 analyser=analyser,
+                lists_engine=lists_engine,
             ),
             authenticator=TokenAuthenticator(
                 engine,

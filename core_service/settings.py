@@ -51,7 +51,11 @@ class CoreDatabaseSettings(BaseSettings):
         env_prefix=ENV_PREFIX, extra="ignore", frozen=True, hide_input_in_errors=True
     )
 
-    database_url: str = Field(description="postgresql+asyncpg://user:pass@host/db")
+    database_url: str = Field(
+        description="postgresql+asyncpg://user:pass@host/db; several hosts (a primary and its "
+        "standbys) as postgresql+asyncpg://user:pass@/db?host=HOST1:PORT&host=HOST2:PORT"
+        "&target_session_attrs=read-write (docs/deployment.md)"
+    )
     database_transaction_pooling: bool = Field(
         default=False,
         description="A transaction pooler (PgBouncer pool_mode=transaction) sits in between",
@@ -249,6 +253,12 @@ class CoreSettings(HttpServingSettings, TokenSettings, StateClockSettings):
         "shown; 0 = off (default: 0.60, or as measured for the embedding profile)",
     )
 
+    search_database_url: str | None = Field(
+        default=None,
+        description="Where client search reads its own lexical list: a streaming replica "
+        "(postgresql+asyncpg://, every rule of PINLOG_CORE_DATABASE_URL); the ownership and "
+        "deletion re-check, writes and claims stay on PINLOG_CORE_DATABASE_URL. Unset: that one",
+    )
     serve_openapi: bool = Field(
         default=False,
         description="Serve the client API's OpenAPI document at GET /api/v1/openapi.json "
@@ -267,6 +277,11 @@ class CoreSettings(HttpServingSettings, TokenSettings, StateClockSettings):
     @classmethod
     def _internal_secret(cls, value: SecretStr) -> SecretStr:
         return check_generated_secret(value)
+
+    @field_validator("search_database_url")
+    @classmethod
+    def _search_database_url(cls, value: str | None) -> str | None:
+        return None if value is None else refuse_placeholder_password(check_database_url(value))
 
     @property
     def search_cuts(self) -> SearchCuts:

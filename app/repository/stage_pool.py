@@ -39,7 +39,6 @@ from __future__ import annotations
 from typing import Any
 
 import asyncpg
-from sqlalchemy.engine import make_url
 
 from app.errors import DatabaseLockTimeout, DatabaseStatementError, DatabaseUnavailable
 from app.repository.db import (
@@ -89,7 +88,8 @@ class StagePool:
         transaction_pooling: bool = False,
         command_timeout_seconds: float = COMMAND_TIMEOUT_SECONDS,
     ) -> StagePool:
-        """Open ``size`` connections lazily (at most) to a ``postgresql+asyncpg://`` URL.
+        """Open ``size`` connections lazily (at most) to a ``postgresql+asyncpg://`` URL (one
+        host, or several in the accepted form: ``pinlog_platform.db.connection.driver_target``).
 
         ``transaction_pooling``: PgBouncer in transaction mode (``pinlog_platform.db.connection``):
         no statement cache, timeouts set per transaction. ``command_timeout_seconds``: the
@@ -107,7 +107,7 @@ class StagePool:
             await register_vector_codec(conn)
 
         pool = await asyncpg.create_pool(
-            _driver_dsn(database_url),
+            **connection.driver_target(database_url),
             min_size=0,
             max_size=size,
             init=init,
@@ -192,10 +192,6 @@ class StagePool:
     async def close(self) -> None:
         """Close every connection (waits for checked-out ones to come back)."""
         await self._pool.close()
-
-
-def _driver_dsn(database_url: str) -> str:
-    return make_url(database_url).set(drivername="postgresql").render_as_string(False)
 
 
 async def _keep_session(_conn: asyncpg.Connection) -> None:
