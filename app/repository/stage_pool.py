@@ -53,6 +53,7 @@ from pinlog_platform.db.sqlstates import (
     LOCK_NOT_AVAILABLE,
     TRANSIENT_SQLSTATE_PREFIXES,
     discards_connection,
+    no_suitable_host,
 )
 
 # A task waiting this long for a connection gives up with a transient error, as the
@@ -219,10 +220,11 @@ def _translate(exc: Exception) -> Exception:
     """A driver error as the worker's error (module docstring); anything else as is."""
     if isinstance(exc, asyncpg.PostgresError):
         return _translate_driver_error(exc)
-    if isinstance(exc, asyncpg.InterfaceError | OSError | TimeoutError):
+    if isinstance(exc, asyncpg.InterfaceError | OSError | TimeoutError) or no_suitable_host(exc):
         # The pool closed or closing (a statement's own InterfaceError became a
-        # DatabaseStatementError in ``_attempt``), connection lost or refused, a command
-        # past its deadline, or no connection within the pool timeout.
+        # DatabaseStatementError in ``_attempt``), connection lost or refused, no host
+        # accepting writes (mid-failover), a command past its deadline, or no connection
+        # within the pool timeout.
         return DatabaseUnavailable("database unavailable")
     return exc
 
