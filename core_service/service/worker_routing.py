@@ -15,8 +15,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Sequence
 
-from core_service.service.worker_endpoints import WorkerEndpoints
+from core_service.service.worker_endpoints import WorkerEndpoint, WorkerEndpoints
 from core_service.service.worker_readiness import ReadinessReader, display_url
 
 logger = logging.getLogger(__name__)
@@ -34,15 +35,9 @@ class ProfileRouting:
         self._reader = ReadinessReader([e.base_url for e in endpoints.all])
 
     async def refresh_once(self) -> None:
-        """Read every instance's profile once; never raises for worker faults."""
-        readings = await self._reader.read_all()
-        for endpoint, reading in zip(self._endpoints.all, readings, strict=True):
-            if reading.profile is not None and reading.profile != endpoint.profile:
-                logger.info("worker %s serves profile %s", display_url(endpoint.base_url),
-                            reading.profile)  # fmt: skip
-                endpoint.profile = reading.profile
-            if reading.max_request_bytes is not None:
-                endpoint.max_request_bytes = reading.max_request_bytes
+        """Read every instance's profile once (the instances listed now: a DNS name's change
+        with ``worker_discovery``); never raises for worker faults."""
+        await read_profiles(self._reader, self._endpoints.all)
 
     async def run_forever(self, stop: asyncio.Event) -> None:
         try:
@@ -59,3 +54,19 @@ class ProfileRouting:
     async def aclose(self) -> None:
         """Close the readiness reader's client (``run_forever`` does on its way out)."""
         await self._reader.aclose()
+
+
+async def read_profiles(reader: ReadinessReader, endpoints: Sequence[WorkerEndpoint]) -> None:
+    """Read each of ``endpoints``' ``/readyz`` once and store its profile and body limit on
+    it (an instance that cannot be read keeps what was last seen); never raises for worker
+    faults."""
+    readings = await reader.read_all(
+        [e.base_url for e in endpoints], [e.host_header for e in endpoints]
+    )
+    for endpoint, reading in zip(endpoints, readings, strict=True):
+        if reading.profile is not None and reading.profile != endpoint.profile:
+            logger.info("worker %s serves profile %s", display_url(endpoint.base_url),
+                        reading.profile)  # fmt: skip
+            endpoint.profile = reading.profile
+        if reading.max_request_bytes is not None:
+            endpoint.max_request_bytes = reading.max_request_bytes
