@@ -67,3 +67,4 @@ class LocalDnsServer:
 
     def __exit__(self, *_exc) -> None:
         self._server.stop()
+        self._server.server.server_close()

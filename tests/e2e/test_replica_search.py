@@ -25,8 +25,6 @@ from tests.core.support import state
 from tests.replication import ReplicatedCluster, wait_replayed
 from tests.worker.harness import running_worker, worker_settings
 
-pytestmark = pytest.mark.processes  # the cluster's servers are subprocesses
-
 MEMBER = 1
 
 
