@@ -1,4 +1,4 @@
-"""A small dedicated PostgreSQL cluster with a streaming replica, for the replica and failover
+"""A small dedicated PostgreSQL cluster with streaming replicas, for the replica and failover
 tests (docs/deployment.md "Replicas and failover").
 
 Built with the binaries the embedded server ships (``pgserver``): ``initdb`` makes the primary,
@@ -104,18 +104,20 @@ class Node:
 
 
 class ReplicatedCluster:
-    """A primary and one streaming standby (``create``); ``close`` stops both and deletes
-    their files."""
+    """A primary and streaming standbys (``create``); ``close`` stops them all and deletes
+    their files. ``primary`` and ``replica`` (the first standby) are the nodes as created;
+    after a failover the caller knows which one is primary now."""
 
-    def __init__(self, root: Path, primary: Node, replica: Node) -> None:
+    def __init__(self, root: Path, nodes: list[Node]) -> None:
         self.root = root
-        self.primary = primary
-        self.replica = replica
+        self.nodes = nodes
+        self.primary = nodes[0]
+        self.replica = nodes[1]
 
     @classmethod
-    async def create(cls, *, synchronous: bool = False) -> ReplicatedCluster:
-        """A migrated primary and its standby, streaming. ``synchronous``: the primary waits for
-        the standby's flush before a commit returns (``synchronous_standby_names = '*'``, set
+    async def create(cls, *, standbys: int = 1, synchronous: bool = False) -> ReplicatedCluster:
+        """A migrated primary and ``standbys`` standbys streaming from it. ``synchronous``:
+        the primary waits for a standby's flush before a commit returns (``set_synchronous``;
         on the primary only, so a promoted standby does not wait for a standby it lacks)."""
         user = _system_user()
         root = Path(tempfile.mkdtemp(prefix="pinlog-replica-"))
@@ -123,9 +125,10 @@ class ReplicatedCluster:
             shutil.chown(root, user)
         # The servers run as another user when this is root: they must reach their files.
         os.chmod(root, 0o755)  # noqa: S103
-        primary = Node("primary", root / "primary", root, free_port(), user)
-        replica = Node("replica", root / "replica", root, free_port(), user)
-        cluster = cls(root, primary, replica)
+        names = ["primary", "replica", *(f"replica{i}" for i in range(2, standbys + 1))]
+        nodes = [Node(name, root / name, root, free_port(), user) for name in names]
+        cluster = cls(root, nodes)
+        primary = nodes[0]
         try:
             await _run(
                 _bin("initdb"), "-D", str(primary.data_dir), "-U", "postgres",
@@ -140,39 +143,59 @@ class ReplicatedCluster:
                 await migrations.upgrade(engine)
             finally:
                 await engine.dispose()
-            await _run(
-                _bin("pg_basebackup"), "-D", str(replica.data_dir), "-h", "127.0.0.1",
-                "-p", str(primary.port), "-U", "postgres", "-X", "stream", "-R",
-                "--checkpoint=fast", "--no-sync", user=user,
-            )  # fmt: skip
-            await replica.start()
+            for standby in nodes[1:]:
+                await _run(
+                    _bin("pg_basebackup"), "-D", str(standby.data_dir), "-h", "127.0.0.1",
+                    "-p", str(primary.port), "-U", "postgres", "-X", "stream", "-R",
+                    "--checkpoint=fast", "--no-sync", user=user,
+                )  # fmt: skip
+                await standby.start()
             if synchronous:
-                await _admin(
-                    primary.url("postgres"),
-                    "ALTER SYSTEM SET synchronous_standby_names = '*'",
-                    "SELECT pg_reload_conf()",
-                )
-            await cluster.wait_streaming()
+                await cluster.set_synchronous(primary)
+            await cluster.wait_streaming(primary, standbys=standbys)
         except BaseException:
             await cluster.close()
             raise
         return cluster
 
     def failover_url(self) -> str:
-        """Both servers in the accepted multi-host form, writes on whichever accepts them."""
-        return (
-            f"postgresql+asyncpg://postgres@/{DATABASE}?host=127.0.0.1:{self.primary.port}"
-            f"&host=127.0.0.1:{self.replica.port}&target_session_attrs=read-write"
+        """Every server in the accepted multi-host form, writes on whichever accepts them."""
+        hosts = "&".join(f"host=127.0.0.1:{node.port}" for node in self.nodes)
+        return f"postgresql+asyncpg://postgres@/{DATABASE}?{hosts}&target_session_attrs=read-write"
+
+    async def set_synchronous(self, primary: Node) -> None:
+        """``synchronous_standby_names = '*'`` on ``primary``: a commit returns once a standby
+        has flushed it."""
+        await _admin(
+            primary.url("postgres"),
+            "ALTER SYSTEM SET synchronous_standby_names = '*'",
+            "SELECT pg_reload_conf()",
         )
 
-    async def wait_streaming(self, within: float = 20.0) -> None:
-        """Until the primary sees its standby streaming (and, when synchronous, as sync)."""
-        engine = create_engine(self.primary.url("postgres"), with_vector_codec=False)
+    async def follow(self, standby: Node, primary: Node) -> None:
+        """Point ``standby`` at ``primary`` (a promoted standby): its WAL receiver reconnects
+        there and follows the new timeline (``recovery_target_timeline = latest``)."""
+        conninfo = f"host=127.0.0.1 port={primary.port} user=postgres"
+        auto = standby.data_dir / "postgresql.auto.conf"
+        lines = [
+            line
+            for line in auto.read_text().splitlines()
+            if not line.startswith("primary_conninfo")
+        ]
+        auto.write_text("\n".join([*lines, f"primary_conninfo = '{conninfo}'", ""]))
+        await _admin(standby.url("postgres"), "SELECT pg_reload_conf()")
+
+    async def wait_streaming(
+        self, primary: Node | None = None, *, standbys: int = 1, within: float = 20.0
+    ) -> None:
+        """Until ``primary`` (the first node by default) sees ``standbys`` standbys streaming
+        (and, when it has synchronous_standby_names, one of them as sync)."""
+        engine = create_engine((primary or self.primary).url("postgres"), with_vector_codec=False)
         try:
             async with asyncio.timeout(within):
                 while True:
                     async with engine.connect() as conn:
-                        row = (
+                        rows = (
                             await conn.execute(
                                 text(
                                     "SELECT state, sync_state, current_setting("
@@ -180,16 +203,21 @@ class ReplicatedCluster:
                                     "FROM pg_stat_replication"
                                 )
                             )
-                        ).first()
-                    streaming = row is not None and row.state == "streaming"
-                    if streaming and (not row.names or row.sync_state == "sync"):
+                        ).all()
+                    streaming = [row for row in rows if row.state == "streaming"]
+                    synchronous = (
+                        not streaming
+                        or not streaming[0].names
+                        or any(row.sync_state == "sync" for row in streaming)
+                    )
+                    if len(streaming) >= standbys and synchronous:
                         return
                     await asyncio.sleep(0.05)
         finally:
             await engine.dispose()
 
     async def close(self) -> None:
-        for node in (self.replica, self.primary):
+        for node in reversed(self.nodes):
             if (node.data_dir / "postmaster.pid").exists():
                 with contextlib.suppress(RuntimeError):
                     await node.stop("immediate")

@@ -1,17 +1,22 @@
 """Failover without a restart (docs/deployment.md "Failover: a database that moves"): both
-services run as processes on a primary and its streaming standby (``tests/replication.py``),
-their URLs naming both hosts with ``target_session_attrs=read-write``; a client creates notes
-through the core's API without pause while the primary stops and the standby is promoted.
+services run as processes on a primary and two streaming standbys (``tests/replication.py``),
+their URLs naming all three hosts with ``target_session_attrs=read-write``; a client creates
+notes through the core's API without pause while the primary stops and a standby is promoted.
 
-Asserted for each way the primary stops (``pg_ctl stop -m fast``, whose shutdown ships every
-WAL record to the standby; ``-m immediate``, a crash, with ``synchronous_standby_names`` set
-so that a commit returned only once the standby had it):
+Two runs, in file order, on the same processes (which are never restarted):
+
+1. the primary stops with ``pg_ctl stop -m fast`` (its shutdown ships every WAL record to the
+   standbys) and the first standby is promoted; the second standby then follows it;
+2. with ``synchronous_standby_names`` set on the new primary (a commit returns only once the
+   remaining standby has it), the new primary crashes (``pg_ctl stop -m immediate``) and the
+   last standby is promoted.
+
+Asserted in each run:
 
 - every create is answered within its deadline (the core's request deadline plus a margin for
   the answer to travel), created (201) or refused (503), nothing in between;
 - ``/readyz`` of both services tells the truth: it turns 503 once the primary is gone, stays so
-  until the standby is promoted, and is 200 again within 30 s of the promotion, with no
-  restart;
+  until the standby is promoted, and is 200 again within 30 s of the promotion;
 - no committed note is lost: every note the client was told was created exists on the new
   primary and ends ``COMPLETED`` (the rescan re-requests what the failover interrupted), and
   so does any note whose create was refused after all.
@@ -24,7 +29,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
 import httpx
@@ -35,7 +39,7 @@ from app.repository import keyword_preset
 from app.repository.db import create_engine
 from tests.core.harness import bearer, make_member
 from tests.e2e.processes import ServiceProcess, core_environment, worker_environment
-from tests.replication import ReplicatedCluster
+from tests.replication import Node, ReplicatedCluster
 
 MEMBER = 1
 # The core's request deadline in these runs (seconds); an answer may take a little longer to
@@ -89,18 +93,21 @@ class Setup:
     core: ServiceProcess
 
 
-async def _start(mode: str, preset_rows, fake, logs) -> AsyncIterator[Setup]:
-    cluster = await ReplicatedCluster.create(synchronous=mode == "immediate")
+@pytest.fixture(scope="module")
+async def setup(bundled_preset_rows, fake_openai_server, tmp_path_factory):
+    """A primary, two standbys and both services on all three (started once for both runs)."""
+    logs = tmp_path_factory.mktemp("failover-logs")
+    cluster = await ReplicatedCluster.create(standbys=2)
     try:
         engine = create_engine(cluster.primary.url(), pool_size=1)
         try:
             async with engine.begin() as conn:  # the worker caches presets at startup (§4)
-                await keyword_preset.upsert_all(conn, preset_rows)
+                await keyword_preset.upsert_all(conn, bundled_preset_rows)
             await make_member(engine, MEMBER)
         finally:
             await engine.dispose()
         url = cluster.failover_url()
-        worker = ServiceProcess("app", worker_environment(url, fake), logs / f"worker-{mode}.log")
+        worker = ServiceProcess("app", worker_environment(url, fake_openai_server), logs / "w.log")
         core = ServiceProcess(
             "core_service",
             core_environment(
@@ -109,7 +116,7 @@ async def _start(mode: str, preset_rows, fake, logs) -> AsyncIterator[Setup]:
                 rescan_period_seconds=1,
                 request_timeout_seconds=REQUEST_TIMEOUT_SECONDS,
             ),
-            logs / f"core-{mode}.log",
+            logs / "core.log",
         )
         try:
             await asyncio.gather(worker.start(), core.start())
@@ -120,14 +127,10 @@ async def _start(mode: str, preset_rows, fake, logs) -> AsyncIterator[Setup]:
         await cluster.close()
 
 
-@pytest.fixture(params=["fast", "immediate"])
-async def setup(request, bundled_preset_rows, fake_openai_server, tmp_path_factory):
-    logs = tmp_path_factory.mktemp("failover-logs")
-    async for running in _start(request.param, bundled_preset_rows, fake_openai_server, logs):
-        yield request.param, running
-
-
-async def _create_stream(client: httpx.AsyncClient, run: Run, stop: asyncio.Event) -> None:
+async def _create_stream(
+    client: httpx.AsyncClient, run: Run, stop: asyncio.Event, tag: str
+) -> None:
+    """Create notes one after another (each at a place of its own) until ``stop``."""
     n = 0
     while not stop.is_set():
         body = f"{BODIES[n % len(BODIES)]} #{n}"
@@ -135,7 +138,7 @@ async def _create_stream(client: httpx.AsyncClient, run: Run, stop: asyncio.Even
         try:
             response = await client.post(
                 "/api/v1/records",
-                json={"externalPlaceId": f"place-{n}", "placeName": "카페", "body": body},
+                json={"externalPlaceId": f"{tag}-{n}", "placeName": "카페", "body": body},
                 headers=bearer(MEMBER),
             )
             status = response.status_code
@@ -192,9 +195,9 @@ async def _final_states(url: str) -> dict[int, tuple[str, str]]:
         await engine.dispose()
 
 
-async def test_both_services_follow_a_promoted_standby_and_no_committed_note_is_lost(setup):
-    mode, services = setup
-    cluster = services.cluster
+async def _fail_over(services: Setup, old: Node, new: Node, mode: str) -> None:
+    """One run (module docstring): creates all along, ``old`` stopped with ``mode``, ``new``
+    promoted; the assertions, and the figures printed."""
     run = Run()
     stop = asyncio.Event()
     async with (
@@ -203,14 +206,14 @@ async def test_both_services_follow_a_promoted_standby_and_no_committed_note_is_
         httpx.AsyncClient(base_url=services.worker.base_url, timeout=30) as worker_probe,
     ):
         tasks = [
-            asyncio.create_task(_create_stream(client, run, stop)),
+            asyncio.create_task(_create_stream(client, run, stop, mode)),
             asyncio.create_task(_watch_readyz(core_probe, run.readyz["core"], stop)),
             asyncio.create_task(_watch_readyz(worker_probe, run.readyz["worker"], stop)),
         ]
         try:
             await _until(lambda: _created_since(run, 0) >= NOTES_BEFORE, "creates before")
             run.stopping = time.monotonic()
-            await cluster.primary.stop(mode)
+            await old.stop(mode)
             run.stopped = time.monotonic()
             # The truth: both services say they are not ready while no server takes writes.
             for name in ("core", "worker"):
@@ -221,7 +224,7 @@ async def test_both_services_follow_a_promoted_standby_and_no_committed_note_is_
                     f"{name} /readyz turning 503 after the primary stopped",
                 )
             run.promoting = time.monotonic()
-            await cluster.replica.promote()
+            await new.promote()
             run.promoted = time.monotonic()
             for name in ("core", "worker"):
                 await _until(
@@ -249,7 +252,7 @@ async def test_both_services_follow_a_promoted_standby_and_no_committed_note_is_
         assert all(a.status is not None for a in answers), f"{name} stopped answering"
 
     created = [c.context_id for c in run.creates if c.status == 201]
-    new_primary = cluster.replica.url()
+    new_primary = new.url()
 
     async def every_note_completed() -> dict[int, tuple[str, str]]:
         async with asyncio.timeout(RECOVERY_BOUND_SECONDS):
@@ -278,12 +281,31 @@ async def test_both_services_follow_a_promoted_standby_and_no_committed_note_is_
         f"{run.promoted - run.promoting:.2f} s; the primary was down "
         f"{run.promoted - run.stopped:.2f} s before it); notes created {len(created)} "
         f"(before {before}, during {during}, after {after}), refused "
-        f"{sum(1 for c in run.creates if c.status == 503)}, in the database {len(states)}, "
+        f"{sum(1 for c in run.creates if c.status == 503)}, "
+        f"notes on the new primary {len(states)}, "
         f"lost {len(lost)}, unfinished {len(unfinished)}"
     )
     assert lost == []
     assert unfinished == {}
     assert len(states) >= len(created)
+
+
+async def test_1_a_primary_stopped_fast_loses_nothing(setup: Setup):
+    cluster = setup.cluster
+    primary, first, second = cluster.nodes
+    await _fail_over(setup, primary, first, "fast")
+    # The second standby follows the new primary, for the next run.
+    await cluster.follow(second, first)
+    await cluster.wait_streaming(first, standbys=1)
+
+
+async def test_2_a_crashed_primary_with_a_synchronous_standby_loses_nothing(setup: Setup):
+    cluster = setup.cluster
+    _, first, second = cluster.nodes
+    await cluster.wait_streaming(first, standbys=1)
+    await cluster.set_synchronous(first)
+    await cluster.wait_streaming(first, standbys=1)
+    await _fail_over(setup, first, second, "immediate")
 
 
 def _first_ready(run: Run, name: str) -> float:
