@@ -107,8 +107,14 @@ class ReadinessReader:
     async def _read(self, base_url: str, host_header: str | None = None) -> WorkerReadiness:
         assert self._session is not None
         headers = {"Host": host_header} if host_header is not None else None
+        # Over TLS an address found by DNS is checked against the name, not the address.
+        tls_name = None
+        if host_header is not None and base_url.startswith("https://"):
+            tls_name = host_header.rsplit(":", 1)[0].strip("[]")
         try:
-            async with self._session.get(base_url + READYZ_PATH, headers=headers) as response:
+            async with self._session.get(
+                base_url + READYZ_PATH, headers=headers, server_hostname=tls_name
+            ) as response:
                 if response.status not in (200, 503):
                     return WorkerReadiness(base_url, problem=f"HTTP {response.status}")
                 raw = await response.content.read(MAX_BODY_BYTES + 1)
