@@ -159,3 +159,33 @@ async def test_a_note_deleted_on_the_primary_is_never_shown_however_far_the_repl
         assert note["contextId"] not in _ids(await _search(setup, "강아지 테라스"))
     finally:
         await _replay(setup, "resume")
+
+
+async def test_after_an_edit_the_old_context_is_never_shown_from_a_lagging_replica(
+    setup: ReplicaSetup,
+):
+    """§10 #3 through the core while the replica lags: the edit replaced the context on the
+    primary; the replica still lists the old one, the member never sees it, and the new one
+    is found once replayed."""
+    note = await _completed_note(setup, "주차장 넓은 브런치 카페. 팬케이크 추천", "replica-d")
+    await wait_replayed(setup.cluster.primary.url(), setup.cluster.replica.url())
+    await _replay(setup, "pause")
+    try:
+        edited = await setup.core.client.put(
+            f"/api/v1/contexts/{note['contextId']}",
+            json={"body": "주차장 좁은 브런치 카페. 팬케이크 추천"},
+            headers=bearer(MEMBER),
+        )
+        assert edited.status_code in (200, 201), edited.text
+        new_context = edited.json()["contextId"]
+        assert new_context != note["contextId"]
+
+        shown = _ids(await _search(setup, "브런치 팬케이크"))
+        assert note["contextId"] not in shown
+        assert new_context not in shown  # not replayed yet
+    finally:
+        await _replay(setup, "resume")
+    await wait_replayed(setup.cluster.primary.url(), setup.cluster.replica.url())
+    async with asyncio.timeout(15):
+        while new_context not in _ids(await _search(setup, "브런치 팬케이크")):  # noqa: ASYNC110
+            await asyncio.sleep(0.1)  # its stages complete on the primary, then replay
