@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import socket
 from collections.abc import AsyncIterator
 
@@ -194,6 +195,7 @@ async def test_a_connection_failure_resolves_the_name_again_at_once(
 ):
     """Refreshes every 60 s, yet a worker that stops answering is dropped within about a
     second of the first call that could not connect to it: that call asks for the name again."""
+    caplog.set_level(logging.INFO, logger="core_service.service.worker_discovery")
     port, by_address = workers.port, workers.at
     dns.resolver.answers[NAME] = ["127.0.0.2", "127.0.0.4"]
     async with _core(migrated_database, f"http://{NAME}:{port}", dns, refresh=60) as core:
