@@ -192,7 +192,8 @@ class CoreSettings(HttpServingSettings, TokenSettings, StateClockSettings):
     """Core service configuration. Raises ``pydantic.ValidationError`` with precise lines."""
 
     worker_base_url: str = Field(
-        description="Base URL of the AI worker, or several comma-separated (round robin)"
+        description="Base URL of the AI worker, or several comma-separated (round robin); a "
+        "host that is a DNS name stands for every address it resolves to (docs/scaling.md)"
     )
     internal_secret: SecretStr = Field(description="X-Internal-Secret shared with the worker (§8)")
     embedding_profile: str = Field(
