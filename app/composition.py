@@ -213,9 +213,11 @@ async def _open_databases(stack: AsyncExitStack, settings: Settings) -> _Databas
     )
     stack.push_async_callback(stage_pool.close)
 
-    def open_engine(pool_size: int, **options: bool) -> AsyncEngine:
+    def open_engine(
+        pool_size: int, database_url: str | None = None, **options: bool
+    ) -> AsyncEngine:
         engine = create_engine(
-            settings.database_url,
+            database_url or settings.database_url,
             pool_size=pool_size,
             transaction_pooling=settings.database_transaction_pooling,
             command_timeout_seconds=command_timeout,
@@ -228,8 +230,10 @@ async def _open_databases(stack: AsyncExitStack, settings: Settings) -> _Databas
     # Readiness has its own connection: a busy or exhausted worker pool must not make /readyz
     # wait.
     probe_engine = open_engine(1, with_vector_codec=False, pre_ping=True)
-    # Search has its own small pool, so a burst of stage work never queues it (§7).
-    search_engine = open_engine(SEARCH_CONNECTIONS)
+    # Search has its own small pool, so a burst of stage work never queues it (§7); it may
+    # read a replica (PINLOG_SEARCH_DATABASE_URL): it only reads, and a note the replica has
+    # not replayed yet is simply not found yet.
+    search_engine = open_engine(SEARCH_CONNECTIONS, settings.search_database_url)
     return _Databases(stage_pool, engine, probe_engine, search_engine)
 
 

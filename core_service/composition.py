@@ -41,6 +41,7 @@ from core_service.service.reembed_backfill import ReembedBackfill
 from core_service.service.rescan import RescanScheduler
 from core_service.service.search_terms import SearchAnalyser
 from core_service.service.status import StatusGauges
+from core_service.service.worker_discovery import WorkerDiscovery
 from core_service.service.worker_endpoints import WorkerEndpoints
 from core_service.service.worker_readiness import ReadinessReader, WorkerReadiness
 from core_service.service.worker_routing import ProfileRouting
@@ -184,6 +185,15 @@ async def build_core(
         stack.push_async_callback(engine.dispose)
         endpoints = build_worker_endpoints(settings)
         stack.push_async_callback(endpoints.aclose)
+        discovery = WorkerDiscovery(
+            endpoints,
+            dns_servers=settings.worker_dns_server_addresses,
+            refresh_seconds=settings.worker_dns_refresh_seconds,
+        )
+        if discovery.has_names:
+            stack.push_async_callback(discovery.aclose)  # run_forever closes it too
+            await discovery.refresh_once()  # every address known (and read) before work
+            _run_until_exit(stack, discovery.run_forever)
         pause = PauseSwitch(engine, metrics)
         profile_in_use = ProfileInUse(engine, configured=settings.embedding_profile)
         routing = ProfileRouting(endpoints, metrics=metrics, profile_in_use=profile_in_use)
@@ -203,6 +213,16 @@ async def build_core(
             command_timeout_seconds=command_timeout,
         )
         stack.push_async_callback(probe_engine.dispose)
+        lists_engine = None
+        if settings.search_database_url is not None:
+            # Client search's own lists on a replica; nothing else reads or writes there.
+            lists_engine = create_engine(
+                settings.search_database_url,
+                pool_size=settings.database_pool_size,
+                transaction_pooling=settings.database_transaction_pooling,
+                command_timeout_seconds=command_timeout,
+            )
+            stack.push_async_callback(lists_engine.dispose)
         analyser = SearchAnalyser()
         await analyser.load()  # before the first note or search, off the event loop
         core = Core(
@@ -227,6 +247,7 @@ async def build_core(
                 profile_in_use=profile_in_use,
                 cuts=settings.search_cuts_for,
                 analyser=analyser,
+                lists_engine=lists_engine,
             ),
             authenticator=TokenAuthenticator(
                 engine,
@@ -327,17 +348,35 @@ class Operations:
         """The profile in use now (no cache): the switch row's, else the configured one."""
         return await read_profile_in_use(self.engine, configured=self.settings.embedding_profile)
 
-    @property
-    def reader(self) -> ReadinessReader:
-        """The reader of every listed worker's ``/readyz``."""
+    async def reader(self) -> ReadinessReader:
+        """The reader of every worker instance's ``/readyz``: each listed URL, a DNS name's
+        as every address it resolves to now (``WorkerDiscovery``, resolved once per
+        command)."""
         if self._reader is None:
-            self._reader = ReadinessReader(self.settings.worker_base_urls)
+            # Clients of its own: the discovery closes the ones it drops, which the
+            # command's dispatcher (``endpoints``) may still be using.
+            listed = build_worker_endpoints(self.settings)
+            self._stack.push_async_callback(listed.aclose)
+            instances = list(listed.all)
+            discovery = WorkerDiscovery(
+                listed,
+                dns_servers=self.settings.worker_dns_server_addresses,
+                refresh_seconds=self.settings.worker_dns_refresh_seconds,
+            )
+            if discovery.has_names:
+                self._stack.push_async_callback(discovery.aclose)
+                await discovery.refresh_once()
+                instances = list(discovery.instances)
+            self._reader = ReadinessReader(
+                [e.base_url for e in instances] or self.settings.worker_base_urls,
+                host_headers=[e.host_header for e in instances] or None,
+            )
             self._stack.push_async_callback(self._reader.aclose)
         return self._reader
 
     async def readings(self) -> list[WorkerReadiness]:
-        """Every listed worker's ``/readyz`` now (``ReadinessReader.read_all``)."""
-        return await self.reader.read_all()
+        """Every worker instance's ``/readyz`` now (``reader``)."""
+        return await (await self.reader()).read_all()
 
     def endpoints(self) -> WorkerEndpoints:
         """One pooled client per listed worker (``build_worker_endpoints``)."""

@@ -6,6 +6,8 @@ default. Errors name the variable and never print a value.
 
 from __future__ import annotations
 
+import ipaddress
+
 from pydantic import Field, SecretStr, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
@@ -39,6 +41,41 @@ MAX_REQUEST_BYTES_FLOOR = 16 * 1024
 RETRY_COUNT_CEILING = 3
 
 
+DEFAULT_DNS_PORT = 53
+
+
+def parse_dns_servers(value: str) -> tuple[tuple[str, int], ...]:
+    """``PINLOG_CORE_WORKER_DNS_SERVERS`` (comma-separated ``IP``, ``IP:PORT``, ``[IPv6]:PORT``)
+    as ``(address, port)`` pairs; ``ValueError`` naming the rule (never the value)."""
+    servers = []
+    for item in value.split(","):
+        item = item.strip()
+        host, port = item, DEFAULT_DNS_PORT
+        if item.startswith("["):
+            host, _, rest = item[1:].partition("]")
+            if rest:
+                if not rest.startswith(":") or not rest[1:].isdigit():
+                    raise ValueError("must be IP or IP:PORT addresses, comma-separated")
+                port = int(rest[1:])
+        elif item.count(":") == 1:
+            host, _, port_text = item.partition(":")
+            if not port_text.isdigit():
+                raise ValueError("must be IP or IP:PORT addresses, comma-separated")
+            port = int(port_text)
+        if not _is_ip(host) or not 0 < port < 65536:
+            raise ValueError("must be IP or IP:PORT addresses, comma-separated")
+        servers.append((host, port))
+    return tuple(servers)
+
+
+def _is_ip(host: str) -> bool:
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return True
+
+
 def _given(value: float | None, default: float) -> float:
     return default if value is None else value
 
@@ -51,7 +88,11 @@ class CoreDatabaseSettings(BaseSettings):
         env_prefix=ENV_PREFIX, extra="ignore", frozen=True, hide_input_in_errors=True
     )
 
-    database_url: str = Field(description="postgresql+asyncpg://user:pass@host/db")
+    database_url: str = Field(
+        description="postgresql+asyncpg://user:pass@host/db; several hosts (a primary and its "
+        "standbys) as postgresql+asyncpg://user:pass@/db?host=HOST1:PORT&host=HOST2:PORT"
+        "&target_session_attrs=read-write (docs/deployment.md)"
+    )
     database_transaction_pooling: bool = Field(
         default=False,
         description="A transaction pooler (PgBouncer pool_mode=transaction) sits in between",
@@ -151,7 +192,8 @@ class CoreSettings(HttpServingSettings, TokenSettings, StateClockSettings):
     """Core service configuration. Raises ``pydantic.ValidationError`` with precise lines."""
 
     worker_base_url: str = Field(
-        description="Base URL of the AI worker, or several comma-separated (round robin)"
+        description="Base URL of the AI worker, or several comma-separated (round robin); a "
+        "host that is a DNS name stands for every address it resolves to (docs/scaling.md)"
     )
     internal_secret: SecretStr = Field(
         description="X-Internal-Secret shared with the worker (§8); generated: >= 32 characters, "
@@ -254,6 +296,24 @@ class CoreSettings(HttpServingSettings, TokenSettings, StateClockSettings):
         "shown; 0 = off (default: 0.60, or as measured for the embedding profile)",
     )
 
+    search_database_url: str | None = Field(
+        default=None,
+        description="Where client search reads its own lexical list: a streaming replica "
+        "(postgresql+asyncpg://, every rule of PINLOG_CORE_DATABASE_URL); the ownership and "
+        "deletion re-check, writes and claims stay on PINLOG_CORE_DATABASE_URL. Unset: that one",
+    )
+    worker_dns_servers: str | None = Field(
+        default=None,
+        description="DNS servers that resolve the worker names of WORKER_BASE_URL "
+        "(comma-separated IP or IP:PORT); unset: the system resolver (getaddrinfo)",
+    )
+    worker_dns_refresh_seconds: float = Field(
+        default=5.0,
+        gt=0,
+        le=3600,
+        description="How often worker names are resolved again (also soon after an address "
+        "could not be reached): a new worker gets work, a removed one stops getting it",
+    )
     serve_openapi: bool = Field(
         default=False,
         description="Serve the client API's OpenAPI document at GET /api/v1/openapi.json "
@@ -272,6 +332,23 @@ class CoreSettings(HttpServingSettings, TokenSettings, StateClockSettings):
     @classmethod
     def _internal_secret(cls, value: SecretStr) -> SecretStr:
         return check_generated_secret(value)
+
+    @field_validator("worker_dns_servers")
+    @classmethod
+    def _dns_servers(cls, value: str | None) -> str | None:
+        if value is not None:
+            parse_dns_servers(value)
+        return value
+
+    @property
+    def worker_dns_server_addresses(self) -> tuple[tuple[str, int], ...]:
+        """``WORKER_DNS_SERVERS`` as ``(address, port)`` pairs; empty when unset."""
+        return () if self.worker_dns_servers is None else parse_dns_servers(self.worker_dns_servers)
+
+    @field_validator("search_database_url")
+    @classmethod
+    def _search_database_url(cls, value: str | None) -> str | None:
+        return None if value is None else refuse_placeholder_password(check_database_url(value))
 
     @property
     def search_cuts(self) -> SearchCuts:

@@ -39,7 +39,6 @@ from __future__ import annotations
 from typing import Any
 
 import asyncpg
-from sqlalchemy.engine import make_url
 
 from app.errors import DatabaseLockTimeout, DatabaseStatementError, DatabaseUnavailable
 from app.repository.db import (
@@ -54,6 +53,7 @@ from pinlog_platform.db.sqlstates import (
     LOCK_NOT_AVAILABLE,
     TRANSIENT_SQLSTATE_PREFIXES,
     discards_connection,
+    no_suitable_host,
 )
 
 # A task waiting this long for a connection gives up with a transient error, as the
@@ -89,7 +89,8 @@ class StagePool:
         transaction_pooling: bool = False,
         command_timeout_seconds: float = COMMAND_TIMEOUT_SECONDS,
     ) -> StagePool:
-        """Open ``size`` connections lazily (at most) to a ``postgresql+asyncpg://`` URL.
+        """Open ``size`` connections lazily (at most) to a ``postgresql+asyncpg://`` URL (one
+        host, or several in the accepted form: ``pinlog_platform.db.connection.driver_target``).
 
         ``transaction_pooling``: PgBouncer in transaction mode (``pinlog_platform.db.connection``):
         no statement cache, timeouts set per transaction. ``command_timeout_seconds``: the
@@ -107,7 +108,7 @@ class StagePool:
             await register_vector_codec(conn)
 
         pool = await asyncpg.create_pool(
-            _driver_dsn(database_url),
+            **connection.driver_target(database_url),
             min_size=0,
             max_size=size,
             init=init,
@@ -194,10 +195,6 @@ class StagePool:
         await self._pool.close()
 
 
-def _driver_dsn(database_url: str) -> str:
-    return make_url(database_url).set(drivername="postgresql").render_as_string(False)
-
-
 async def _keep_session(_conn: asyncpg.Connection) -> None:
     """Release without asyncpg's reset query (module docstring)."""
 
@@ -223,10 +220,11 @@ def _translate(exc: Exception) -> Exception:
     """A driver error as the worker's error (module docstring); anything else as is."""
     if isinstance(exc, asyncpg.PostgresError):
         return _translate_driver_error(exc)
-    if isinstance(exc, asyncpg.InterfaceError | OSError | TimeoutError):
+    if isinstance(exc, asyncpg.InterfaceError | OSError | TimeoutError) or no_suitable_host(exc):
         # The pool closed or closing (a statement's own InterfaceError became a
-        # DatabaseStatementError in ``_attempt``), connection lost or refused, a command
-        # past its deadline, or no connection within the pool timeout.
+        # DatabaseStatementError in ``_attempt``), connection lost or refused, no host
+        # accepting writes (mid-failover), a command past its deadline, or no connection
+        # within the pool timeout.
         return DatabaseUnavailable("database unavailable")
     return exc
 

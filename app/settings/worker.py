@@ -63,7 +63,15 @@ class DeploymentSettings(BaseModel):
     of ``Settings`` follows (empty and padded values, the offline switch)."""
 
     database_url: str = Field(
-        description="SQLAlchemy asyncpg URL, postgresql+asyncpg://user:pass@host/db"
+        description="SQLAlchemy asyncpg URL, postgresql+asyncpg://user:pass@host/db; several "
+        "hosts (a primary and its standbys) as postgresql+asyncpg://user:pass@/db?host=HOST1:PORT"
+        "&host=HOST2:PORT&target_session_attrs=read-write (docs/deployment.md)"
+    )
+    search_database_url: str | None = Field(
+        default=None,
+        description="Where internal search (§7) reads: a streaming replica (every rule of "
+        "PINLOG_DATABASE_URL); stage claims and saves, presets and readiness stay on "
+        "PINLOG_DATABASE_URL. Unset: that one",
     )
     internal_secret: SecretStr = Field(
         description="Shared X-Internal-Secret value (§8); generated: >= 32 characters, >= 10 "
@@ -109,6 +117,11 @@ class DeploymentSettings(BaseModel):
     @classmethod
     def _database_url(cls, value: str) -> str:
         return refuse_placeholder_password(check_database_url(value))
+
+    @field_validator("search_database_url")
+    @classmethod
+    def _search_database_url(cls, value: str | None) -> str | None:
+        return None if value is None else refuse_placeholder_password(check_database_url(value))
 
     @field_validator("internal_secret")
     @classmethod

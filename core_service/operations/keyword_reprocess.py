@@ -309,7 +309,7 @@ async def reprocess(
         )
 
     version = await reprocess.wait_for_workers(
-        operations.reader, timeout_seconds=wait, on_wait=waiting
+        await operations.reader(), timeout_seconds=wait, on_wait=waiting
     )
     plan = await reprocess.plan(version)
     typer.echo(

@@ -8,10 +8,12 @@ three lists fused by rank, the core re-checks every hit.
    embedding profile in use (``profile_in_use``), on an instance serving that profile
    (``worker_routing``), and the contexts its lists found as ``contextIds``: the *semantic*
    list (§7), the cosines of those contexts and the worker's *keyword hits*.
-3. One statement re-checks every context (the member owns it and its record, neither is
-   deleted) before anything is shown, and reads each record's place and the keywords its owner
-   sees; reciprocal rank fusion ranks the records; the cuts
-   (``pinlog_platform.contract.search``) apply to results only the semantic list found.
+3. One statement re-checks every context on the primary (the member owns it and its record,
+   neither is deleted) before anything is shown, so a list read from a lagging replica
+   (step 1 may run on one: ``lists_engine``) never shows a note deleted on the primary; it
+   also reads each record's place and the keywords its owner sees; reciprocal rank fusion
+   ranks the records; the cuts (``pinlog_platform.contract.search``) apply to results only
+   the semantic list found.
 """
 
 from __future__ import annotations
@@ -187,8 +189,12 @@ class PersonalSearch:
         analyser: SearchAnalyser,
         lexical_floor_share: float = LEXICAL_FLOOR_SHARE,
         rrf_k: int = RRF_K,
+        lists_engine: AsyncEngine | None = None,
     ) -> None:
         self._engine = engine
+        # The core's lists may come from a replica (PINLOG_CORE_SEARCH_DATABASE_URL); the
+        # re-check of what is shown always reads ``engine``, the primary.
+        self._lists_engine = lists_engine or engine
         self._endpoints = endpoints
         self._profile_in_use = profile_in_use
         self._cuts = cuts
@@ -210,7 +216,7 @@ class PersonalSearch:
         terms = list((await self._analyser.terms(normalised)).terms)
         named_ids = await self._preset_names.named(terms)
         profile = await self._profile_in_use.current()
-        async with autocommit(self._engine) as conn:
+        async with autocommit(self._lists_engine) as conn:
             core_lists = await context_search.search_lists(
                 conn,
                 member_id=member_id,

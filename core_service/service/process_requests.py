@@ -179,7 +179,9 @@ def _combine(
     results: list[tuple[DispatchResult, float | None]],
 ) -> tuple[DispatchResult, float | None]:
     """The result of a round no instance took: refused (with the shortest ``Retry-After``) if
-    any refused, else unreachable if any was, else unauthorized."""
+    any refused, else unreachable if any was or no instance was known, else unauthorized."""
+    if not results:
+        return DispatchResult.UNREACHABLE, None
     for wanted in (DispatchResult.REFUSED, DispatchResult.UNREACHABLE):
         matching = [wait for result, wait in results if result is wanted]
         if matching:

@@ -3,7 +3,10 @@
 ``PINLOG_CORE_WORKER_BASE_URL`` may list several instances (comma-separated). Each call starts
 at the next instance (round robin) and moves on when one refuses or cannot be reached, so a
 dead or overloaded replica costs a retry, not a lost request. A load balancer in front of the
-workers works too: give its one URL.
+workers works too: give its one URL. A URL whose host is a DNS name may stand for many
+instances: ``worker_discovery`` resolves it and replaces its one endpoint by one per address
+(``WorkerEndpoints.replace``); an instance found that way gets work only once its ``/readyz``
+was read (``in_turn``).
 
 ``WorkerEndpoint.post_json`` sends one JSON body (``orjson``, UTF-8) with
 ``X-Internal-Secret`` (§8) and returns the whole answer (``WorkerAnswer``: status, headers,
@@ -28,7 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from types import SimpleNamespace
 
@@ -121,12 +124,15 @@ class WorkerEndpoint:
     __slots__ = (
         "_closed",
         "_headers",
+        "_server_hostname",
         "_session",
         "_timeout",
         "_trace",
         "_urls",
         "base_url",
+        "discovered",
         "max_request_bytes",
+        "on_unreachable",
         "profile",
     )
 
@@ -138,19 +144,36 @@ class WorkerEndpoint:
         connect_timeout_seconds: float,
         read_timeout_seconds: float,
         trace: aiohttp.TraceConfig,
+        host_header: str | None = None,
+        discovered: bool = False,
     ) -> None:
         self.base_url = base_url.rstrip("/")
+        # One address of a DNS name (worker_discovery): it gets work only once its profile is
+        # known; the name stays the Host header and, over TLS, the name checked.
+        self.discovered = discovered
+        # Called when a call could not connect (the discovery re-resolves its name).
+        self.on_unreachable: Callable[[], None] | None = None
         # The embedding profile this instance last reported in /readyz (worker_routing);
         # None until known.
         self.profile: str | None = None
         # The largest request body it takes, as its /readyz last said; None until known.
         self.max_request_bytes: int | None = None
         self._headers = {"X-Internal-Secret": internal_secret, "Content-Type": "application/json"}
+        self._server_hostname: str | None = None
+        if host_header is not None:
+            self._headers["Host"] = host_header
+            if self.base_url.startswith("https://"):
+                self._server_hostname = host_header.rsplit(":", 1)[0].strip("[]")
         self._timeout = _timeouts(connect_timeout_seconds, read_timeout_seconds)
         self._trace = trace
         self._urls: dict[str, URL] = {}
         self._session: aiohttp.ClientSession | None = None
         self._closed = False
+
+    @property
+    def host_header(self) -> str | None:
+        """The DNS name (and port) of a discovered address, sent as ``Host``; else ``None``."""
+        return self._headers.get("Host")
 
     async def post_json(
         self,
@@ -181,11 +204,15 @@ class WorkerEndpoint:
                     timeout=timeout,
                     allow_redirects=False,
                     trace_request_ctx=progress,
+                    server_hostname=self._server_hostname,
                 ) as answer:
                     # Read to the end: the connection goes back to the pool only then.
                     return WorkerAnswer(answer.status, answer.headers, await answer.read())
         except (TimeoutError, aiohttp.ClientError) as exc:
-            raise _unanswered(exc, progress) from exc
+            unanswered = _unanswered(exc, progress)
+            if unanswered.cause in _NOT_CONNECTED and self.on_unreachable is not None:
+                self.on_unreachable()
+            raise unanswered from exc
 
     async def aclose(self) -> None:
         self._closed = True
@@ -213,6 +240,10 @@ class WorkerEndpoint:
         return url
 
 
+# Causes that say no connection was made (an instance gone, or its address reused).
+_NOT_CONNECTED = frozenset({"ConnectError", "ConnectTimeout"})
+
+
 def _timeouts(connect_seconds: float | None, read_seconds: float | None) -> aiohttp.ClientTimeout:
     # No total: the caller's deadline bounds the call, including a wait for a free connection.
     return aiohttp.ClientTimeout(
@@ -221,13 +252,26 @@ def _timeouts(connect_seconds: float | None, read_seconds: float | None) -> aioh
 
 
 class WorkerEndpoints:
-    """The configured instances, handed out in round-robin order."""
+    """The instances, handed out in round-robin order: one per configured URL, or, for a URL
+    naming a DNS name, one per address it resolves to (``replace``)."""
 
-    def __init__(self, endpoints: Sequence[WorkerEndpoint]) -> None:
+    def __init__(
+        self,
+        endpoints: Sequence[WorkerEndpoint],
+        *,
+        internal_secret: str = "",
+        connect_timeout_seconds: float = 1.0,
+        read_timeout_seconds: float = 3.0,
+        trace: aiohttp.TraceConfig | None = None,
+    ) -> None:
         if not endpoints:
             raise ValueError("at least one worker endpoint is required")
         self._endpoints = tuple(endpoints)
         self._turn = itertools.count()
+        self._internal_secret = internal_secret
+        self._connect_timeout_seconds = connect_timeout_seconds
+        self._read_timeout_seconds = read_timeout_seconds
+        self._trace = trace or _send_trace()
 
     @classmethod
     def connect(
@@ -251,20 +295,49 @@ class WorkerEndpoints:
                     trace=trace,
                 )
                 for url in base_urls
-            ]
+            ],
+            internal_secret=internal_secret,
+            connect_timeout_seconds=connect_timeout_seconds,
+            read_timeout_seconds=read_timeout_seconds,
+            trace=trace,
         )
+
+    def discovered_endpoint(self, base_url: str, *, host_header: str) -> WorkerEndpoint:
+        """A new endpoint for one address of a DNS name (``base_url`` names the address,
+        ``host_header`` the name), with the secret and timeouts of the others; not listed
+        until ``replace``."""
+        return WorkerEndpoint(
+            base_url,
+            internal_secret=self._internal_secret,
+            connect_timeout_seconds=self._connect_timeout_seconds,
+            read_timeout_seconds=self._read_timeout_seconds,
+            trace=self._trace,
+            host_header=host_header,
+            discovered=True,
+        )
+
+    def replace(self, endpoints: Sequence[WorkerEndpoint]) -> None:
+        """List ``endpoints`` from the next call on (possibly none: every instance of a name
+        gone); calls under way keep the endpoint they hold. The caller closes the ones it
+        dropped."""
+        self._endpoints = tuple(endpoints)
 
     @property
     def all(self) -> tuple[WorkerEndpoint, ...]:
         return self._endpoints
 
     def in_turn(self, profile: str | None = None) -> list[WorkerEndpoint]:
-        """Every endpoint once, starting at the next one in round-robin order. With
-        ``profile``: the endpoints known to serve it, then those whose profile is not known
-        yet; those known to serve another are left out, unless no endpoint is left (then all,
-        in case the knowledge is stale: a worker refuses work of another profile)."""
-        start = next(self._turn) % len(self._endpoints)
-        ordered = [*self._endpoints[start:], *self._endpoints[:start]]
+        """Every endpoint once, starting at the next one in round-robin order; an address
+        found by DNS only once its profile was read (``discovered``). With ``profile``: the
+        endpoints known to serve it, then those whose profile is not known yet; those known
+        to serve another are left out, unless no endpoint is left (then all, in case the
+        knowledge is stale: a worker refuses work of another profile). Empty when no instance
+        is known (a DNS name with no address)."""
+        endpoints = [e for e in self._endpoints if not e.discovered or e.profile is not None]
+        if not endpoints:
+            return []
+        start = next(self._turn) % len(endpoints)
+        ordered = [*endpoints[start:], *endpoints[:start]]
         if profile is None:
             return ordered
         serving = [e for e in ordered if e.profile == profile]

@@ -64,11 +64,17 @@ class ReadinessReader:
     """Reads ``/readyz`` of every instance at once, with one pooled client; ``aclose`` it."""
 
     def __init__(
-        self, base_urls: Sequence[str], *, timeout_seconds: float = DEFAULT_TIMEOUT_SECONDS
+        self,
+        base_urls: Sequence[str],
+        *,
+        timeout_seconds: float = DEFAULT_TIMEOUT_SECONDS,
+        host_headers: Sequence[str | None] | None = None,
     ) -> None:
         if not base_urls:
             raise ValueError("at least one worker base URL is required")
         self._base_urls = tuple(url.rstrip("/") for url in base_urls)
+        # The DNS name of each URL naming one address of it (worker_discovery), else None.
+        self._host_headers = tuple(host_headers or [None] * len(self._base_urls))
         self._timeout_seconds = timeout_seconds
         self._session: aiohttp.ClientSession | None = None
 
@@ -76,19 +82,39 @@ class ReadinessReader:
     def base_urls(self) -> tuple[str, ...]:
         return self._base_urls
 
-    async def read_all(self) -> list[WorkerReadiness]:
-        """Every instance's readiness, in the order listed; never raises for worker or
-        network faults (they become ``problem``)."""
+    async def read_all(
+        self,
+        base_urls: Sequence[str] | None = None,
+        host_headers: Sequence[str | None] | None = None,
+    ) -> list[WorkerReadiness]:
+        """Every instance's readiness, in the order listed (``base_urls``: these instead of the
+        ones given at construction, each with its ``Host`` header when ``host_headers`` gives
+        one); never raises for worker or network faults (they become ``problem``)."""
         if self._session is None:
             self._session = aiohttp.ClientSession(
                 timeout=aiohttp.ClientTimeout(total=self._timeout_seconds)
             )
-        return list(await asyncio.gather(*(self._read(url) for url in self._base_urls)))
+        urls = self._base_urls if base_urls is None else tuple(base_urls)
+        hosts = host_headers if host_headers is not None else [None] * len(urls)
+        if base_urls is None:
+            hosts = self._host_headers
+        return list(
+            await asyncio.gather(
+                *(self._read(url, host) for url, host in zip(urls, hosts, strict=True))
+            )
+        )
 
-    async def _read(self, base_url: str) -> WorkerReadiness:
+    async def _read(self, base_url: str, host_header: str | None = None) -> WorkerReadiness:
         assert self._session is not None
+        headers = {"Host": host_header} if host_header is not None else None
+        # Over TLS an address found by DNS is checked against the name, not the address.
+        tls_name = None
+        if host_header is not None and base_url.startswith("https://"):
+            tls_name = host_header.rsplit(":", 1)[0].strip("[]")
         try:
-            async with self._session.get(base_url + READYZ_PATH) as response:
+            async with self._session.get(
+                base_url + READYZ_PATH, headers=headers, server_hostname=tls_name
+            ) as response:
                 if response.status not in (200, 503):
                     return WorkerReadiness(base_url, problem=f"HTTP {response.status}")
                 raw = await response.content.read(MAX_BODY_BYTES + 1)

@@ -20,11 +20,12 @@ import asyncio
 import collections
 import contextlib
 import logging
+from collections.abc import Sequence
 
 from core_service.metrics import CoreMetrics
 from core_service.service.profile_in_use import ProfileInUse
-from core_service.service.worker_endpoints import WorkerEndpoints
-from core_service.service.worker_readiness import ReadinessReader, display_url
+from core_service.service.worker_endpoints import WorkerEndpoint, WorkerEndpoints
+from core_service.service.worker_readiness import ReadinessReader, WorkerReadiness, display_url
 
 logger = logging.getLogger(__name__)
 
@@ -49,27 +50,24 @@ class ProfileRouting:
         self._profile_in_use = profile_in_use
 
     async def refresh_once(self) -> None:
-        """Read every instance's profile once; never raises for worker faults."""
-        readings = await self._reader.read_all()
+        """Read every instance's profile once (the instances listed now: a DNS name's change
+        with ``worker_discovery``); never raises for worker faults."""
+        endpoints = list(self._endpoints.all)
+        readings = await read_profiles(self._reader, endpoints)
+        if self._metrics is None:
+            return
         ready: collections.Counter[str] = collections.Counter()
-        for endpoint, reading in zip(self._endpoints.all, readings, strict=True):
-            if reading.profile is not None and reading.profile != endpoint.profile:
-                logger.info("worker %s serves profile %s", display_url(endpoint.base_url),
-                            reading.profile)  # fmt: skip
-                endpoint.profile = reading.profile
-            if reading.max_request_bytes is not None:
-                endpoint.max_request_bytes = reading.max_request_bytes
+        for endpoint, reading in zip(endpoints, readings, strict=True):
             if endpoint.profile is not None:
                 ready[endpoint.profile] += 1 if reading.ready else 0
-        if self._metrics is not None:
-            in_use = await self._profile_in_use.current() if self._profile_in_use else None
-            # Cleared and set with no await between: a scrape sees the whole new set.
-            self._metrics.workers_ready.clear()
-            for profile in {*ready, *([in_use] if in_use else [])}:
-                self._metrics.workers_ready.labels(profile).set(ready[profile])
-            if in_use is not None:
-                self._metrics.profile_in_use.clear()
-                self._metrics.profile_in_use.labels(in_use).set(1)
+        in_use = await self._profile_in_use.current() if self._profile_in_use else None
+        # Cleared and set with no await between: a scrape sees the whole new set.
+        self._metrics.workers_ready.clear()
+        for profile in {*ready, *([in_use] if in_use else [])}:
+            self._metrics.workers_ready.labels(profile).set(ready[profile])
+        if in_use is not None:
+            self._metrics.profile_in_use.clear()
+            self._metrics.profile_in_use.labels(in_use).set(1)
 
     async def run_forever(self, stop: asyncio.Event) -> None:
         try:
@@ -86,3 +84,22 @@ class ProfileRouting:
     async def aclose(self) -> None:
         """Close the readiness reader's client (``run_forever`` does on its way out)."""
         await self._reader.aclose()
+
+
+async def read_profiles(
+    reader: ReadinessReader, endpoints: Sequence[WorkerEndpoint]
+) -> list[WorkerReadiness]:
+    """Read each of ``endpoints``' ``/readyz`` once and store its profile and body limit on
+    it (an instance that cannot be read keeps what was last seen); the readings, in
+    ``endpoints``' order; never raises for worker faults."""
+    readings = await reader.read_all(
+        [e.base_url for e in endpoints], [e.host_header for e in endpoints]
+    )
+    for endpoint, reading in zip(endpoints, readings, strict=True):
+        if reading.profile is not None and reading.profile != endpoint.profile:
+            logger.info("worker %s serves profile %s", display_url(endpoint.base_url),
+                        reading.profile)  # fmt: skip
+            endpoint.profile = reading.profile
+        if reading.max_request_bytes is not None:
+            endpoint.max_request_bytes = reading.max_request_bytes
+    return readings

@@ -27,7 +27,7 @@ import weakref
 from typing import Any
 
 from sqlalchemy import event
-from sqlalchemy.engine import Connection
+from sqlalchemy.engine import Connection, make_url
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 # Only these may be sent when connecting through PgBouncer (its own list of tracked
@@ -65,6 +65,24 @@ def driver_connect_args(
     if command_timeout_seconds is not None:
         args["command_timeout"] = client_deadline(command_timeout_seconds)
     return args
+
+
+# Options of SQLAlchemy's asyncpg dialect, not of asyncpg itself.
+_DIALECT_ONLY_OPTIONS = ("prepared_statement_cache_size", "prepared_statement_name_func")
+
+
+def driver_target(database_url: str) -> dict[str, Any]:
+    """Where ``asyncpg.connect`` / ``asyncpg.create_pool`` connects for a
+    ``postgresql+asyncpg://`` URL, as keyword arguments (``host``, ``port``, ``user``,
+    ``password``, ``database`` and the query's options such as ``target_session_attrs``),
+    read exactly as SQLAlchemy's engines read it: one accepted syntax, several hosts included
+    (``?host=HOST1:PORT&host=HOST2:PORT``, ``pinlog_platform.settings_rules.
+    SEVERAL_HOSTS_FORM``), so the worker's stage pool fails over like its engines."""
+    url = make_url(database_url)
+    _, options = url.get_dialect()().create_connect_args(url)
+    for name in _DIALECT_ONLY_OPTIONS:
+        options.pop(name, None)
+    return options
 
 
 def with_command_deadline(

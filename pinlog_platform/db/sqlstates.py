@@ -8,6 +8,11 @@ a write refused by a read-only server (25006: a standby after a failover, or
 socket errors and timeouts are transient too. Everything else is a bug of ours or the
 operator's to fix.
 
+A multi-host URL whose hosts all answer but none with the session asked for
+(``target_session_attrs=read-write`` while every server is read-only: the moment of a
+switchover between the old primary's demotion and the standby's promotion) is transient too
+(``no_suitable_host``): no connection was made, nothing ran.
+
 Some of them also say the connection can no longer serve (``discards_connection``): a
 connection-level error, a command deadline, 57P0x (the server is going away) and 25006 (the
 session sits on a read-only server, and stays there). Every pool of both services throws such
@@ -70,9 +75,26 @@ def is_data_exception(exc: BaseException) -> bool:
     return state is not None and state.startswith(DATA_EXCEPTION_CLASS)
 
 
+# asyncpg's error when every host of a multi-host URL answered but none had the asked session
+# attributes (matched by name: this module does not import the driver).
+_NO_SUITABLE_HOST_ERRORS = frozenset({"TargetServerAttributeNotMatched"})
+
+
+def no_suitable_host(exc: BaseException) -> bool:
+    """True when ``exc`` (or the driver error it wraps) says no host of the URL had the
+    session attributes asked for (module docstring): no connection was made."""
+    orig = getattr(exc, "orig", None) or exc
+    return any(
+        type(candidate).__name__ in _NO_SUITABLE_HOST_ERRORS
+        for candidate in (exc, orig, getattr(orig, "__cause__", None))
+    )
+
+
 def is_transient(exc: BaseException) -> bool:
     """True for driver errors that retrying later may fix (see the module docstring)."""
     if isinstance(exc, sa_exc.TimeoutError | OSError | ConnectionError | TimeoutError):
+        return True
+    if no_suitable_host(exc):
         return True
     if isinstance(exc, sa_exc.DBAPIError):
         if exc.connection_invalidated:
@@ -88,6 +110,8 @@ def discards_connection(exc: BaseException) -> bool:
     """True when the connection that raised ``exc`` must not be reused (module docstring):
     a socket error, a command deadline, a closed connection, or a SQLSTATE of
     ``DISCARD_SQLSTATE_PREFIXES``. Works on SQLAlchemy's wrappers and on asyncpg's errors."""
+    if no_suitable_host(exc):
+        return True
     orig = getattr(exc, "orig", None) or exc
     for candidate in (exc, orig, getattr(orig, "__cause__", None)):
         if isinstance(candidate, OSError | ConnectionError | TimeoutError):
@@ -130,7 +154,10 @@ def refused_before_running(exc: BaseException) -> bool:
     twice: the server refused it (25006, a write on a read-only server; 57P0x, the session
     ended, which aborts its transaction), or the driver refused to send it on a connection the
     server had already closed. A connection lost while the statement was in flight is not:
-    it may have committed. For statements that are their own transaction (a create)."""
+    it may have committed. No host with the session asked for (``no_suitable_host``) is
+    refused before running too. For statements that are their own transaction (a create)."""
+    if no_suitable_host(exc):
+        return True
     chain: list[BaseException] = []
     seen: BaseException | None = exc
     while seen is not None and seen not in chain:

@@ -4,6 +4,7 @@ variable and never print a value).
 - ``refuse_empty_or_padded``: a set value that is empty, or has surrounding white space (a
   secret read from a file with its newline), is refused;
 - ``check_database_url``: a ``postgresql+asyncpg://`` URL with something after the scheme;
+  several hosts only in the one accepted form (``database_hosts``, ``SEVERAL_HOSTS_FORM``);
 - ``check_secret_length``: a secret at least ``minimum`` characters long;
 - ``refuse_placeholder``: a secret that is one of the placeholders shipped in ``.env.example``
   (``SHIPPED_PLACEHOLDERS``) is refused, for every secret of both services;
@@ -12,7 +13,7 @@ variable and never print a value).
   characters and ``GENERATED_SECRET_MIN_DISTINCT`` distinct ones (``openssl rand -hex 32`` and
   ``openssl rand -base64 48`` pass);
 - ``refuse_placeholder_password``: a database URL whose password is a shipped placeholder, or
-  weak for a database that is not on loopback;
+  weak when any of its hosts is not on loopback;
 - ``describe_errors``: one line per problem, naming the ``{prefix}*`` variable;
 - ``logging_settings``: the log format and level settings class for a prefix.
 """
@@ -20,7 +21,7 @@ variable and never print a value).
 from __future__ import annotations
 
 from typing import Literal
-from urllib.parse import unquote, urlsplit
+from urllib.parse import parse_qs, unquote, urlsplit
 
 from pydantic import Field, SecretStr, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -29,6 +30,15 @@ DATABASE_URL_SCHEME = "postgresql+asyncpg://"
 EMPTY_VALUE = "is set but empty; give a value or unset it"
 PADDED_VALUE = "has leading or trailing whitespace (a newline from a file?); remove it"
 DATABASE_URL_RULE = "must be a postgresql+asyncpg:// URL"
+# Several hosts (a primary and its standbys, for failover): the one form both services accept,
+# SQLAlchemy's multi-host form, which the worker's stage pool reads the same way
+# (pinlog_platform.db.connection.driver_target; docs/deployment.md "Replicas and failover").
+SEVERAL_HOSTS_FORM = (
+    "postgresql+asyncpg://user:pass@/db?host=HOST1:PORT&host=HOST2:PORT"
+    "&target_session_attrs=read-write"
+)
+SEVERAL_HOSTS_RULE = f"names several hosts in an unsupported form; use {SEVERAL_HOSTS_FORM}"
+SEVERAL_HOSTS_PORTS = f"names several hosts, each needs its port: {SEVERAL_HOSTS_FORM}"
 
 # Every placeholder value .env.example ships (tests/ops/test_deployment_files.py checks that
 # this set and the file agree). A copied .env.example must not start with a public key.
@@ -75,10 +85,47 @@ def refuse_empty_or_padded(value: object) -> object:
 
 
 def check_database_url(value: str) -> str:
-    """``value`` if it is a ``postgresql+asyncpg://`` URL naming something; ``ValueError``."""
+    """``value`` if it is a ``postgresql+asyncpg://`` URL naming something, with several hosts
+    only as ``SEVERAL_HOSTS_FORM`` (each ``HOST:PORT``); ``ValueError`` otherwise."""
     if not value.startswith(DATABASE_URL_SCHEME) or value == DATABASE_URL_SCHEME:
         raise ValueError(DATABASE_URL_RULE)
+    try:
+        netloc_host = urlsplit(value).netloc.rpartition("@")[2]
+        query_hosts = parse_qs(urlsplit(value).query).get("host", [])
+    except ValueError:
+        return value  # the driver reports a malformed URL when it connects
+    if "," in netloc_host or any("," in host for host in query_hosts):
+        raise ValueError(SEVERAL_HOSTS_RULE)
+    if len(query_hosts) > 1:
+        if netloc_host:
+            raise ValueError(SEVERAL_HOSTS_RULE)
+        if not all(_has_port(host) for host in query_hosts):
+            raise ValueError(SEVERAL_HOSTS_PORTS)
     return value
+
+
+def _has_port(host: str) -> bool:
+    name, _, port = host.rpartition(":")
+    return bool(name) and port.isdigit()
+
+
+def database_hosts(url: str) -> list[str]:
+    """The host names of a database URL, without ports: the one after ``@`` and every
+    ``host=`` of the query (``SEVERAL_HOSTS_FORM``); a Unix socket directory is kept as its
+    path; ``""`` for a URL naming none (the driver's default, local)."""
+    parts = urlsplit(url)
+    hosts = [parts.hostname or ""] if parts.hostname or "host=" not in parts.query else []
+    for value in parse_qs(parts.query).get("host", []):
+        if value.startswith("/"):
+            hosts.append(value)
+            continue
+        name = value.rpartition(":")[0] if _has_port(value) else value
+        hosts.append(name.strip("[]").lower())
+    return hosts
+
+
+def _is_local(host: str) -> bool:
+    return host in LOOPBACK_HOSTS or host.startswith("/")
 
 
 def check_secret_length(value: SecretStr, minimum: int) -> SecretStr:
@@ -114,11 +161,12 @@ LOOPBACK_HOSTS = frozenset({"", "localhost", "127.0.0.1", "::1"})
 
 def refuse_placeholder_password(url: str) -> str:
     """``url`` unless its password is one of ``SHIPPED_PLACEHOLDERS``, or is weak
-    (``WEAK_SECRET``'s rule: compose's database passwords are generated) for a database that
-    is not on loopback (``ValueError``)."""
+    (``WEAK_SECRET``'s rule: compose's database passwords are generated) while any of its
+    hosts (``database_hosts``: every one of a multi-host URL) is not on loopback or a Unix
+    socket (``ValueError``)."""
     try:
-        parts = urlsplit(url)
-        password, host = parts.password, parts.hostname or ""
+        password = urlsplit(url).password
+        hosts = database_hosts(url)
     except ValueError:
         return url
     if password is None:
@@ -130,7 +178,7 @@ def refuse_placeholder_password(url: str) -> str:
         len(password) < GENERATED_SECRET_MIN_LENGTH
         or len(set(password)) < GENERATED_SECRET_MIN_DISTINCT
     )
-    if weak and host not in LOOPBACK_HOSTS:
+    if weak and not all(_is_local(host) for host in hosts):
         raise ValueError(f"has a weak password: {WEAK_SECRET.removeprefix('is too weak: ')}")
     return url
 

@@ -17,8 +17,11 @@ import pytest
 from pydantic import SecretStr
 
 from pinlog_platform.cli import exit_codes
+from pinlog_platform.db.connection import driver_target
 from pinlog_platform.settings_rules import (
+    SEVERAL_HOSTS_FORM,
     SHIPPED_PLACEHOLDERS,
+    check_database_url,
     check_generated_secret,
     refuse_placeholder,
     refuse_placeholder_password,
@@ -172,6 +175,15 @@ async def test_a_weak_jwt_secret_and_previous_secret_exit_2_naming_them():
         ("postgresql+asyncpg://pinlog:pinlog@localhost:5432/pinlog", None),
         ("postgresql+asyncpg://pinlog@db/pinlog", None),
         (f"postgresql+asyncpg://pinlog:{secrets.token_hex(32)}@db/pinlog", None),
+        # Several hosts (docs/deployment.md "Replicas and failover"): the rule holds for each.
+        ("postgresql+asyncpg://pinlog:pinlog@/pinlog?host=127.0.0.1:5432&host=db2:5432", "weak"),
+        ("postgresql+asyncpg://pinlog:pinlog@/pinlog?host=db1:5432&host=localhost:5432", "weak"),
+        ("postgresql+asyncpg://pinlog:pinlog@/pinlog?host=127.0.0.1:5432&host=[::1]:5433", None),
+        (
+            "postgresql+asyncpg://pinlog:change-me@/pinlog?host=localhost:1&host=::1:2",
+            "placeholder",
+        ),
+        ("postgresql+asyncpg://pinlog:pinlog@/pinlog?host=/run/postgresql", None),
     ],
 )
 def test_database_passwords_refuse_placeholders_and_weak_values_off_loopback(url, refused):
@@ -180,3 +192,43 @@ def test_database_passwords_refuse_placeholders_and_weak_values_off_loopback(url
     else:
         with pytest.raises(ValueError, match=refused):
             refuse_placeholder_password(url)
+
+
+@pytest.mark.parametrize(
+    ("url", "refused"),
+    [
+        ("postgresql+asyncpg://u@db1:5432,db2:5432/pinlog", "unsupported form"),
+        ("postgresql+asyncpg://u@/pinlog?host=db1,db2", "unsupported form"),
+        ("postgresql+asyncpg://u@db1/pinlog?host=db2:5432&host=db3:5432", "unsupported form"),
+        ("postgresql+asyncpg://u@/pinlog?host=db1:5432&host=db2", "each needs its port"),
+        ("postgresql+asyncpg://u@/pinlog?host=db1:5432&host=db2:5432", None),
+        ("postgresql+asyncpg://u@db1:5432/pinlog", None),
+    ],
+)
+def test_several_database_hosts_are_accepted_in_one_form_only(url, refused):
+    """The one multi-host syntax both services accept (SEVERAL_HOSTS_FORM); the message names
+    it and never echoes the URL."""
+    if refused is None:
+        assert check_database_url(url) == url
+    else:
+        with pytest.raises(ValueError, match=refused) as raised:
+            check_database_url(url)
+        assert "db1" not in str(raised.value)
+        assert SEVERAL_HOSTS_FORM in str(raised.value)
+
+
+def test_a_multi_host_url_reaches_the_stage_pool_as_the_engines_read_it():
+    """The worker's asyncpg stage pool gets the hosts, ports and target_session_attrs
+    SQLAlchemy's engines connect with (driver_target)."""
+    url = (
+        "postgresql+asyncpg://u:pw@/pinlog?host=10.0.0.1:5432&host=10.0.0.2:5433"
+        "&target_session_attrs=read-write"
+    )
+    assert driver_target(url) == {
+        "user": "u",
+        "password": "pw",
+        "database": "pinlog",
+        "host": ["10.0.0.1", "10.0.0.2"],
+        "port": [5432, 5433],
+        "target_session_attrs": "read-write",
+    }

@@ -121,3 +121,33 @@ async def test_a_multi_host_url_with_target_session_attrs_finds_the_writable_ser
         finally:
             await pool.close()
             await engine.dispose()
+
+
+async def test_no_host_accepting_the_session_asked_for_is_transient_on_every_pool(
+    migrated_database,
+):
+    """Every host answers but none with the session asked for (mid-switchover: each server
+    read-only; here a primary asked for ``standby``): the stage pool raises the transient
+    ``DatabaseUnavailable`` (never a statement error that would fail a note), and an engine's
+    error is transient and refused before running (docs/deployment.md "Failover")."""
+    from app.repository.db import create_engine
+    from pinlog_platform.db.sqlstates import is_transient, refused_before_running
+
+    url = (
+        make_url(migrated_database)
+        .update_query_dict({"target_session_attrs": "standby"})
+        .render_as_string(False)
+    )
+    pool = await StagePool.open(url, size=1)
+    engine = create_engine(url, pool_size=1, with_vector_codec=False)
+    try:
+        with pytest.raises(DatabaseUnavailable):
+            await pool.fetch_row(SELECT_ONE)
+        with pytest.raises(Exception) as raised:  # noqa: PT011 (what is asserted is its class)
+            async with engine.connect() as conn:
+                await conn.execute(text("SELECT 1"))
+        assert is_transient(raised.value)
+        assert refused_before_running(raised.value)
+    finally:
+        await pool.close()
+        await engine.dispose()

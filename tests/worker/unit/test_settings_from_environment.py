@@ -97,6 +97,7 @@ def problems() -> list[str]:
 def test_the_three_groups_cover_every_setting():
     assert {
         "database_url",
+        "search_database_url",
         "internal_secret",
         "offline",
         "refuse_while_provider_unavailable",
