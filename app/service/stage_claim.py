@@ -17,6 +17,7 @@ from app.repository import context_ai_state
 from app.repository.stage_pool import StagePool
 from app.service import stage_failure
 from app.service.stage_limits import StageLimits
+from pinlog_platform import tracing
 from pinlog_platform.contract.states import Stage
 from pinlog_platform.logging import log_context
 
@@ -53,7 +54,7 @@ async def run_claimed(
     scope = asyncio.timeout(deadline)
     counts.in_flight.inc()
     try:
-        with log_context(stage=stage.label):
+        with log_context(stage=stage.label), tracing.span(f"{stage.label} stage"):
             try:
                 async with scope:
                     if attempt is None:
@@ -107,13 +108,14 @@ async def claim_stage(
     """The attempt number when this request now owns ``stage`` of ``context_id`` (started or
     reclaimed), else ``None`` (counted in ``counts``). Never raises."""
     try:
-        claim = await context_ai_state.claim(
-            stage_pool,
-            stage,
-            context_id,
-            expiry_seconds=expiry_seconds,
-            abandoned_attempt=abandoned_attempt,
-        )
+        with tracing.span(f"claim {stage.label}"):
+            claim = await context_ai_state.claim(
+                stage_pool,
+                stage,
+                context_id,
+                expiry_seconds=expiry_seconds,
+                abandoned_attempt=abandoned_attempt,
+            )
     except TransientError as exc:
         # The message names the cause: "database lock timeout" (a row busy elsewhere) is not
         # "database unavailable" (§6).
