@@ -21,6 +21,7 @@ from starlette.routing import Route
 from pinlog_platform import logging as log_output
 from pinlog_platform import tracing
 from tests.e2e.processes import core_environment
+from tests.fake_openai import DEFAULT_DIMENSION
 from tests.otlp_receiver import OtlpReceiver
 from tests.worker.harness import SECRET
 
@@ -188,3 +189,50 @@ def test_json_lines_written_inside_a_span_carry_its_trace_and_span_ids(
     )
     assert outside["message"] == "outside"
     assert "trace_id" not in outside and "span_id" not in outside
+
+
+@pytest.mark.parametrize("send", [False, True])
+async def test_providers_get_a_traceparent_only_when_the_setting_says_so(
+    traced: OtlpReceiver, fake_openai, send: bool
+):
+    from app.providers.openai_compatible import OpenAIEmbedder
+
+    embedder = OpenAIEmbedder(
+        base_url=fake_openai.base_url,
+        api_key="sk-test-embedding-key",
+        model="text-embedding-3-small",
+        dimension=DEFAULT_DIMENSION,
+        timeout_seconds=5.0,
+        max_retries=0,
+        send_traceparent=send,
+    )
+    try:
+        with tracing.span("embed"):
+            await embedder.embed(["조용한 카페"])
+    finally:
+        await embedder.aclose()
+    tracing.shutdown()
+
+    (sent,) = fake_openai.traceparents("embeddings")
+    call = next(span for span in traced.spans if span.name == "provider embedding")
+    assert call.attributes == {"pinlog.path": "embeddings"}
+    if send:
+        version, trace_id, span_id, flags = sent.split("-")
+        assert (version, trace_id, span_id) == ("00", call.trace_id, call.span_id)
+        assert int(flags, 16) & 1  # sampled
+    else:
+        assert sent is None
+
+
+def test_a_bad_otlp_endpoint_is_a_configuration_error_naming_the_variable_not_the_value():
+    from pydantic import ValidationError
+
+    from core_service.settings import ENV_PREFIX, TracingSettings
+    from pinlog_platform.settings_rules import OTLP_ENDPOINT_RULE, describe_errors
+
+    for bad in ("collector:4318", "ftp://collector:4318", "http://collector:4318/?token=abc"):
+        with pytest.raises(ValidationError) as raised:
+            TracingSettings(otel_exporter_otlp_endpoint=bad)
+        (line,) = describe_errors(raised.value, prefix=ENV_PREFIX)
+        assert line == f"PINLOG_CORE_OTEL_EXPORTER_OTLP_ENDPOINT: {OTLP_ENDPOINT_RULE}"
+    assert TracingSettings(otel_exporter_otlp_endpoint="http://collector:4318")
