@@ -51,10 +51,14 @@ WORKER_SPANS = {
 
 @dataclass
 class Traced:
+    """The services, and what ``pinlog-core rescan --once`` exported, run beside their start:
+    its exit code and stderr, and the spans of its service (exported at its exit)."""
+
     receiver: OtlpReceiver
     worker: ServiceProcess
     core: ServiceProcess
-    core_env: dict[str, str]
+    rescan: tuple[int, str]
+    rescan_spans: list[ReceivedSpan]
 
 
 @pytest.fixture(scope="module")
@@ -67,7 +71,9 @@ def receiver() -> Iterator[OtlpReceiver]:
 async def traced(
     engine, migrated_database, bundled_preset_rows, fake_openai_server, receiver, tmp_path_factory
 ) -> AsyncIterator[Traced]:
-    """Both services exporting traces to ``receiver``; the core without its rescan loop."""
+    """Both services exporting traces to ``receiver``; the core without its rescan loop. A
+    ``pinlog-core rescan --once`` runs while they start (a command's cost is its interpreter's
+    start, paid once here instead of in a test)."""
     async with engine.begin() as conn:  # the worker caches presets at startup (§4)
         await keyword_preset.upsert_all(conn, bundled_preset_rows)
     logs = tmp_path_factory.mktemp("trace-logs")
@@ -81,8 +87,17 @@ async def traced(
     core_env |= TRACE_ENVIRONMENT
     core = ServiceProcess("core_service", core_env, logs / "core.log", extra_args=("--no-rescan",))
     try:
-        await asyncio.gather(worker.start(), core.start())
-        yield Traced(receiver, worker, core, core_env)
+        _, _, (code, _out, err) = await asyncio.gather(
+            worker.start(),
+            core.start(),
+            run_command("core_service.cli", "rescan", "--once", env=core_env),
+        )
+        # The command's spans were exported at its exit, before run_command returned; no
+        # serving process has a rescan loop, so "rescan pass" spans are the command's.
+        rescan_spans = [
+            s for s in receiver.spans if s.name in ("pinlog-core rescan", "rescan pass")
+        ]
+        yield Traced(receiver, worker, core, (code, err), rescan_spans)
     finally:
         await asyncio.gather(core.stop(), worker.stop())
 
@@ -176,15 +191,13 @@ async def test_one_notes_spans_form_one_trace_across_both_services_and_carry_not
     assert all(line.get("span_id") in ids for line in about)
 
 
-async def test_a_rescan_command_starts_a_trace_of_its_own(traced: Traced, api: CoreApi):
-    receiver = traced.receiver
-    env = traced.core_env | {"PINLOG_CORE_LOG_FORMAT": "json"}
-    code, _out, err = await run_command("core_service.cli", "rescan", "--once", env=env)
+def test_a_rescan_command_starts_a_trace_of_its_own(traced: Traced):
+    code, err = traced.rescan
     assert code == 0, err
-
-    # The command's spans are exported at its exit, before run_command returns.
-    command = [s for s in receiver.spans if s.name == "pinlog-core rescan"]
+    command = [s for s in traced.rescan_spans if s.name == "pinlog-core rescan"]
     assert len(command) == 1 and command[0].parent_span_id == ""
-    passes = [s for s in receiver.spans if s.name == "rescan pass"]
-    assert [s.parent_span_id for s in passes] == [command[0].span_id]
-    assert passes[0].trace_id == command[0].trace_id
+    assert command[0].service == "pinlog-core"
+    passes = [s for s in traced.rescan_spans if s.name == "rescan pass"]
+    assert [(s.trace_id, s.parent_span_id) for s in passes] == [
+        (command[0].trace_id, command[0].span_id)
+    ]
