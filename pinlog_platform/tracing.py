@@ -17,8 +17,8 @@ calls we make, ``TraceContextMiddleware`` for requests we serve. A request's inc
 when ``PINLOG_CORE_OTEL_TRUST_CLIENT_TRACEPARENT``) and otherwise only linked: the server span
 starts a trace of its own, so a client cannot steer our sampling or join our traces.
 
-What spans carry (docs/operations.md "Traces"): names, ids (context, record), stages, route
-templates, statuses, counts, provider and model names, error class names. Never note text, a
+What spans carry (docs/operations.md "Traces"): names, context ids, stages, route templates,
+methods, statuses, counts, a provider call's path, error class names. Never note text, a
 query, a token, a secret, a URL with its query string, a header or an exception message: spans
 are made here by hand (no auto-instrumentation of HTTP clients or ASGI, which records URLs and
 headers), and exceptions are recorded by class name only.
