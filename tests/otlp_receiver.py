@@ -10,9 +10,12 @@ every raw body, so a test can look for forbidden strings in everything that was 
 
 from __future__ import annotations
 
+import contextlib
+import os
 import socket
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -42,6 +45,27 @@ class ReceivedSpan:
     attributes: dict[str, Any] = field(default_factory=dict)
     links: tuple[tuple[str, str], ...] = ()
     events: tuple[str, ...] = ()
+
+
+@contextlib.contextmanager
+def exporting_to(receiver: OtlpReceiver) -> Iterator[OtlpReceiver]:
+    """Tracing on in this process (``pinlog_platform.tracing``), every span sampled, exported
+    to ``receiver`` (cleared first); off after. ``tracing.shutdown`` flushes: a test reads its
+    spans after calling it."""
+    from pinlog_platform import tracing
+
+    receiver.clear()
+    sampler = os.environ.get("OTEL_TRACES_SAMPLER")
+    os.environ["OTEL_TRACES_SAMPLER"] = "always_on"
+    try:
+        assert tracing.configure("pinlog-test", receiver.endpoint)
+        yield receiver
+    finally:
+        tracing.shutdown()
+        if sampler is None:
+            del os.environ["OTEL_TRACES_SAMPLER"]
+        else:
+            os.environ["OTEL_TRACES_SAMPLER"] = sampler
 
 
 def _value(value: AnyValue) -> Any:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -22,7 +21,7 @@ from pinlog_platform import logging as log_output
 from pinlog_platform import tracing
 from tests.e2e.processes import core_environment
 from tests.fake_openai import DEFAULT_DIMENSION
-from tests.otlp_receiver import OtlpReceiver
+from tests.otlp_receiver import OtlpReceiver, exporting_to
 from tests.worker.harness import SECRET
 
 CLIENT_TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
@@ -93,20 +92,8 @@ def receiver() -> Iterator[OtlpReceiver]:
 
 @pytest.fixture
 def traced(receiver: OtlpReceiver) -> Iterator[OtlpReceiver]:
-    """Tracing on in this process, every span sampled, exported to ``receiver``; off after
-    (``shutdown`` flushes what is left, so a test reads its spans after ``tracing.shutdown``)."""
-    receiver.clear()
-    sampler = os.environ.get("OTEL_TRACES_SAMPLER")
-    os.environ["OTEL_TRACES_SAMPLER"] = "always_on"
-    try:
-        assert tracing.configure("pinlog-test", receiver.endpoint)
-        yield receiver
-    finally:
-        tracing.shutdown()
-        if sampler is None:
-            del os.environ["OTEL_TRACES_SAMPLER"]
-        else:
-            os.environ["OTEL_TRACES_SAMPLER"] = sampler
+    with exporting_to(receiver) as exporting:
+        yield exporting
 
 
 def _app(*, trust_incoming: bool) -> tracing.TraceContextMiddleware:
