@@ -44,10 +44,14 @@ def _settings(settings_class=None):
     """Read ``Settings`` (or ``settings_class``) and the logging settings
     (``PINLOG_LOG_FORMAT``, ``PINLOG_LOG_LEVEL``), then configure logging; or exit 2 with one
     line per problem of either, every problem at once (never a value, never a trace)."""
-    from app.settings import ENV_PREFIX, LoggingSettings, Settings
+    from app.settings import ENV_PREFIX, LoggingSettings, Settings, TracingSettings
 
     return startup.load_settings(
-        PROGRAM, settings_class or Settings, prefix=ENV_PREFIX, logging_class=LoggingSettings
+        PROGRAM,
+        settings_class or Settings,
+        prefix=ENV_PREFIX,
+        logging_class=LoggingSettings,
+        tracing_class=TracingSettings,
     )
 
 

@@ -32,6 +32,7 @@ from app.errors import (
 )
 from app.metrics import WorkerMetrics
 from app.settings import Settings
+from pinlog_platform import tracing
 from pinlog_platform.db.sqlstates import sqlstate
 from pinlog_platform.http.body_limit import BodySizeLimitMiddleware
 from pinlog_platform.http.probes import probes
@@ -91,6 +92,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         retry_after=str(RETRY_AFTER_SECONDS),
         on_expiry=metrics.request_deadlines.inc,
     )
+    if tracing.enabled():
+        # Inside the secret check: only a caller holding the secret (the core) continues its
+        # trace here; without tracing the middleware is not even there.
+        app.add_middleware(tracing.TraceContextMiddleware, trust_incoming=True)
     app.add_middleware(InternalSecretMiddleware, secret=settings.internal_secret.get_secret_value())
     # Outermost of all: requests refused before routing (401, a declared 413) are timed too.
     app.add_middleware(RequestTimingMiddleware, histogram=metrics.http_requests)

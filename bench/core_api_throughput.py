@@ -7,6 +7,11 @@ tokens; prints requests per second, latency percentiles and the core process's C
 Asserts nothing.
 
     .venv/bin/python -m bench.core_api_throughput --requests 600 --concurrency 16
+
+``--otlp-endpoint URL`` runs the core with traces exported there
+(``PINLOG_CORE_OTEL_EXPORTER_OTLP_ENDPOINT``; sampling by ``OTEL_TRACES_SAMPLER`` /
+``OTEL_TRACES_SAMPLER_ARG`` of this environment, default 10 %): the cost of tracing is the
+difference to a run without it (docs/operations.md "Traces").
 """
 
 from __future__ import annotations
@@ -56,7 +61,7 @@ def _cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-async def run(requests: int, concurrency: int) -> None:
+async def run(requests: int, concurrency: int, otlp_endpoint: str | None = None) -> None:
     database_url = os.environ.get("PINLOG_CORE_DATABASE_URL") or embedded_postgres.start(
         Path(tempfile.mkdtemp(prefix="pinlog-bench-core-")) / "pg", delete_on_exit=True
     )
@@ -90,6 +95,8 @@ async def run(requests: int, concurrency: int) -> None:
         "PINLOG_CORE_MEMBER_WRITES_PER_MINUTE": "0",
         "PINLOG_CORE_MEMBER_SEARCHES_PER_MINUTE": "0",
     }
+    if otlp_endpoint:
+        env["PINLOG_CORE_OTEL_EXPORTER_OTLP_ENDPOINT"] = otlp_endpoint
     core = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "core_service.cli", "serve", "--port", str(core_port), "--no-rescan",
         env=env, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL,
@@ -189,8 +196,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--requests", type=int, default=600)
     parser.add_argument("--concurrency", type=int, default=16)
+    parser.add_argument("--otlp-endpoint", default=None, help="export the core's traces here")
     args = parser.parse_args()
-    asyncio.run(run(args.requests, args.concurrency))
+    asyncio.run(run(args.requests, args.concurrency, args.otlp_endpoint))
 
 
 if __name__ == "__main__":

@@ -5,9 +5,13 @@ line per problem), a database that cannot be reached (exit 3) or is not usable b
 
 from __future__ import annotations
 
+import itertools
+import re
+import sys
 from collections.abc import Awaitable, Callable
 from typing import NoReturn, TypeVar
 
+from pinlog_platform import tracing
 from pinlog_platform.cli import exit_codes, startup
 
 T = TypeVar("T")
@@ -19,10 +23,14 @@ def load(settings_class):
     """Read the command's settings and the logging settings (``PINLOG_CORE_LOG_FORMAT``,
     ``PINLOG_CORE_LOG_LEVEL``), then configure logging; or exit 2 with one line per problem of
     either, all at once (never a value, never a trace)."""
-    from core_service.settings import ENV_PREFIX, LoggingSettings
+    from core_service.settings import ENV_PREFIX, LoggingSettings, TracingSettings
 
     return startup.load_settings(
-        PROGRAM, settings_class, prefix=ENV_PREFIX, logging_class=LoggingSettings
+        PROGRAM,
+        settings_class,
+        prefix=ENV_PREFIX,
+        logging_class=LoggingSettings,
+        tracing_class=TracingSettings,
     )
 
 
@@ -81,14 +89,28 @@ def run_with_database(step: Callable[[], Awaitable[T]]) -> T:
 def run_operation(settings, step: Callable[..., Awaitable[T]]) -> T:
     """Run ``step(operations)`` on the one ``Operations`` of this command run, opened on
     ``settings`` and closed when ``step`` ends (``composition.open_operations``); database
-    faults exit as ``run_with_database``'s."""
+    faults exit as ``run_with_database``'s. With traces on, the run is one trace of its own
+    (``pinlog-core <command>``; the dispatches it makes continue it to the workers)."""
     from core_service.composition import open_operations
 
     async def run() -> T:
-        async with open_operations(settings) as operations:
-            return await step(operations)
+        with tracing.span(command_name(), new_trace=True):
+            async with open_operations(settings) as operations:
+                return await step(operations)
 
     return run_with_database(run)
+
+
+def command_name() -> str:
+    """``pinlog-core`` and the words naming the command being run (``pinlog-core reembed
+    start``): at most the first two command-line words that look like command names, never an
+    option or an argument's value."""
+    words = list(itertools.takewhile(_COMMAND_WORD.fullmatch, sys.argv[1:3]))
+    return " ".join([PROGRAM, *words])
+
+
+# The commands' names: lower-case words and hyphens (an id or an option never matches).
+_COMMAND_WORD = re.compile(r"[a-z][a-z-]*")
 
 
 def fail(exit_code: int, lines) -> NoReturn:

@@ -37,6 +37,7 @@ from core_service.errors import (
 from core_service.metrics import CoreMetrics
 from core_service.operations_listener import bind_ops_socket, readiness_problems, serving_ops
 from core_service.settings import CoreSettings
+from pinlog_platform import tracing
 from pinlog_platform.http.body_limit import BodySizeLimitMiddleware
 from pinlog_platform.http.json_response import OrjsonResponse
 from pinlog_platform.http.probes import liveness
@@ -120,6 +121,14 @@ def create_app(
     app.add_middleware(RequestTimingMiddleware, histogram=metrics.http_requests)
     # Around everything, so a 413 or a 500 carries them too.
     app.add_middleware(SecurityHeadersMiddleware, private_prefixes=(router.prefix,))
+    if tracing.enabled():
+        # Outermost: every answer is in the request's span. A client's traceparent is only
+        # linked unless trusted (PINLOG_CORE_OTEL_TRUST_CLIENT_TRACEPARENT); without tracing
+        # the middleware is not even there.
+        app.add_middleware(
+            tracing.TraceContextMiddleware,
+            trust_incoming=settings.otel_trust_client_traceparent,
+        )
     app.add_exception_handler(RequestValidationError, _path_or_body_error)
     app.add_exception_handler(CoreError, _core_error)
     app.add_exception_handler(StarletteHTTPException, _http_error)

@@ -19,6 +19,7 @@ from pinlog_platform.settings_rules import (
     logging_settings,
     refuse_empty_or_padded,
     refuse_placeholder_password,
+    tracing_settings,
 )
 from pinlog_platform.settings_rules.http_serving import HttpServingSettings
 
@@ -201,6 +202,11 @@ class CoreSettings(HttpServingSettings, TokenSettings, StateClockSettings):
     )
     embedding_profile: str = Field(
         min_length=1, max_length=100, description="The worker's embedding profile (§5, §7)"
+    )
+    otel_trust_client_traceparent: bool = Field(
+        default=False,
+        description="Continue a client's traceparent on the client API (off: a request starts "
+        "its own trace, linked to the client's)",
     )
     rescan_period_seconds: float = Field(default=300, gt=0, description="Rescan loop period")
     max_retry: int = Field(
@@ -390,3 +396,5 @@ class RescanSettings(CoreSettings):
 
 # How every ``pinlog-core`` command logs (``PINLOG_CORE_LOG_FORMAT``, ``PINLOG_CORE_LOG_LEVEL``).
 LoggingSettings = logging_settings(ENV_PREFIX)
+# Where every `pinlog-core` command exports traces (`PINLOG_CORE_OTEL_EXPORTER_OTLP_ENDPOINT`).
+TracingSettings = tracing_settings(ENV_PREFIX)

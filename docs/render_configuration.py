@@ -14,14 +14,16 @@ from pydantic_settings import BaseSettings
 
 from app.settings import LoggingSettings as WorkerLogging
 from app.settings import Settings as WorkerSettings
+from app.settings import TracingSettings as WorkerTracing
 from core_service.settings import CoreSettings
 from core_service.settings import LoggingSettings as CoreLogging
+from core_service.settings import TracingSettings as CoreTracing
 
 PAGE = Path(__file__).with_name("configuration.md")
 
 SECTIONS = (
-    ("The AI worker (`pinlog-ai`)", "PINLOG_", (WorkerSettings, WorkerLogging)),
-    ("The core service (`pinlog-core`)", "PINLOG_CORE_", (CoreSettings, CoreLogging)),
+    ("The AI worker (`pinlog-ai`)", "PINLOG_", (WorkerSettings, WorkerLogging, WorkerTracing)),
+    ("The core service (`pinlog-core`)", "PINLOG_CORE_", (CoreSettings, CoreLogging, CoreTracing)),
 )
 
 INTRODUCTION = """\

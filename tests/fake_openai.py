@@ -225,6 +225,7 @@ class FakeOpenAI:
         with self._lock:
             self._calls = {"embeddings": 0, "judge": 0}
             self._requests: dict[str, list[Any]] = {"embeddings": [], "judge": []}
+            self._traceparents: dict[str, list[str | None]] = {"embeddings": [], "judge": []}
             self._arrivals: dict[str, list[float]] = {"embeddings": [], "judge": []}
             self._scripts: dict[str, deque[Scripted]] = {"embeddings": deque(), "judge": deque()}
             self._dimension = self._default_dimension
@@ -338,6 +339,12 @@ class FakeOpenAI:
         with self._lock:
             return list(self._requests["embeddings"])
 
+    def traceparents(self, endpoint: str) -> list[str | None]:
+        """The ``traceparent`` header of each request to ``endpoint`` (``embeddings`` or
+        ``judge``) since ``reset``, ``None`` where there was none."""
+        with self._lock:
+            return list(self._traceparents[endpoint])
+
     @property
     def judge_requests(self) -> list[Any]:
         with self._lock:
@@ -415,6 +422,7 @@ class FakeOpenAI:
         with self._lock:
             self._calls[endpoint] += 1
             self._requests[endpoint].append(payload)
+            self._traceparents[endpoint].append(request.headers.get("traceparent"))
             self._arrivals[endpoint].append(time.monotonic())
             queue = self._scripts[endpoint]
             scripted = (

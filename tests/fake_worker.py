@@ -48,6 +48,7 @@ class FakeWorker:
         # The Retry-After of a refusal; None sends none.
         self.retry_after: str | None = "5"
         self.requests: list[dict[str, Any]] = []
+        self.traceparents: list[str | None] = []  # the traceparent header of each request
         self.arrival_times: list[float] = []  # time.monotonic() of each process request
         self.release = asyncio.Event()
         self._arrived = asyncio.Condition()
@@ -87,6 +88,7 @@ class FakeWorker:
         body = await request.json()
         async with self._arrived:
             self.requests.append(body)
+            self.traceparents.append(request.headers.get("traceparent"))
             self.arrival_times.append(time.monotonic())
             self._arrived.notify_all()
         if self.mode == "refuse":

@@ -27,6 +27,7 @@ from app.service.provider_gate import ProviderRefusalPolicy
 from app.service.requests import ProcessRequest
 from app.service.search import SearchService
 from app.service.worker_pool import WorkerPool
+from pinlog_platform import tracing
 
 RETRY_AFTER_SECONDS = 5
 
@@ -99,6 +100,7 @@ async def process_context(
             user_id=body.user_id,
             record_id=body.record_id,
             text=body.text,
+            trace_context=tracing.current_context(),
         )
     )
     if not accepted:

@@ -102,6 +102,7 @@ def build_fallback_judges(settings: Settings, metrics: WorkerMetrics) -> list[Ke
                 timeout_seconds=settings.provider_timeout_seconds,
                 max_retries=settings.provider_max_retries,
                 metrics=metrics,
+                send_traceparent=settings.otel_traceparent_to_providers,
             )
         )
     return judges

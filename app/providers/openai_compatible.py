@@ -83,9 +83,15 @@ class _ClientOwner:
         timeout_seconds: float,
         retries: int,
         max_answer_bytes: int = DEFAULT_MAX_ANSWER_BYTES,
+        send_traceparent: bool = False,
     ) -> None:
         self._client = JsonEndpointClient(
-            base_url, api_key, timeout_seconds, retries, max_answer_bytes=max_answer_bytes
+            base_url,
+            api_key,
+            timeout_seconds,
+            retries,
+            max_answer_bytes=max_answer_bytes,
+            send_traceparent=send_traceparent,
         )
         self.usage: UsageSink | None = None  # told each answered call's tokens
         self.budget: RateBudget | None = None  # waited for before each request
@@ -134,8 +140,11 @@ class OpenAIEmbedder(_ClientOwner):
         timeout_seconds: float,
         max_retries: int,
         encoding: str = "base64",
+        send_traceparent: bool = False,
     ) -> None:
-        super().__init__(base_url, api_key, timeout_seconds, max_retries)
+        super().__init__(
+            base_url, api_key, timeout_seconds, max_retries, send_traceparent=send_traceparent
+        )
         self.model = model
         self.dimension = dimension
         self.encoding = encoding
@@ -150,6 +159,7 @@ class OpenAIEmbedder(_ClientOwner):
             timeout_seconds=settings.provider_timeout_seconds,
             max_retries=settings.provider_max_retries,
             encoding=settings.embedding_encoding,
+            send_traceparent=settings.otel_traceparent_to_providers,
         )
 
     def _billed_usage(self, tokens: int) -> CallUsage:
@@ -206,8 +216,16 @@ class OpenAIJudge(_ClientOwner):
         max_retries: int,
         metrics: WorkerMetrics,
         top_k: int = 10,
+        send_traceparent: bool = False,
     ) -> None:
-        super().__init__(base_url, api_key, timeout_seconds, max_retries, judge_answer_cap(top_k))
+        super().__init__(
+            base_url,
+            api_key,
+            timeout_seconds,
+            max_retries,
+            judge_answer_cap(top_k),
+            send_traceparent=send_traceparent,
+        )
         self.model = model
         self.profile = profile
         self._reasks = metrics.judge_reasks
@@ -223,6 +241,7 @@ class OpenAIJudge(_ClientOwner):
             timeout_seconds=settings.provider_timeout_seconds,
             max_retries=settings.provider_max_retries,
             top_k=settings.keyword_top_k,
+            send_traceparent=settings.otel_traceparent_to_providers,
         )
 
     def _billed_usage(self, tokens: int) -> CallUsage:

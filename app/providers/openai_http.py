@@ -57,6 +57,7 @@ from app import failure_policy
 from app.errors import ProviderProtocolError, ProviderUnavailableError, TransientError
 from app.providers import openai_wire
 from app.providers.rate_budget import Grant, RateBudget
+from pinlog_platform import tracing
 
 MAX_REDIRECTS = 3
 REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
@@ -106,8 +107,11 @@ class JsonEndpointClient:
         retries: int,
         *,
         max_answer_bytes: int = DEFAULT_MAX_ANSWER_BYTES,
+        send_traceparent: bool = False,
     ) -> None:
         self._base_url = base_url.rstrip("/")
+        # Off by default: a provider learns nothing of our traces unless the operator says so.
+        self._send_traceparent = send_traceparent
         self._max_answer_bytes = max_answer_bytes
         self._headers = {
             "Authorization": f"Bearer {api_key}",
@@ -144,6 +148,12 @@ class JsonEndpointClient:
         # CPU (the judge request carries ten candidates with their examples).
         body = orjson.dumps(payload)
         url = URL(f"{self._base_url}/{path}")
+        # The span names the layer and path only: never the URL, key, body or answer.
+        with tracing.span(f"provider {layer}", kind="client", path=path):
+            return await self._post(layer, url, body, tokens, cap)
+
+    async def _post(self, layer: str, url: URL, body: bytes, tokens: int, cap: int) -> Answer:
+        sent_headers = tracing.outgoing_headers() if self._send_traceparent else None
         redirects = 0
         attempt = 0
         while True:
@@ -151,7 +161,11 @@ class JsonEndpointClient:
             grant = await self.budget.acquire(tokens) if self.budget is not None else None
             try:
                 async with self._client().post(
-                    url, data=body, timeout=self._timeout, allow_redirects=False
+                    url,
+                    data=body,
+                    headers=sent_headers,
+                    timeout=self._timeout,
+                    allow_redirects=False,
                 ) as answer:
                     status, headers = answer.status, answer.headers
                     if status in REDIRECT_STATUSES:

@@ -18,6 +18,7 @@ from app.service.provider_gate import ProviderGate
 from app.service.requests import ProcessRequest
 from app.service.stage_claim import run_claimed
 from app.service.stage_limits import StageLimits
+from pinlog_platform import tracing
 from pinlog_platform.contract.states import Stage, Status
 
 logger = logging.getLogger(__name__)
@@ -110,17 +111,19 @@ class EmbeddingStage:
             request.text, max_chars=self._limits.max_input_chars
         )
         # The provider call runs with no transaction and no connection held (§3.2, FC-03).
-        (vector,) = await self._gate.call(lambda: self._provider.embed([text]))
+        with tracing.span("embed"):
+            (vector,) = await self._gate.call(lambda: self._provider.embed([text]))
         require_dimension(vector, self._dimension)
-        saved = await stage_saves.save_embedding(
-            self._stage_pool,
-            context_id=request.context_id,
-            attempt=attempt,
-            user_id=request.user_id,
-            record_id=request.record_id,
-            embedding=vector,
-            embedding_profile=self._profile,
-        )
+        with tracing.span("save embedding"):
+            saved = await stage_saves.save_embedding(
+                self._stage_pool,
+                context_id=request.context_id,
+                attempt=attempt,
+                user_id=request.user_id,
+                record_id=request.record_id,
+                embedding=vector,
+                embedding_profile=self._profile,
+            )
         if saved is None:
             self._counts.discarded.inc()
             logger.info("embedding result discarded: context_id=%d", request.context_id)

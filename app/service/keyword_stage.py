@@ -19,6 +19,7 @@ from app.service.provider_gate import ProviderGate
 from app.service.requests import ProcessRequest
 from app.service.stage_claim import run_claimed
 from app.service.stage_limits import StageLimits
+from pinlog_platform import tracing
 from pinlog_platform.contract.states import Stage
 
 logger = logging.getLogger(__name__)
@@ -93,7 +94,8 @@ class KeywordStage:
             text = context_text.prepare_for_embedding(
                 request.text, max_chars=self._limits.max_input_chars
             )
-            verdict = await self._gate.call(lambda: self._judge.judge(text, candidates))
+            with tracing.span("judge", candidates=len(candidates)):
+                verdict = await self._gate.call(lambda: self._judge.judge(text, candidates))
             profile = verdict.profile or profile  # the judge that answered (a fallback's)
             judgment = map_verdict(verdict, {candidate.id for candidate in candidates})
             if judgment.dropped:
@@ -108,17 +110,18 @@ class KeywordStage:
             selections, unmatched = judgment.selections, judgment.unmatched_concepts
         else:
             selections, unmatched = (), ()  # zero candidates: COMPLETED, judge not called
-        saved = await stage_saves.save_keywords(
-            self._stage_pool,
-            context_id=request.context_id,
-            attempt=attempt,
-            selections=selections,
-            preset_version=snapshot.version,
-            unmatched_concepts=unmatched,
-            model_profile=profile,
-            embedding_profile=snapshot.profile,
-            candidates=[(candidate.id, candidate.similarity) for candidate in candidates],
-        )
+        with tracing.span("save keywords", keywords=len(selections)):
+            saved = await stage_saves.save_keywords(
+                self._stage_pool,
+                context_id=request.context_id,
+                attempt=attempt,
+                selections=selections,
+                preset_version=snapshot.version,
+                unmatched_concepts=unmatched,
+                model_profile=profile,
+                embedding_profile=snapshot.profile,
+                candidates=[(candidate.id, candidate.similarity) for candidate in candidates],
+            )
         if not saved:
             self._counts.discarded.inc()
             logger.info("keyword result discarded: context_id=%d", request.context_id)

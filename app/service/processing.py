@@ -18,6 +18,7 @@ from app.service.keyword_stage import KeywordStage
 from app.service.requests import ProcessRequest
 from app.service.stage_claim import note_claim
 from app.service.stage_limits import StageLimits
+from pinlog_platform import tracing
 from pinlog_platform.contract.states import CLAIMABLE, Stage, Status
 
 logger = logging.getLogger(__name__)
@@ -90,18 +91,19 @@ class ContextProcessor:
     async def _start(self, request: ProcessRequest) -> ContextStart | None:
         """Pre-check, owner and text checks and the embedding claim: one statement (§3.1)."""
         try:
-            start = await context_start.start(
-                self._stage_pool,
-                context_id=request.context_id,
-                user_id=request.user_id,
-                record_id=request.record_id,
-                text_sha256=context_text.fingerprint(request.text),
-                expiry_seconds=self._limits.expiry_seconds,
-                embedding_profile=self._embedding_stage.profile,
-                abandoned_attempt=self._limits.abandoned.attempt_of(
-                    Stage.EMBEDDING, request.context_id
-                ),
-            )
+            with tracing.span("start and claim embedding"):
+                start = await context_start.start(
+                    self._stage_pool,
+                    context_id=request.context_id,
+                    user_id=request.user_id,
+                    record_id=request.record_id,
+                    text_sha256=context_text.fingerprint(request.text),
+                    expiry_seconds=self._limits.expiry_seconds,
+                    embedding_profile=self._embedding_stage.profile,
+                    abandoned_attempt=self._limits.abandoned.attempt_of(
+                        Stage.EMBEDDING, request.context_id
+                    ),
+                )
         except TransientError as exc:
             # The message names the cause: "database lock timeout" (a row busy elsewhere) is
             # not "database unavailable" (§6). Nothing changed; the rescan re-requests it.

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 
 @dataclass(frozen=True, slots=True)
@@ -13,3 +14,6 @@ class ProcessRequest:
     user_id: int
     record_id: int
     text: str
+    # The trace of the request that queued it (``pinlog_platform.tracing.current_context``),
+    # continued by the pool task that runs it; ``None`` without tracing.
+    trace_context: Any = field(default=None, compare=False, repr=False)

@@ -18,6 +18,7 @@ from app.repository import context_ai_state
 from app.repository.stage_pool import StagePool
 from app.service import stage_failure
 from app.service.stage_limits import StageLimits
+from pinlog_platform import tracing
 from pinlog_platform.contract.states import Stage
 from pinlog_platform.logging import log_context
 
@@ -56,7 +57,7 @@ async def run_claimed(
     started = time.monotonic()
     counts.in_flight.inc()
     try:
-        with log_context(stage=stage.label):
+        with log_context(stage=stage.label), tracing.span(f"{stage.label} stage"):
             try:
                 async with scope:
                     if attempt is None:
@@ -112,13 +113,14 @@ async def claim_stage(
     """The attempt number when this request now owns ``stage`` of ``context_id`` (started or
     reclaimed), else ``None`` (counted in ``counts``). Never raises."""
     try:
-        claim = await context_ai_state.claim(
-            stage_pool,
-            stage,
-            context_id,
-            expiry_seconds=expiry_seconds,
-            abandoned_attempt=abandoned_attempt,
-        )
+        with tracing.span(f"claim {stage.label}"):
+            claim = await context_ai_state.claim(
+                stage_pool,
+                stage,
+                context_id,
+                expiry_seconds=expiry_seconds,
+                abandoned_attempt=abandoned_attempt,
+            )
     except TransientError as exc:
         # The message names the cause: "database lock timeout" (a row busy elsewhere) is not
         # "database unavailable" (§6).

@@ -18,6 +18,7 @@ from collections.abc import Awaitable, Callable
 from app.errors import TransientError
 from app.metrics import WorkerMetrics
 from app.service.requests import ProcessRequest
+from pinlog_platform import tracing
 from pinlog_platform.logging import log_context
 
 logger = logging.getLogger(__name__)
@@ -163,7 +164,14 @@ class WorkerPool:
             started = time.monotonic()
             self._in_flight[current] = (request.context_id, started)
             try:
-                with log_context(context_id=request.context_id):
+                with (
+                    tracing.span(
+                        "process context",
+                        parent=request.trace_context,
+                        context_id=request.context_id,
+                    ),
+                    log_context(context_id=request.context_id),
+                ):
                     await self._handler(request)
             except TransientError as exc:
                 logger.warning(

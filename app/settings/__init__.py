@@ -31,6 +31,7 @@ from app.settings.worker import (
     Settings,
     SmokeSettings,
     ToolSettings,
+    TracingSettings,
 )
 
 __all__ = [
@@ -55,4 +56,5 @@ __all__ = [
     "Settings",
     "SmokeSettings",
     "ToolSettings",
+    "TracingSettings",
 ]

@@ -34,6 +34,7 @@ from pinlog_platform.settings_rules import (
     logging_settings,
     refuse_empty_or_padded,
     refuse_placeholder_password,
+    tracing_settings,
 )
 from pinlog_platform.settings_rules.http_serving import HttpServingSettings
 
@@ -83,6 +84,11 @@ class DeploymentSettings(BaseModel):
     database_transaction_pooling: bool = Field(
         default=False,
         description="A transaction pooler (PgBouncer pool_mode=transaction) sits in between",
+    )
+    otel_traceparent_to_providers: bool = Field(
+        default=False,
+        description="Send traceparent on embedding and judge calls while traces are exported "
+        "(off: a provider learns nothing of our traces)",
     )
 
     @model_validator(mode="before")
@@ -194,6 +200,8 @@ class SmokeSettings(ToolSettings):
 
 # How every ``pinlog-ai`` command logs (``PINLOG_LOG_FORMAT``, ``PINLOG_LOG_LEVEL``).
 LoggingSettings = logging_settings(ENV_PREFIX)
+# Where every `pinlog-ai` command exports traces (`PINLOG_OTEL_EXPORTER_OTLP_ENDPOINT`).
+TracingSettings = tracing_settings(ENV_PREFIX)
 
 
 class MigrationSettings(BaseSettings):

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 from typing import Any
 
@@ -42,6 +43,7 @@ from core_service.service.process_requests import (
     ProcessRequestSender,
 )
 from core_service.service.retry_set import RefusalGate, RetrySet
+from pinlog_platform import tracing
 from pinlog_platform.logging import log_context
 
 __all__ = ["DispatchOutcome", "DispatchRequest", "DispatchResult", "WorkerDispatcher"]
@@ -127,7 +129,10 @@ class WorkerDispatcher:
 
         ``origin`` labels the metric: ``commit`` (after a create or edit) or ``rescan``.
         """
-        with log_context(context_id=request.context_id):
+        with (
+            log_context(context_id=request.context_id),
+            tracing.span("dispatch", context_id=request.context_id, origin=origin),
+        ):
             if self._gate.is_open and not await self.paused():
                 outcome = await self._sender.send(request)
             else:
@@ -221,6 +226,9 @@ class WorkerDispatcher:
             )
 
     def _hold(self, request: DispatchRequest) -> None:
+        if tracing.enabled() and request.trace_context is None:
+            # The retry loop's send continues this dispatch's trace.
+            request = dataclasses.replace(request, trace_context=tracing.current_context())
         if not self._held.add(request, hold_seconds=self._hold_seconds):
             self._let_go_of([request], reason="overflow")
         self._work.set()
@@ -258,7 +266,15 @@ class WorkerDispatcher:
 
     async def _send_held(self, taken: list[tuple[DispatchRequest, float]]) -> None:
         async def one(request: DispatchRequest) -> DispatchOutcome:
-            with log_context(context_id=request.context_id):
+            with (
+                log_context(context_id=request.context_id),
+                tracing.span(
+                    "dispatch",
+                    parent=request.trace_context,
+                    context_id=request.context_id,
+                    origin="retry",
+                ),
+            ):
                 outcome = await self._sender.send(request)
                 self._metrics.dispatches.labels("retry", outcome.result.value).inc()
                 await self._settle(request, outcome)

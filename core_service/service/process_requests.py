@@ -22,8 +22,9 @@ sends the request. No state is written here and nothing is logged: the dispatche
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import Any
 
 from core_service.service.profile_in_use import ProfileInUse
 from core_service.service.worker_endpoints import WorkerEndpoint, WorkerEndpoints, WorkerUnanswered
@@ -49,6 +50,9 @@ class DispatchRequest:
     body: str
     external_place_id: str
     place_name: str
+    # The trace this dispatch belongs to (``pinlog_platform.tracing.current_context``), kept
+    # while the request waits in the retry set; ``None`` without tracing. Not sent.
+    trace_context: Any = field(default=None, compare=False, repr=False)
 
     def as_json(self, embedding_profile: str | None = None) -> dict[str, object]:
         """The request body; ``embedding_profile``: the profile in use, when known."""

@@ -55,6 +55,7 @@ from core_service.service.process_requests import retry_after
 from core_service.service.profile_in_use import CACHE_SECONDS
 from core_service.service.switch_status import read_switch_status
 from core_service.service.worker_endpoints import WorkerEndpoints, WorkerUnanswered
+from pinlog_platform import tracing
 from pinlog_platform.contract.states.failure_reasons import FailureReason
 
 logger = logging.getLogger(__name__)
@@ -240,8 +241,11 @@ class ReembedBackfill:
             )
 
     async def _send_logged(self, profile: str, sources: list[BackfillSource]) -> None:
+        # A trace of its own in the loop (its task has no span); a child of the command's in
+        # `pinlog-core rescan --once`.
         try:
-            await self._send(profile, sources)
+            with tracing.span("backfill batch", contexts=len(sources)):
+                await self._send(profile, sources)
         except asyncio.CancelledError:
             raise
         except Exception:

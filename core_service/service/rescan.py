@@ -35,6 +35,7 @@ from core_service.repository import context, context_ai_state
 from core_service.repository.context_ai_state import Expiries
 from core_service.repository.db import autocommit, transaction
 from core_service.service.dispatch import DispatchOutcome, DispatchRequest, WorkerDispatcher
+from pinlog_platform import tracing
 from pinlog_platform.contract.states import Stage, Status
 from pinlog_platform.contract.states.failure_reasons import FailureReason
 
@@ -108,7 +109,17 @@ class RescanScheduler:
 
     async def run_once(self) -> RescanReport:
         """One finalize + rescan pass; nothing while dispatching is paused. Raises
-        ``UnavailableError`` if the database is down."""
+        ``UnavailableError`` if the database is down. Traced as ``rescan pass``: a trace of its
+        own in the loop, a child of the command's in ``pinlog-core rescan --once``."""
+        with tracing.span("rescan pass") as pass_span:
+            report = await self._run_once()
+            if pass_span is not None:
+                pass_span.set_attributes(
+                    {"pinlog.claimed": report.claimed, "pinlog.finalized": report.finalized}
+                )
+            return report
+
+    async def _run_once(self) -> RescanReport:
         if await self._dispatcher.paused(strict=True):
             return RescanReport(paused=True)
         blocked_closed = await self._finalize_in_batches(self._close_blocked)

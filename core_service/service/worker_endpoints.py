@@ -39,6 +39,8 @@ import aiohttp
 import orjson
 from yarl import URL
 
+from pinlog_platform import tracing
+
 # Idle pooled connections are dropped after this many seconds, before the worker's keep-alive
 # (uvicorn's default is 5 s) closes them under a request.
 KEEPALIVE_EXPIRY_SECONDS = 2.0
@@ -196,23 +198,29 @@ class WorkerEndpoint:
                 connect_timeout_seconds or self._timeout.sock_connect,
                 read_timeout_seconds or self._timeout.sock_read,
             )
-        try:
-            async with asyncio.timeout(deadline_seconds):
-                async with self._open().post(
-                    self._url(path),
-                    data=body,
-                    timeout=timeout,
-                    allow_redirects=False,
-                    trace_request_ctx=progress,
-                    server_hostname=self._server_hostname,
-                ) as answer:
-                    # Read to the end: the connection goes back to the pool only then.
-                    return WorkerAnswer(answer.status, answer.headers, await answer.read())
-        except (TimeoutError, aiohttp.ClientError) as exc:
-            unanswered = _unanswered(exc, progress)
-            if unanswered.cause in _NOT_CONNECTED and self.on_unreachable is not None:
-                self.on_unreachable()
-            raise unanswered from exc
+        # The span and the traceparent the worker continues; the span names the path only.
+        with tracing.span(f"POST {path}", kind="client", path=path) as call:
+            try:
+                async with asyncio.timeout(deadline_seconds):
+                    async with self._open().post(
+                        self._url(path),
+                        data=body,
+                        headers=tracing.outgoing_headers(),
+                        timeout=timeout,
+                        allow_redirects=False,
+                        trace_request_ctx=progress,
+                        server_hostname=self._server_hostname,
+                    ) as answer:
+                        # Read to the end: the connection goes back to the pool only then.
+                        read = WorkerAnswer(answer.status, answer.headers, await answer.read())
+            except (TimeoutError, aiohttp.ClientError) as exc:
+                unanswered = _unanswered(exc, progress)
+                if unanswered.cause in _NOT_CONNECTED and self.on_unreachable is not None:
+                    self.on_unreachable()
+                raise unanswered from exc
+            if call is not None:
+                call.set_attribute("http.response.status_code", read.status)
+            return read
 
     async def aclose(self) -> None:
         self._closed = True

@@ -22,6 +22,7 @@ import typer
 from pydantic import ValidationError
 
 from pinlog_platform import logging as log_output
+from pinlog_platform import tracing
 from pinlog_platform.cli import exit_codes
 from pinlog_platform.settings_rules import describe_errors
 
@@ -52,18 +53,26 @@ def load_settings(
     *,
     prefix: str,
     logging_class: Callable[[], Any] | None = None,
+    tracing_class: Callable[[], Any] | None = None,
 ) -> T:
     """``settings_class()``, or exit 2 with one ``configuration error`` line per problem, all
     at once, each naming the ``{prefix}*`` variable and never its value.
 
     With ``logging_class`` (the service's ``LOG_FORMAT`` / ``LOG_LEVEL`` settings), its problems
     are reported together with the command's, like any other bad setting (exit 2, no fallback),
-    and the log output is configured from it before the command goes on."""
+    and the log output is configured from it before the command goes on. With
+    ``tracing_class`` (the service's ``OTEL_EXPORTER_OTLP_ENDPOINT``), likewise, and traces are
+    exported as ``program`` when an endpoint is set (``pinlog_platform.tracing``)."""
     problems: list[str] = []
-    chosen_logging, settings = None, None
+    chosen_logging, chosen_tracing, settings = None, None, None
     if logging_class is not None:
         try:
             chosen_logging = logging_class()
+        except ValidationError as exc:
+            problems += describe_errors(exc, prefix=prefix)
+    if tracing_class is not None:
+        try:
+            chosen_tracing = tracing_class()
         except ValidationError as exc:
             problems += describe_errors(exc, prefix=prefix)
     try:
@@ -74,6 +83,8 @@ def load_settings(
         fail(program, exit_codes.CONFIGURATION, [f"configuration error: {p}" for p in problems])
     if chosen_logging is not None:
         log_output.configure(chosen_logging.log_format, chosen_logging.log_level)
+    if chosen_tracing is not None:
+        tracing.configure(program, chosen_tracing.otel_exporter_otlp_endpoint)
     return settings
 
 

@@ -1,9 +1,11 @@
 """Log output of both services: one JSON object per line, or one readable line for people.
 
 JSON lines (python-json-logger) carry ``timestamp``, ``level``, ``logger`` and ``message``, plus
-``context_id`` and ``stage`` while a ``log_context`` is active, so an operator can follow one
-context across both services without parsing messages. Messages never carry note text or
-secrets (§6); that is the callers' rule, not something a formatter could enforce.
+``context_id`` and ``stage`` while a ``log_context`` is active, and ``trace_id`` and ``span_id``
+(hex, as in ``traceparent``) while a span is current with traces on (``pinlog_platform.tracing``),
+so an operator can follow one context across both services without parsing messages. Messages
+never carry note text or secrets (§6); that is the callers' rule, not something a formatter
+could enforce.
 """
 
 from __future__ import annotations
@@ -20,6 +22,8 @@ from typing import Literal
 from pythonjsonlogger.core import RESERVED_ATTRS
 from pythonjsonlogger.json import JsonFormatter
 
+from pinlog_platform import tracing
+
 LogFormat = Literal["json", "text"]
 
 # Fields attached to every record logged while a log_context is active (per asyncio task).
@@ -35,11 +39,15 @@ QUIET_LOGGERS = ("httpx", "httpx2", "httpcore", "openai", "aiohttp")
 
 
 class _ContextFilter(logging.Filter):
-    """Copies the active ``log_context`` fields onto each record (JSON shows them as keys)."""
+    """Copies the active ``log_context`` fields and the current span's ids onto each record
+    (JSON shows them as keys)."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         for key, value in _CONTEXT.get().items():
             setattr(record, key, value)
+        ids = tracing.current_ids()
+        if ids is not None:
+            record.trace_id, record.span_id = ids
         return True
 
 

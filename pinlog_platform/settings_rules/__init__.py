@@ -15,7 +15,8 @@ variable and never print a value).
 - ``refuse_placeholder_password``: a database URL whose password is a shipped placeholder, or
   weak when any of its hosts is not on loopback;
 - ``describe_errors``: one line per problem, naming the ``{prefix}*`` variable;
-- ``logging_settings``: the log format and level settings class for a prefix.
+- ``logging_settings``: the log format and level settings class for a prefix;
+- ``tracing_settings``: the trace export settings class for a prefix.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from __future__ import annotations
 from typing import Literal
 from urllib.parse import parse_qs, unquote, urlsplit
 
-from pydantic import Field, SecretStr, ValidationError
+from pydantic import Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 DATABASE_URL_SCHEME = "postgresql+asyncpg://"
@@ -218,5 +219,52 @@ def logging_settings(prefix: str) -> type[LoggingSettingsBase]:
         {
             "model_config": SettingsConfigDict(env_prefix=prefix, extra="ignore", frozen=True),
             "__doc__": LoggingSettingsBase.__doc__,
+        },
+    )
+
+
+OTLP_ENDPOINT_RULE = "must be an http:// or https:// URL without a query or fragment"
+
+
+class TracingSettingsBase(BaseSettings):
+    """Where every command of a service exports its traces (``pinlog_platform.tracing``);
+    unset: no traces, nothing created. Built per prefix by ``tracing_settings``."""
+
+    model_config = SettingsConfigDict(extra="ignore", frozen=True, hide_input_in_errors=True)
+
+    otel_exporter_otlp_endpoint: str | None = Field(
+        default=None,
+        description="Base URL of an OTLP/HTTP collector (spans go to <URL>/v1/traces); unset: "
+        "no traces. Sampling: OTEL_TRACES_SAMPLER / OTEL_TRACES_SAMPLER_ARG, default "
+        "parentbased_traceidratio 0.1",
+    )
+
+    @field_validator("otel_exporter_otlp_endpoint", mode="before")
+    @classmethod
+    def _endpoint(cls, value: object) -> object:
+        value = refuse_empty_or_padded(value)
+        if value is None:
+            return value
+        parts = urlsplit(str(value))
+        if (
+            parts.scheme not in ("http", "https")
+            or not parts.netloc
+            or parts.query
+            or parts.fragment
+        ):
+            raise ValueError(OTLP_ENDPOINT_RULE)
+        return value
+
+
+def tracing_settings(prefix: str) -> type[TracingSettingsBase]:
+    """The tracing settings class reading ``{prefix}OTEL_EXPORTER_OTLP_ENDPOINT``."""
+    return type(
+        "TracingSettings",
+        (TracingSettingsBase,),
+        {
+            "model_config": SettingsConfigDict(
+                env_prefix=prefix, extra="ignore", frozen=True, hide_input_in_errors=True
+            ),
+            "__doc__": TracingSettingsBase.__doc__,
         },
     )
