@@ -1,9 +1,8 @@
 -- Bulk work through the provider's Batch API (docs/operations.md "Backfill via the Batch API";
 -- docs/contract.md §2 and §9, Deviation "batch-held work").
 --
--- core.embedding_switch.via: how `reembed start` asked the backfill rows it proposed to be
---   sent (sync: the worker embeds them at once; batch: the worker submits them to the
---   provider's Batch API). Every core process reads it, so all send the same way.
+-- The core's half (how the switch sends, its role's grants on the new table) is
+-- 0116_core_embedding_switch_via.sql.
 -- ai.context_embedding_backfill.via_batch: the core marked this row for the Batch API (only
 --   the rows `reembed start` proposed; rows proposed later go sync). The worker clears it when
 --   a batch returns the row unfinished (expired, failed, cancelled, a provider-wide item
@@ -11,9 +10,6 @@
 -- ai.context_embedding_backfill.batch_id: the provider batch holding the row (worker-written,
 --   set with the claim's attempt). A PROCESSING row with a batch id is batch-held: neither
 --   the worker's reclaim after the processing expiry nor the core's resend touches it.
-ALTER TABLE core.embedding_switch
-    ADD COLUMN IF NOT EXISTS via VARCHAR(10) NOT NULL DEFAULT 'sync'
-        CHECK (via IN ('sync', 'batch'));
 ALTER TABLE ai.context_embedding_backfill
     ADD COLUMN IF NOT EXISTS via_batch BOOLEAN NOT NULL DEFAULT false;
 ALTER TABLE ai.context_embedding_backfill
@@ -52,4 +48,3 @@ CREATE INDEX IF NOT EXISTS provider_batch_open_idx
 GRANT SELECT, INSERT ON ai.provider_batch TO pinlog_ai_worker;
 GRANT UPDATE (status, output_file_id, error_file_id, settled_tokens, settled, lease_until,
               updated_at) ON ai.provider_batch TO pinlog_ai_worker;
-GRANT SELECT, UPDATE (cancel_requested), DELETE ON ai.provider_batch TO pinlog_core_service;
