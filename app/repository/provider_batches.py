@@ -7,8 +7,9 @@ Batch API", docs/contract.md §2 Deviation "batch-held work".
   as fencing token). A held row is not reclaimed after the processing expiry
   (``profile_vectors.CLAIM_BACKFILL``) nor resent by the core.
 - **lease** (``LEASE_BATCH``): the next unsettled batch of a profile not leased by another
-  worker (``SKIP LOCKED``), leased for ``lease_seconds``; so one worker polls a batch at a time
-  and a killed worker's lease runs out.
+  worker (``SKIP LOCKED``) and not polled within the poll interval, leased for
+  ``lease_seconds``; so one worker polls a batch at a time, each batch about once an interval
+  whatever the number of workers, and a killed worker's lease runs out.
 - **return** (``RETURN_TO_SYNC``): rows a batch did not finish (expired, failed, cancelled, a
   provider-wide item error) go back to ``PENDING`` on the synchronous path (``via_batch``
   false, no batch id), only while this batch holds them.
@@ -51,7 +52,8 @@ HOLD_IN_BATCH = compile_named("""
     SELECT coalesce(array_agg(context_id ORDER BY context_id), '{}') AS context_ids FROM held
 """)
 
-# The next unsettled batch of :embedding_profile nobody leases, leased for :lease_seconds.
+# The next unsettled batch of :embedding_profile nobody leases and nobody polled within
+# :every_seconds (a poll moves updated_at), leased for :lease_seconds.
 LEASE_BATCH = compile_named("""
     UPDATE ai.provider_batch AS p
     SET lease_until = now() + make_interval(secs => :lease_seconds)
@@ -59,6 +61,8 @@ LEASE_BATCH = compile_named("""
         SELECT q.batch_id FROM ai.provider_batch AS q
         WHERE q.embedding_profile = :embedding_profile AND NOT q.settled
           AND (q.lease_until IS NULL OR q.lease_until < now())
+          AND (q.updated_at <= now() - make_interval(secs => :every_seconds)
+               OR q.cancel_requested)
         ORDER BY q.updated_at, q.batch_id
         LIMIT 1
         FOR UPDATE SKIP LOCKED)
@@ -150,11 +154,15 @@ async def hold(
 
 
 async def lease(
-    stage_pool: StagePool, *, embedding_profile: str, lease_seconds: float
+    stage_pool: StagePool, *, embedding_profile: str, lease_seconds: float, every_seconds: float
 ) -> LeasedBatch | None:
-    """The next batch to poll (``LEASE_BATCH``), ``None`` when none is due."""
+    """The next batch to poll (``LEASE_BATCH``: not polled within ``every_seconds``, or
+    asked cancelled), ``None`` when none is due."""
     row = await stage_pool.fetch_row(
-        LEASE_BATCH, embedding_profile=embedding_profile, lease_seconds=float(lease_seconds)
+        LEASE_BATCH,
+        embedding_profile=embedding_profile,
+        lease_seconds=float(lease_seconds),
+        every_seconds=float(every_seconds),
     )
     if row is None:
         return None

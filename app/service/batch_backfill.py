@@ -13,10 +13,10 @@ by the core. The upload or the create failing puts the claims back to ``PENDING`
 core, as on the synchronous path). The batch's estimated tokens count against the daily cap
 now (the usage ledger, stage ``backfill_batch``).
 
-**Poll** (``run_forever``; every ``poll_seconds``, at once while batches are due): any worker
-of the profile, a restarted one too, leases the next unsettled batch (``provider_batches
-.lease``), cancels it when the core asked (a rollback or finish abandoned the profile), and
-polls it. Once the batch is over it is **settled**:
+**Poll** (``run_forever``): any worker of the profile, a restarted one too, leases each
+unsettled batch nobody polled within ``poll_seconds`` (``provider_batches.lease``), cancels it
+when the core asked (a rollback or finish abandoned the profile; at once, not at the next
+interval), and polls it. Once the batch is over it is **settled**:
 
 - each output line is saved by the synchronous path's guarded, fenced save
   (``profile_vectors.save_backfill_vector``): a context deleted or replaced meanwhile is
@@ -157,7 +157,6 @@ class BatchBackfill:
         self.poll_seconds = poll_seconds
         self._task: asyncio.Task[None] | None = None
         self._stop = asyncio.Event()
-        self._wake = asyncio.Event()
 
     # --- submit ---------------------------------------------------------------------------
 
@@ -251,7 +250,6 @@ class BatchBackfill:
         self._count("batched", len(report.batched))
         self._count("failed", len(report.failed))
         logger.info("backfill batch %s submitted: %d row(s)", batch_id, len(report.batched))
-        self._wake.set()
         return report
 
     # --- poll and settle ------------------------------------------------------------------
@@ -262,7 +260,6 @@ class BatchBackfill:
 
     async def aclose(self) -> None:
         self._stop.set()
-        self._wake.set()
         if self._task is not None:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
@@ -270,24 +267,26 @@ class BatchBackfill:
         await self._client.aclose()
 
     async def run_forever(self) -> None:
-        """Poll until ``aclose``: at once again while batches were due, else after
-        ``poll_seconds`` (or a submission)."""
+        """Poll rounds until ``aclose``, half a poll interval apart: each round polls every
+        batch of the profile not polled within ``poll_seconds`` (by any worker)."""
         while not self._stop.is_set():
-            handled = False
             try:
-                handled = await self.poll_once()
+                while await self.poll_once():
+                    if self._stop.is_set():
+                        return
             except Exception:
                 logger.exception("batch poll failed; continuing")
-            if handled:
-                continue
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), self.poll_seconds)
-            self._wake.clear()
+                await asyncio.wait_for(self._stop.wait(), self.poll_seconds / 2)
 
     async def poll_once(self) -> bool:
-        """Poll (and settle, when over) the next due batch; whether there was one."""
+        """Poll (and settle, when over) the next due batch; whether there was one. A batch
+        not over, or not reached, is let go and polled again after ``poll_seconds``."""
         leased = await provider_batches.lease(
-            self._stage_pool, embedding_profile=self._profile, lease_seconds=LEASE_SECONDS
+            self._stage_pool,
+            embedding_profile=self._profile,
+            lease_seconds=LEASE_SECONDS,
+            every_seconds=self.poll_seconds,
         )
         if leased is None:
             return False
@@ -302,14 +301,14 @@ class BatchBackfill:
                 self._stage_pool, batch_id=leased.batch_id, status=leased.status,
                 output_file_id=None, error_file_id=None,
             )  # fmt: skip
-            return False
+            return True
         status = str(batch["status"])
         if status not in TERMINAL:
             await provider_batches.update(
                 self._stage_pool, batch_id=leased.batch_id, status=status,
                 output_file_id=None, error_file_id=None,
             )  # fmt: skip
-            return False
+            return True
         await provider_batches.update(
             self._stage_pool, batch_id=leased.batch_id, status=status,
             output_file_id=batch.get("output_file_id"), error_file_id=batch.get("error_file_id"),

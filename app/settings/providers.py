@@ -79,8 +79,8 @@ class EmbeddingProviderSettings(BaseModel):
         default=30.0,
         gt=0,
         le=3600,
-        description="Seconds between two polls of the provider batches this worker's profile "
-        "has open (at once again while one was due)",
+        description="Seconds between two polls of one provider batch of this worker's "
+        "profile (by any worker of the profile)",
     )
 
     @property
