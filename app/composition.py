@@ -102,6 +102,7 @@ async def build_worker(settings: Settings, metrics: WorkerMetrics) -> AsyncItera
             settings.prices,
             flush_seconds=settings.usage_flush_seconds,
             watch_totals=bool(settings.embedding_daily_token_cap or settings.judge_daily_token_cap),
+            batch_discount=settings.provider_batch_discount,
         )
         if settings.embedding_daily_token_cap or settings.judge_daily_token_cap:
             await ledger.read_totals()  # a cap reached before this start holds at once

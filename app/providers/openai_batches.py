@@ -19,7 +19,7 @@ import orjson
 
 from app import failure_policy
 from app.errors import ProviderProtocolError, TransientError
-from app.providers.openai_http import ERROR_BODY_BYTES, error_fields
+from app.providers.openai_http import ERROR_BODY_BYTES, error_fields, read_capped
 
 # The largest output or error file read (bytes): a batch of 256 embeddings of 3,072 floats
 # in JSON is about 20 MB.
@@ -92,8 +92,14 @@ class BatchClient:
                 method, url, timeout=self._timeout, allow_redirects=False, **options
             ) as answer:
                 status = answer.status
-                limit = MAX_FILE_BYTES if status < 400 else ERROR_BODY_BYTES
-                content = await answer.content.read(limit + 1)
+                # An error body is cut to its first bytes; an output file over the cap is a
+                # protocol fault (ProviderProtocolError).
+                content = await read_capped(
+                    self._layer,
+                    answer,
+                    MAX_FILE_BYTES if status < 300 else ERROR_BODY_BYTES,
+                    truncate=status >= 300,
+                )
         except (TimeoutError, aiohttp.ServerTimeoutError):
             raise TransientError(f"{self._layer} batch upstream timeout") from None
         except aiohttp.ClientError:
@@ -103,8 +109,6 @@ class BatchClient:
             raise failure_policy.status_error(
                 self._layer, status, code=code, error_type=error_type, param=param
             )
-        if len(content) > limit:
-            raise ProviderProtocolError(f"{self._layer} batch answer too large", layer=self._layer)
         if raw:
             return content
         try:

@@ -67,10 +67,12 @@ from app.service.requests import ProcessRequest
 logger = logging.getLogger(__name__)
 
 ENDPOINT = "/v1/embeddings"
-# The usage ledger's stage of batch work.
+# The usage ledger's stage of batch work (priced at the batch discount: usage_ledger).
 STAGE = "backfill_batch"
 # How long one poll (and its settlement) may hold a batch before another worker may take it.
 LEASE_SECONDS = 300.0
+# Results of a batch saved at once (connections of the stage pool they take at most).
+SAVES_AT_ONCE = 4
 
 
 @dataclass(slots=True)
@@ -327,8 +329,14 @@ class BatchBackfill:
             output = await self._client.lines(batch.get("output_file_id"))
             errors = await self._client.lines(batch.get("error_file_id"))
             to_sync: list[int] = []
-            for item in output:
-                await self._save_line(leased.batch_id, item, settlement, to_sync)
+            # A few saves at once: each is one statement and one commit on the stage pool.
+            for start in range(0, len(output), SAVES_AT_ONCE):
+                await asyncio.gather(
+                    *(
+                        self._save_line(leased.batch_id, item, settlement, to_sync)
+                        for item in output[start : start + SAVES_AT_ONCE]
+                    )
+                )
             for item in errors:
                 await self._error_line(leased.batch_id, item, settlement, to_sync)
             if to_sync:

@@ -93,7 +93,7 @@ class ReadinessReader:
             async with self._session.get(base_url + READYZ_PATH) as response:
                 if response.status not in (200, 503):
                     return WorkerReadiness(base_url, problem=f"HTTP {response.status}")
-                raw = await response.content.read(MAX_BODY_BYTES + 1)
+                raw = await _body_up_to(response, MAX_BODY_BYTES + 1)
                 status = response.status
         except (aiohttp.ClientError, TimeoutError) as exc:
             return WorkerReadiness(base_url, problem=f"unreachable ({type(exc).__name__})")
@@ -103,6 +103,19 @@ class ReadinessReader:
         if self._session is not None:
             await self._session.close()
             self._session = None
+
+
+async def _body_up_to(response: aiohttp.ClientResponse, limit: int) -> bytes:
+    """The body to its end or to ``limit`` bytes, whichever comes first: one ``read(n)``
+    returns what has arrived so far, which may be part of a body sent in several packets."""
+    parts: list[bytes] = []
+    size = 0
+    async for chunk in response.content.iter_chunked(16384):
+        parts.append(chunk)
+        size += len(chunk)
+        if size >= limit:
+            break
+    return b"".join(parts)[:limit]
 
 
 def _parse(base_url: str, status: int, raw: bytes) -> WorkerReadiness:

@@ -11,6 +11,7 @@ import asyncio
 import time
 
 import numpy as np
+import pytest
 from sqlalchemy import text
 
 from app.providers.hashing import hash_embed
@@ -258,3 +259,37 @@ async def test_readyz_reports_whether_the_provider_takes_batches(make_worker):
             BACKFILL_PATH, json=body, headers={"X-Internal-Secret": SECRET}
         )
         assert refused.status_code == 409
+
+
+async def ledger_rows(engine) -> dict[str, tuple[int, int, float]]:
+    """``{stage: (embedding_tokens, estimated_tokens, cost_usd)}`` of today's ledger."""
+    async with engine.connect() as conn:
+        rows = await conn.execute(
+            text(
+                "SELECT stage, embedding_tokens, estimated_tokens, cost_usd FROM "
+                "ai.provider_usage_daily WHERE provider = 'embedding'"
+            )
+        )
+        return {r.stage: (r.embedding_tokens, r.estimated_tokens, float(r.cost_usd)) for r in rows}
+
+
+async def test_batch_tokens_count_at_submission_at_the_batch_price(
+    engine, make_worker, fake_openai
+):
+    """The estimate is in the ledger (and so against the daily cap) once the batch is
+    submitted, before any result; priced at PINLOG_PROVIDER_BATCH_DISCOUNT of the list price
+    (text-embedding-3-small: 0.02 USD per million tokens); the results' own count is kept on
+    the batch."""
+    for context_id in (1, 2):
+        await embedded_under_the_old_profile(engine, context_id)
+    async with make_worker(**BATCH_SETTINGS, provider_batch_discount=0.5) as worker:
+        fake_openai.batches.hold_batches(True)
+        batch_id = (await submit(worker, [1, 2]))["batchId"]
+        await worker.app.state.usage.flush()
+        tokens, estimated, usd = (await ledger_rows(engine))["backfill_batch"]
+        record = await batch_record(engine, batch_id)
+        assert tokens == estimated == record["estimated_tokens"] > 0
+        assert usd == pytest.approx(tokens * 0.02 / 1e6 * 0.5)
+        fake_openai.batches.hold_batches(False)
+        record = await settled(engine, batch_id)
+    assert 0 < record["settled_tokens"] <= record["estimated_tokens"]
