@@ -293,3 +293,21 @@ async def test_batch_tokens_count_at_submission_at_the_batch_price(
         fake_openai.batches.hold_batches(False)
         record = await settled(engine, batch_id)
     assert 0 < record["settled_tokens"] <= record["estimated_tokens"]
+
+
+async def test_an_output_file_of_many_packets_is_read_to_its_end(engine, make_worker, fake_openai):
+    """40 results of 1,536 floats (about 330 KB) arrive in many packets: every one is saved."""
+    ids = list(range(1, 41))
+    for context_id in ids:
+        await embedded_under_the_old_profile(engine, context_id, note=f"긴 결과 메모 {context_id}")
+    async with make_worker(**BATCH_SETTINGS) as worker:
+        body = {
+            "embeddingProfile": PROFILE,
+            "contexts": [context(i, f"긴 결과 메모 {i}") for i in ids],
+            "via": "batch",
+        }
+        answer = await worker.client.post(
+            BACKFILL_PATH, json=body, headers={"X-Internal-Secret": SECRET}
+        )
+        await settled(engine, answer.json()["batchId"])
+    assert {row[0] for row in (await held_rows(engine)).values()} == {"COMPLETED"}
