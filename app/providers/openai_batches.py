@@ -1,6 +1,6 @@
 """The provider's Batch API, OpenAI's wire format (docs/operations.md "Backfill via the Batch
 API"): ``POST /v1/files`` (purpose ``batch``), ``POST /v1/batches``, ``GET /v1/batches/{id}``,
-``GET /v1/files/{id}/content``, ``POST /v1/batches/{id}/cancel``.
+``GET /v1/files/{id}/content``, ``POST /v1/batches/{id}/cancel``, ``DELETE /v1/files/{id}``.
 
 Batch requests take no per-minute rate budget (the provider's batch pool is separate) and are
 not retried here: every caller polls again later. Each request has ``timeout_seconds`` as its
@@ -68,6 +68,10 @@ class BatchClient:
     async def cancel(self, batch_id: str) -> dict:
         """Ask the provider to cancel the batch; the batch object."""
         return await self._request("POST", f"batches/{batch_id}/cancel")
+
+    async def delete_file(self, file_id: str) -> None:
+        """Delete a file at the provider (input, output or error file of a settled batch)."""
+        await self._request("DELETE", f"files/{file_id}")
 
     async def lines(self, file_id: str | None) -> list[dict[str, Any]]:
         """The JSON lines of an output or error file (none for ``None``); a line that is not

@@ -66,7 +66,8 @@ LEASE_BATCH = compile_named("""
         ORDER BY q.updated_at, q.batch_id
         LIMIT 1
         FOR UPDATE SKIP LOCKED)
-    RETURNING p.batch_id, p.status, p.items, p.estimated_tokens, p.cancel_requested
+    RETURNING p.batch_id, p.status, p.items, p.estimated_tokens, p.cancel_requested,
+              p.input_file_id
 """)
 
 # A poll's outcome: the provider's status and files; the lease is let go.
@@ -118,13 +119,14 @@ FAIL_HELD = compile_named("""
 @dataclass(frozen=True, slots=True)
 class LeasedBatch:
     """A batch this worker may poll now: its id, last polled ``status``, ``items``, the
-    tokens counted at submission and whether the core asked it cancelled."""
+    tokens counted at submission, whether the core asked it cancelled, and its input file."""
 
     batch_id: str
     status: str
     items: int
     estimated_tokens: int
     cancel_requested: bool
+    input_file_id: str
 
 
 async def hold(
@@ -172,6 +174,7 @@ async def lease(
         int(row["items"]),
         int(row["estimated_tokens"]),
         bool(row["cancel_requested"]),
+        str(row["input_file_id"]),
     )
 
 

@@ -27,7 +27,8 @@ interval), and polls it. Once the batch is over it is **settled**:
 - what the batch did not answer (expired, failed, cancelled) returns to the synchronous path;
   a cancelled profile's results are discarded, never saved;
 - the tokens the results report settle the estimate: what exceeds it is counted then (an
-  estimate above the real count stays counted: the cap errs on the safe side).
+  estimate above the real count stays counted: the cap errs on the safe side);
+- the input, output and error files are deleted at the provider.
 
 Settling is re-runnable: a worker killed while settling leaves the lease to run out, and the
 next one settles again (a saved row is no longer ``PROCESSING``: nothing is written twice).
@@ -363,7 +364,21 @@ class BatchBackfill:
             )
         for result in ("completed", "cancelled", "failed", "returned", "lost"):
             self._count(result, getattr(settlement, result))
+        await self._delete_files(
+            leased.input_file_id, batch.get("output_file_id"), batch.get("error_file_id")
+        )
         return settlement
+
+    async def _delete_files(self, *file_ids: object) -> None:
+        """The notes' texts and vectors leave the provider's storage once saved; a failed
+        delete is logged (the provider keeps the file until its own retention ends)."""
+        for file_id in file_ids:
+            if not isinstance(file_id, str):
+                continue
+            try:
+                await self._client.delete_file(file_id)
+            except WorkerError as exc:
+                logger.warning("batch file not deleted at the provider: cause=%s", exc)
 
     async def _save_line(
         self, batch_id: str, item: dict, settlement: Settlement, to_sync: list[int]

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import time
 
+import httpx
 import numpy as np
 import pytest
 from sqlalchemy import text
@@ -117,6 +118,11 @@ async def test_a_batch_is_submitted_held_polled_and_saved_without_a_synchronous_
 
     assert record["status"] == "completed" and record["items"] == 3
     assert record["settled_tokens"] > 0 and record["estimated_tokens"] > 0
+    # The notes' texts and vectors are deleted at the provider once saved.
+    batch = fake_openai.batches.batch(batch_id)
+    async with httpx.AsyncClient(base_url=fake_openai.base_url + "/", timeout=5) as provider:
+        for file_id in (batch["input_file_id"], batch["output_file_id"]):
+            assert (await provider.get(f"files/{file_id}")).status_code == 404
     for context_id in (1, 2, 3):
         assert await backfill_row(engine, context_id, PROFILE) == Row("COMPLETED", 1, None)
         assert_stored(await vectors_by_profile(engine, context_id), context_id)
