@@ -209,10 +209,12 @@ async def start(
 @dataclass(frozen=True, slots=True)
 class Submitted:
     """What ``submit_by_batch`` saw: the first batch submitted since the start (``None``:
-    none within the wait) and the batches of the profile by state."""
+    none within the wait), the batches of the profile by state, and whether dispatching is
+    paused (nothing is sent then)."""
 
     first_batch_id: str | None
     batches: provider_batches.BatchCounts
+    paused: bool = False
 
 
 async def submit_by_batch(
@@ -223,12 +225,9 @@ async def submit_by_batch(
     send or ``wait_seconds`` passed; the first batch submitted since ``since``. The core
     processes' backfill loops send what is left (a worker that refused, a row unsent)."""
     await operations.refresh_routing()
+    pause = PauseSwitch(operations.engine, operations.metrics)
     loop = build_backfill(
-        operations.settings,
-        operations.engine,
-        operations.endpoints(),
-        PauseSwitch(operations.engine, operations.metrics),
-        operations.metrics,
+        operations.settings, operations.engine, operations.endpoints(), pause, operations.metrics
     )
     deadline = time.monotonic() + wait_seconds
     while time.monotonic() < deadline:
@@ -241,7 +240,7 @@ async def submit_by_batch(
     async with autocommit(operations.engine) as conn:
         first = await provider_batches.first_since(conn, profile=profile, since=since)
         counts_now = await provider_batches.counts(conn, profile=profile)
-    return Submitted(first, counts_now)
+    return Submitted(first, counts_now, paused=await pause.paused())
 
 
 async def wait_for_batches(
@@ -516,6 +515,11 @@ def reembed_start(
         submitted = await submit_by_batch(
             ops, profile=profile, since=since, wait_seconds=SUBMIT_WAIT_SECONDS
         )
+        if submitted.first_batch_id is None and submitted.paused:
+            raise ReembedRefused(
+                f"backfilling {profile} by batch, but dispatching is paused: the notes are "
+                "sent once it is resumed (`pinlog-core resume`)"
+            )
         if submitted.first_batch_id is None:
             raise ReembedRefused(
                 f"backfilling {profile} by batch, but no worker submitted a batch within "

@@ -211,7 +211,10 @@ class ReembedBackfill:
 
     async def send_by_batch(self) -> bool:
         """Send the next rows marked for the Batch API, if any, and wait for the answer
-        (``reembed start --via batch``); whether some were sent."""
+        (``reembed start --via batch``); whether some were sent (none while dispatching is
+        paused)."""
+        if await self._pause.paused():
+            return False
         sent = await self._pass_by_batch()
         await self.drain()
         return sent

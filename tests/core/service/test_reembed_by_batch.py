@@ -16,6 +16,7 @@ import pytest
 from sqlalchemy import text
 
 from core_service.metrics import CoreMetrics
+from core_service.operations import pause as dispatch_pause
 from core_service.operations import reembed
 from core_service.operations.reembed import ReembedRefused
 from core_service.repository import embedding_switch
@@ -239,3 +240,15 @@ async def test_a_rollback_has_the_workers_cancel_the_batches_and_discard_their_r
             {"p": PROFILE},
         )
         assert stored.scalar_one() == 0
+
+
+async def test_nothing_is_sent_by_batch_while_dispatching_is_paused(
+    engine, notes_core, make_worker, fake_openai
+):
+    ids = await notes(notes_core, engine, 2)
+    async with make_worker(**BATCH_SETTINGS) as worker, backfill_loop(engine, worker) as loop:
+        await start_by_batch(engine, worker)
+        await dispatch_pause.change(engine, paused=True)
+        assert not await loop.send_by_batch()
+        assert fake_openai.batches.batch_ids == []
+        assert await rows(engine) == {i: ("PENDING", True, None) for i in ids}
