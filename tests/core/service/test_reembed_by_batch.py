@@ -252,3 +252,20 @@ async def test_nothing_is_sent_by_batch_while_dispatching_is_paused(
         assert not await loop.send_by_batch()
         assert fake_openai.batches.batch_ids == []
         assert await rows(engine) == {i: ("PENDING", True, None) for i in ids}
+
+
+async def test_a_start_run_again_must_name_the_via_the_switch_was_started_with(
+    engine, notes_core, make_worker
+):
+    await notes(notes_core, engine, 1)
+    async with make_worker(**BATCH_SETTINGS) as worker:
+        await start_by_batch(engine, worker)
+        with pytest.raises(ReembedRefused, match="was started --via batch"):
+            await reembed.start(
+                engine, await readings(worker), configured=TARGET, target=PROFILE, rate=50
+            )
+        again = await reembed.start(
+            engine, await readings(worker), configured=TARGET, target=PROFILE, rate=50,
+            via="batch",
+        )  # fmt: skip
+    assert again.resumed and again.row.via == "batch"
