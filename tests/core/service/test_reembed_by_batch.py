@@ -269,3 +269,17 @@ async def test_a_start_run_again_must_name_the_via_the_switch_was_started_with(
             via="batch",
         )  # fmt: skip
     assert again.resumed and again.row.via == "batch"
+
+
+async def test_finish_after_a_forced_cutover_waits_for_the_rows_a_batch_holds(
+    engine, notes_core, make_worker, fake_openai
+):
+    await notes(notes_core, engine, 2)
+    async with make_worker(**BATCH_SETTINGS) as worker, backfill_loop(engine, worker) as loop:
+        await start_by_batch(engine, worker)
+        fake_openai.batches.hold_batches(True)
+        assert await loop.send_by_batch()
+        await reembed.cut_over(engine, await readings(worker), configured=TARGET, force=True)
+        with pytest.raises(ReembedRefused, match=r"2 backfill row\(s\) of it open"):
+            await reembed.finish(engine, keep_old=True, force=True, window_seconds=0.0)
+    assert (await switch_row(engine)).state == "cut_over"
