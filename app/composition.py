@@ -17,9 +17,11 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from app import failure_policy
 from app.metrics import WorkerMetrics
 from app.providers.base import EmbeddingProvider, KeywordJudge
+from app.providers.openai_batches import BatchClient
 from app.providers.usage import StageTagged
 from app.repository.db import command_timeout_for, create_engine
 from app.repository.stage_pool import StagePool
+from app.service.batch_backfill import BatchBackfill
 from app.service.embedding_stage import EmbeddingStage
 from app.service.health import Readiness
 from app.service.keyword_stage import KeywordStage
@@ -54,7 +56,9 @@ class Worker:
     ``search`` answer ``/readyz`` and ``POST /internal/v1/search`` on engines of their own;
     ``gates``: each provider's gate by name (``embedding``, ``judge``), the one place deciding
     "provider unavailable"; ``provider_refusals``: whether process requests are refused
-    meanwhile; ``backfill``: ``POST /internal/v1/backfill/embed`` (re-embedding).
+    meanwhile; ``backfill``: ``POST /internal/v1/backfill/embed`` (re-embedding); ``batches``:
+    the same by the provider's Batch API and the poller of this profile's open batches
+    (``None`` when the provider has no Batch API).
     """
 
     stage_pool: StagePool
@@ -68,6 +72,7 @@ class Worker:
     provider_refusals: ProviderRefusalPolicy
     usage: UsageLedger
     backfill: ProfileBackfill
+    batches: BatchBackfill | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,6 +104,7 @@ async def build_worker(settings: Settings, metrics: WorkerMetrics) -> AsyncItera
             # Today's totals are read after each write (every flush interval) even without a
             # cap: pinlog_provider_tokens_today shows them (docs/operations.md).
             watch_totals=True,
+            batch_discount=settings.provider_batch_discount,
         )
         await ledger.read_totals()  # a cap reached before this start holds at once
         ledger.start()
@@ -145,8 +151,14 @@ async def build_worker(settings: Settings, metrics: WorkerMetrics) -> AsyncItera
             profile=settings.embedding_profile,
             offline=settings.offline,
             max_request_bytes=settings.max_request_bytes,
+            batch=settings.batch_api,
         )
         stack.push_async_callback(readiness.aclose)
+        batches = _batches(settings, metrics, databases.stage_pool, gates, ledger)
+        if batches is not None:
+            # Batches submitted before a restart are polled and settled by this process too.
+            batches.start()
+            stack.push_async_callback(batches.aclose)
         search = SearchService(
             databases.search_engine,
             StageTagged(providers.embedder, "search"),
@@ -195,7 +207,39 @@ async def build_worker(settings: Settings, metrics: WorkerMetrics) -> AsyncItera
                 batch_tokens=providers.embedding_batch_tokens,
                 request_deadline_seconds=settings.request_timeout_seconds,
             ),
+            batches=batches,
         )
+
+
+def _batches(
+    settings: Settings,
+    metrics: WorkerMetrics,
+    stage_pool: StagePool,
+    gates: Mapping[str, ProviderGate],
+    ledger: UsageLedger,
+) -> BatchBackfill | None:
+    """The Batch API backfill of this profile, when its provider has one (``batch_api``)."""
+    if not settings.batch_api or settings.embedding_api_key is None:
+        return None
+    return BatchBackfill(
+        stage_pool,
+        BatchClient(
+            settings.embedding_base_url,
+            settings.embedding_api_key.get_secret_value(),
+            settings.provider_timeout_seconds,
+            "embedding",
+        ),
+        gates["embedding"],
+        usage=ledger,
+        metrics=metrics,
+        profile=settings.embedding_profile,
+        model=settings.embedding_model,
+        model_dimension=settings.embedding_dimension,
+        dimension=settings.vector_dimension,
+        max_input_chars=settings.embedding_max_input_chars,
+        expiry_seconds=settings.processing_expiry_seconds,
+        poll_seconds=settings.batch_poll_seconds,
+    )
 
 
 async def _open_databases(stack: AsyncExitStack, settings: Settings) -> _Databases:

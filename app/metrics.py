@@ -198,7 +198,7 @@ class WorkerMetrics:
         self.backfill_contexts = Counter(
             "pinlog_backfill_contexts_total",
             "Contexts of re-embedding backfill batches by result (completed, cancelled, failed, "
-            "not_claimed, lost, put_back)",
+            "not_claimed, lost, put_back; by the Batch API also batched and returned)",
             ["result"],
             registry=self.registry,
         )

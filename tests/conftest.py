@@ -99,6 +99,7 @@ CLEANED_TABLES = (
     "ai.keyword_preset",
     "ai.provider_usage_daily",
     "ai.context_embedding_backfill",
+    "ai.provider_batch",
     "core.embedding_switch",
     "core.context",
     "core.dispatch_control",

@@ -17,6 +17,7 @@ from app.api.schemas import (
     SearchResponse,
     SearchResult,
 )
+from app.service.batch_backfill import BatchBackfill
 from app.service.health import Readiness
 from app.service.profile_backfill import (
     BackfillRefused,
@@ -56,11 +57,16 @@ async def _backfill(request: Request) -> ProfileBackfill:
     return request.app.state.backfill
 
 
+async def _batches(request: Request) -> BatchBackfill | None:
+    return request.app.state.batches
+
+
 Pool = Annotated[WorkerPool, Depends(_pool)]
 ReadinessCheck = Annotated[Readiness, Depends(_readiness)]
 Search = Annotated[SearchService, Depends(_search)]
 ProviderRefusals = Annotated[ProviderRefusalPolicy, Depends(_refusals)]
 Backfill = Annotated[ProfileBackfill, Depends(_backfill)]
+Batches = Annotated[BatchBackfill | None, Depends(_batches)]
 
 router = APIRouter()
 
@@ -162,7 +168,7 @@ async def search(body: SearchBody, service: Search) -> SearchResponse:
 
 
 @router.post("/internal/v1/backfill/embed", responses=responses.BACKFILL)
-async def backfill_embed(body: BackfillBody, backfill: Backfill) -> JSONResponse:
+async def backfill_embed(body: BackfillBody, backfill: Backfill, batches: Batches) -> JSONResponse:
     """Embed a batch of contexts under this worker's profile for a re-embedding backfill
     (``app.service.profile_backfill``): 200 with counts by result; an item whose text digest
     or owner is not the one the core wrote on the state row, or whose context is no longer
@@ -171,9 +177,22 @@ async def backfill_embed(body: BackfillBody, backfill: Backfill) -> JSONResponse
     saved stays); 409 for another profile;
     413 for a body over ``maxRequestBytes`` (``/readyz``); 422 for a malformed body (a
     ``contextId`` twice included); 503 with ``Retry-After`` (whole seconds) when busy or the
-    provider or database is unavailable (the claimed rows were put back to ``PENDING``)."""
+    provider or database is unavailable (the claimed rows were put back to ``PENDING``).
+
+    With ``"via": "batch"`` the rows are claimed and submitted as one provider batch instead
+    (``app.service.batch_backfill``): 200 ``{"batchId", "batched", "failed", "notClaimed"}``
+    (``batchId`` null when nothing was submitted); 409 when this worker's provider takes no
+    batches (``/readyz`` ``batch`` false)."""
     items = [ProcessRequest(c.context_id, c.user_id, c.record_id, c.text) for c in body.contexts]
     try:
+        if body.via == "batch":
+            if batches is None:
+                return JSONResponse(
+                    {"detail": "this worker's provider takes no batches"},
+                    status_code=status.HTTP_409_CONFLICT,
+                )
+            submitted = await batches.submit(body.embedding_profile, items)
+            return JSONResponse(submitted.as_json())
         report = await backfill.run(body.embedding_profile, items)
     except WrongProfile as exc:
         return JSONResponse({"detail": str(exc)}, status_code=status.HTTP_409_CONFLICT)
@@ -190,8 +209,10 @@ async def backfill_embed(body: BackfillBody, backfill: Backfill) -> JSONResponse
 async def readyz(readiness: ReadinessCheck) -> JSONResponse:
     """Readiness: database reachable and presets loaded (200), else 503 with ``problems``
     naming what is missing. The body is pinned (other components read it):
-    ``{"status", "mode", "profile", "presetVersion", "maxRequestBytes", "providers":
+    ``{"status", "mode", "profile", "presetVersion", "maxRequestBytes", "batch", "providers":
     {"embedding": {"available", "retryAfterSeconds", "reason"}, "judge": {...}}}``.
+    ``batch``: whether this worker sends backfills by its provider's Batch API when the core
+    asks (``PINLOG_EMBEDDING_BATCH_API``).
     ``maxRequestBytes``: the largest request body this worker takes (bytes; larger answer
     413); the core cuts its backfill batches to fit it. A provider's unavailability is reported
     in ``providers`` and never changes the status code: the process can still serve.
@@ -205,6 +226,7 @@ async def readyz(readiness: ReadinessCheck) -> JSONResponse:
         "profile": readiness.profile,
         "presetVersion": readiness.preset_version(),
         "maxRequestBytes": readiness.max_request_bytes,
+        "batch": readiness.batch,
         "providers": readiness.providers(),
     }
     if problems:

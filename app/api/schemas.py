@@ -7,7 +7,7 @@ embedding stage later, FC-09). Unknown fields are ignored so the core side can a
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, field_validator
 
@@ -46,6 +46,8 @@ class BackfillBody(BaseModel):
 
     embedding_profile: StrictStr = Field(alias="embeddingProfile", max_length=100)
     contexts: Annotated[list[ContextNote], Field(min_length=1, max_length=256)]
+    # sync: embedded now; batch: submitted as one provider batch (app.service.batch_backfill).
+    via: Literal["sync", "batch"] = "sync"
 
     @field_validator("contexts")
     @classmethod

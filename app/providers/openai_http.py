@@ -174,7 +174,7 @@ class JsonEndpointClient:
                         if redirects > MAX_REDIRECTS:
                             raise _redirect_error(layer, status, "redirects too often")
                         continue
-                    raw = await _read_capped(
+                    raw = await read_capped(
                         layer,
                         answer,
                         cap if status < 400 else ERROR_BODY_BYTES,
@@ -252,7 +252,7 @@ def _redirect_error(layer: str, status: int, what: str) -> ProviderUnavailableEr
     )
 
 
-async def _read_capped(
+async def read_capped(
     layer: str, answer: aiohttp.ClientResponse, cap: int, *, truncate: bool
 ) -> bytes:
     """The (decompressed) body, at most ``cap`` bytes: beyond, the rest is dropped when

@@ -13,6 +13,8 @@ stages' columns):
   ``CANCELLED``) and the request's text digest and owner are the ones the core wrote on the
   state row (0006, 0020): a request with another text or owner claims nothing and no provider
   is called for it; the vector is stored under the state row's owner, never the request's.
+  A row a provider batch holds (``batch_id``, 0115) is never reclaimed, however old: its
+  batch returns it (``provider_batches``).
 - **save** (``SAVE_BACKFILL_VECTOR``): one statement that locks the context's state row
   first (docs/lock-order.md), then the backfill row while ``PROCESSING`` with this attempt;
   the vector is written only while the live state is not ``CANCELLED`` (a delete, edit or
@@ -38,10 +40,11 @@ from app.repository.stage_saves import STORE_VECTOR_FROM, STORE_VECTOR_ON_CONFLI
 # Words the statements quote that are not statuses: the empty array of an empty claim.
 NON_STATUS_LITERALS = frozenset({"{}"})
 
-# Claim the rows of :context_ids under :embedding_profile that are PENDING, or PROCESSING and
-# stale (module docstring), each only while its context is live and the request's text digest
-# (:text_sha256s, by position) and owner (:user_ids, :record_ids) are the ones the core wrote
-# on the state row; the claimed ids, their new attempts and the state row's owner, as arrays.
+# Claim the rows of :context_ids under :embedding_profile that are PENDING, or PROCESSING,
+# stale and held by no provider batch (module docstring), each only while its context is live
+# and the request's text digest (:text_sha256s, by position) and owner (:user_ids,
+# :record_ids) are the ones the core wrote on the state row; the claimed ids, their new
+# attempts and the state row's owner, as arrays.
 # The state row is read, not locked: the save re-checks it under its lock (docs/lock-order.md).
 CLAIM_BACKFILL = compile_named("""
     WITH asked AS (
@@ -59,7 +62,7 @@ CLAIM_BACKFILL = compile_named("""
           AND s.text_sha256_from_core AND s.text_sha256 = a.text_sha256
           AND s.user_id = a.user_id AND s.record_id = a.record_id
           AND (b.status = 'PENDING'
-               OR (b.status = 'PROCESSING'
+               OR (b.status = 'PROCESSING' AND b.batch_id IS NULL
                    AND b.updated_at < now() - make_interval(secs => :expiry_seconds)))
         ORDER BY b.context_id
         FOR UPDATE OF b SKIP LOCKED

@@ -48,8 +48,12 @@ class Readiness:
         cache_seconds: float = 1.0,
         offline: bool = False,
         max_request_bytes: int | None = None,
+        batch: bool = False,
     ) -> None:
         self._engine = probe_engine
+        # Whether this worker's embedding provider takes the Batch API (`reembed start --via
+        # batch` is refused while a worker of the profile reports false).
+        self.batch = batch
         # The largest request body this worker takes (PINLOG_MAX_REQUEST_BYTES), reported by
         # /readyz so the core cuts its backfill batches to fit.
         self.max_request_bytes = max_request_bytes

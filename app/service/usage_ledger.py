@@ -80,6 +80,11 @@ def cost_usd(
     return max(micro, Decimal(0)) / _MILLION
 
 
+# Stages whose calls go through the provider's Batch API, priced at the batch discount
+# (app/service/batch_backfill.py).
+BATCH_STAGES = frozenset({"backfill_batch"})
+
+
 class UsageLedger:
     """Collects ``CallUsage`` per (provider, model, stage); ``start`` begins the periodic
     writes, ``flush`` writes now, ``aclose`` stops and writes the rest."""
@@ -92,8 +97,12 @@ class UsageLedger:
         *,
         flush_seconds: float,
         watch_totals: bool = False,
+        batch_discount: float = 1.0,
     ) -> None:
+        """``batch_discount``: the factor of the prices at which calls of ``BATCH_STAGES``
+        (the provider's Batch API) are priced (``PINLOG_PROVIDER_BATCH_DISCOUNT``)."""
         self._engine = engine
+        self._batch_discount = Decimal(str(batch_discount))
         self._tokens = metrics.provider_tokens
         self._prices = dict(prices)
         self._flush_seconds = flush_seconds
@@ -201,6 +210,8 @@ class UsageLedger:
                 price, provider, prompt=totals.prompt, completion=totals.completion,
                 embedding=totals.embedding, cached=totals.cached,
             )  # fmt: skip
+            if stage in BATCH_STAGES:
+                cost *= self._batch_discount
         return UsageDelta(
             provider, model, stage, totals.calls, totals.prompt, totals.completion,
             totals.embedding, totals.estimated, cost, totals.cached,

@@ -69,6 +69,28 @@ class EmbeddingProviderSettings(BaseModel):
     embedding_distance: Literal["cosine"] = Field(
         default="cosine", description="Distance of the profile (§5)"
     )
+    embedding_batch_api: bool | None = Field(
+        default=None,
+        description="Whether the embedding provider offers OpenAI's Batch API (/v1/files, "
+        "/v1/batches) for `reembed start --via batch`; unset: only for the openai provider at "
+        "api.openai.com (vLLM and Ollama have none); reported as `batch` in /readyz",
+    )
+    batch_poll_seconds: float = Field(
+        default=30.0,
+        gt=0,
+        le=3600,
+        description="Seconds between two polls of one provider batch of this worker's "
+        "profile (by any worker of the profile)",
+    )
+
+    @property
+    def batch_api(self) -> bool:
+        """Whether this worker sends backfills by the provider's Batch API when asked."""
+        if self.embedding_provider != "openai":
+            return False
+        if self.embedding_batch_api is not None:
+            return self.embedding_batch_api
+        return self.embedding_base_url.rstrip("/").startswith("https://api.openai.com/")
 
     @field_validator("embedding_base_url")
     @classmethod

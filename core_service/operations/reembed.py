@@ -34,17 +34,19 @@ one winner and a refusal, and a command whose switch changed meanwhile changes n
 from __future__ import annotations
 
 import asyncio
+import enum
 import json
 import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 
 import typer
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from core_service.command_startup import fail, load, run_operation
-from core_service.composition import Operations
+from core_service.composition import Operations, build_backfill
 from core_service.operations import counts
 from core_service.operations.keyword_reprocess import (
     KeywordReprocess,
@@ -53,16 +55,25 @@ from core_service.operations.keyword_reprocess import (
     WorkersNotReady,
     reprocess,
 )
-from core_service.repository import embedding_switch, keyword_reprocess
+from core_service.repository import embedding_switch, keyword_reprocess, provider_batches
 from core_service.repository.db import autocommit
 from core_service.repository.embedding_switch import SwitchRow
+from core_service.service.pause import PauseSwitch
 from core_service.service.profile_in_use import CACHE_SECONDS, PROPAGATION_SECONDS
 from core_service.service.switch_status import PACE_WINDOW_SECONDS, read_switch_status
-from core_service.service.worker_readiness import WorkerReadiness
+from core_service.service.worker_readiness import WorkerReadiness, display_url
 from pinlog_platform.cli import numbers
 
 # ``reembed status``'s procedure: the switch as it stands, as the backfill loop's gauges read it.
 status = read_switch_status
+# How long `reembed start --via batch` sends the marked rows before it reports the first batch
+# (seconds), how often --wait looks (doubling from the first to the second), and how long it
+# waits at most (the provider's 24-hour
+# completion window and an hour more).
+SUBMIT_WAIT_SECONDS = 120.0
+FIRST_BATCH_POLL_SECONDS = 0.25
+BATCH_POLL_SECONDS = 5.0
+BATCH_WAIT_SECONDS = 25 * 3600.0
 # Judgments stamped, and rows removed, per statement.
 STAMP_BATCH = 5_000
 REMOVE_BATCH = 5_000
@@ -113,15 +124,31 @@ async def start(
     configured: str,
     target: str,
     rate: int,
+    via: str = "sync",
 ) -> StartResult:
     """Begin the switch to ``target`` (module docstring); ``ReembedRefused`` says why not.
     While a switch to ``target`` is already backfilling (a ``start`` killed while stamping or
-    seeding) this finishes what that run left: ``resumed`` is true."""
+    seeding) this finishes what that run left: ``resumed`` is true. ``via`` ``batch``: the
+    rows proposed now are marked for the provider's Batch API (refused while a worker of
+    ``target`` reports ``batch`` false); it is recorded with the switch."""
     row = await _read(engine)
     in_use = configured if row is None else row.profile_in_use
     if target == in_use:
         raise ReembedRefused(f"profile {target} is already in use")
     resumed = row is not None and row.state == "backfilling" and row.other_profile == target
+    if resumed and row is not None and row.via != via:
+        raise ReembedRefused(
+            f"the switch to {target} was started --via {row.via}: run start again with it"
+        )
+    if via == "batch":
+        no_batches = [r for r in readings if r.profile == target and not r.batch]
+        if no_batches:
+            raise ReembedRefused(
+                f"--via batch: these workers of profile {target} report no Batch API "
+                "(`batch` false in /readyz; vLLM and Ollama have none, or "
+                "PINLOG_EMBEDDING_BATCH_API is false); start with --via sync",
+                [display_url(r.base_url) for r in no_batches],
+            )
     if row is not None and row.state != "idle" and not resumed:
         raise ReembedRefused(
             f"a switch is {row.state}: cut over and finish it, or roll it back, first"
@@ -147,6 +174,7 @@ async def start(
                 target=target,
                 rate=rate,
                 generation=None if row is None else row.generation,
+                via=via,
             )
             if moved is None:
                 raise _changed_meanwhile()
@@ -164,7 +192,11 @@ async def start(
         # Proposed only while the switch is still the one read (a rollback or finish that
         # committed meanwhile leaves nothing behind), which is checked again after.
         await embedding_switch.seed(
-            conn, profile=target, completed_only=False, generation=row.generation
+            conn,
+            profile=target,
+            completed_only=False,
+            generation=row.generation,
+            via_batch=via == "batch",
         )
         await embedding_switch.seed(
             conn, profile=in_use, completed_only=True, generation=row.generation
@@ -172,6 +204,62 @@ async def start(
         if await embedding_switch.read(conn) != row:
             raise _changed_meanwhile()
     return StartResult(row, resumed)
+
+
+@dataclass(frozen=True, slots=True)
+class Submitted:
+    """What ``submit_by_batch`` saw: the first batch submitted since the start (``None``:
+    none within the wait), the batches of the profile by state, and whether dispatching is
+    paused (nothing is sent then)."""
+
+    first_batch_id: str | None
+    batches: provider_batches.BatchCounts
+    paused: bool = False
+
+
+async def submit_by_batch(
+    operations: Operations, *, profile: str, since: datetime, wait_seconds: float
+) -> Submitted:
+    """Send the rows ``start --via batch`` marked to the workers of ``profile`` (each request
+    one provider batch they submit; ``ReembedBackfill.send_by_batch``) until none is left to
+    send or ``wait_seconds`` passed; the first batch submitted since ``since``. The core
+    processes' backfill loops send what is left (a worker that refused, a row unsent)."""
+    await operations.refresh_routing()
+    pause = PauseSwitch(operations.engine, operations.metrics)
+    loop = build_backfill(
+        operations.settings, operations.engine, operations.endpoints(), pause, operations.metrics
+    )
+    deadline = time.monotonic() + wait_seconds
+    while time.monotonic() < deadline:
+        wait = loop.backoff_seconds()
+        if wait > 0:
+            await asyncio.sleep(min(wait, max(deadline - time.monotonic(), 0.0)))
+            continue
+        if not await loop.send_by_batch():
+            break
+    async with autocommit(operations.engine) as conn:
+        first = await provider_batches.first_since(conn, profile=profile, since=since)
+        counts_now = await provider_batches.counts(conn, profile=profile)
+    return Submitted(first, counts_now, paused=await pause.paused())
+
+
+async def wait_for_batches(
+    engine: AsyncEngine, *, profile: str, on_progress: Callable[[int, int], None]
+) -> provider_batches.BatchCounts:
+    """Wait until no row of ``profile`` marked for the Batch API is open and no batch of it
+    is unsettled (``--wait``), at most ``BATCH_WAIT_SECONDS``; ``on_progress(open rows, open
+    batches)`` after each look. The batches as they ended."""
+    deadline = time.monotonic() + BATCH_WAIT_SECONDS
+    pause = FIRST_BATCH_POLL_SECONDS
+    while True:
+        async with autocommit(engine) as conn:
+            rows = await embedding_switch.open_via_batch(conn, profile=profile)
+            now = await provider_batches.counts(conn, profile=profile)
+        if (rows == 0 and now.in_progress == 0) or time.monotonic() >= deadline:
+            return now
+        on_progress(rows, now.in_progress)
+        await asyncio.sleep(pause)
+        pause = min(pause * 2, BATCH_POLL_SECONDS)
 
 
 async def cut_over(
@@ -246,6 +334,10 @@ async def roll_back(engine: AsyncEngine) -> RollbackResult:
         raise ReembedRefused("no switch to roll back (finished, or never started)")
     async with autocommit(engine) as conn:
         moved = await embedding_switch.roll_back(conn, generation=row.generation)
+        if moved is not None:
+            # The abandoned profile's open provider batches: the workers cancel them and
+            # discard what they return.
+            await provider_batches.request_cancel(conn, profile=moved.other_profile)
     if moved is None:
         raise _changed_meanwhile()
     return RollbackResult(moved, already=False)
@@ -298,6 +390,7 @@ async def finish(
         )
         if moved is None:
             raise await _finish_refused(conn, row, force=force, window_seconds=window_seconds)
+        await provider_batches.request_cancel(conn, keep=moved.profile_in_use)
     removed = 0
     if keep_old:
         return moved, removed
@@ -345,6 +438,13 @@ async def _finish_refused(
     )
 
 
+class Via(enum.StrEnum):
+    """How ``reembed start`` sends the backfill: embedded at once, or by the Batch API."""
+
+    SYNC = "sync"
+    BATCH = "batch"
+
+
 # Exit code of a `reembed` operation refused in the current state.
 REEMBED_REFUSED = 1
 # Seconds between two re-judging passes after a cutover or rollback.
@@ -378,26 +478,75 @@ def reembed_start(
         metavar="N",
         help="Contexts embedded per second at most",
     ),
+    via: Via = typer.Option(
+        Via.SYNC,
+        "--via",
+        help="sync: the workers embed the contexts at once, N a second; batch: they submit "
+        "them to the provider's Batch API (half price, results within 24 hours)",
+    ),
+    wait: bool = typer.Option(
+        False, "--wait", help="With --via batch: wait until every batch's results are saved"
+    ),
 ) -> None:
     """Start embedding every live context under PROFILE beside the profile in use. Workers of
     PROFILE must be listed in PINLOG_CORE_WORKER_BASE_URL and its presets loaded; the core
     processes' backfill loop then runs at N contexts a second. Watch `reembed status`. Run
-    again while that switch is backfilling, it finishes what a stopped first run left."""
+    again while that switch is backfilling, it finishes what a stopped first run left. With
+    --via batch the contexts go to the provider's Batch API (refused, exit 1, while a worker of
+    PROFILE reports no Batch API): the command waits until the workers submitted the first
+    batch, prints its id and exits; notes saved after the start go the synchronous way."""
     from core_service.settings import RescanSettings
 
     settings = load(RescanSettings)
 
-    async def step(ops: Operations) -> StartResult:
-        return await start(
+    async def step(ops: Operations) -> tuple[StartResult, Submitted | None]:
+        async with autocommit(ops.engine) as conn:
+            since = await provider_batches.now(conn)
+        started = await start(
             ops.engine,
             await ops.readings(),
             configured=settings.embedding_profile,
             target=profile,
             rate=rate,
+            via=via.value,
         )
+        if via is not Via.BATCH:
+            return started, None
+        submitted = await submit_by_batch(
+            ops, profile=profile, since=since, wait_seconds=SUBMIT_WAIT_SECONDS
+        )
+        if submitted.first_batch_id is None and submitted.paused:
+            raise ReembedRefused(
+                f"backfilling {profile} by batch, but dispatching is paused: the notes are "
+                "sent once it is resumed (`pinlog-core resume`)"
+            )
+        if submitted.first_batch_id is None:
+            raise ReembedRefused(
+                f"backfilling {profile} by batch, but no worker submitted a batch within "
+                f"{SUBMIT_WAIT_SECONDS:g} s; the core processes' backfill loop keeps sending: "
+                "look at `pinlog-core reembed status` (batches) and the workers' logs"
+            )
+        typer.echo(
+            f"first batch {submitted.first_batch_id} submitted "
+            f"({submitted.batches.in_progress} batch(es) open, {submitted.batches.items} "
+            "context(s)); follow with `pinlog-core reembed status` (batches), then "
+            "`reembed cutover`"
+        )
+        if wait:
+            ended = await wait_for_batches(
+                ops.engine,
+                profile=profile,
+                on_progress=lambda rows, open_batches: typer.echo(
+                    f"waiting: {rows} context(s) in {open_batches} batch(es) open"
+                ),
+            )
+            typer.echo(f"batches: {json.dumps(ended.as_json())}")
+        return started, submitted
 
-    result = _run(settings, step)
+    result, submitted = _run(settings, step)
     row = result.row
+    if submitted is not None:
+        return
     if result.resumed:
         typer.echo(
             f"profile {row.other_profile} was already backfilling beside {row.profile_in_use} "
@@ -445,6 +594,8 @@ def reembed_status(
         typer.echo(f"live contexts without a vector of the profile in use: {report.missing_in_use}")
     for name, vectors in report.vectors.items():
         typer.echo(f"vectors of {name}: {vectors['live']} live, {vectors['hidden']} hidden")
+    if report.batches.get("submitted"):
+        typer.echo(f"provider batches (via {report.via}): {counts(report.batches)}")
 
 
 def _progress_bar(done: int, total: int, width: int = 40) -> str:

@@ -45,7 +45,7 @@ _HAS_IN_USE_VECTOR = """EXISTS (SELECT 1 FROM ai.context_embedding AS e
                     AND NOT e.is_deleted)"""
 
 _SWITCH_COLUMNS = """profile_in_use, other_profile, state, rate_per_second, started_at,
-                     cut_over_at, generation,
+                     cut_over_at, generation, via,
                      extract(epoch FROM now() - updated_at) AS changed_seconds_ago"""
 
 READ_SWITCH = text("SELECT " + _SWITCH_COLUMNS + " FROM core.embedding_switch WHERE id = 1")
@@ -104,17 +104,20 @@ _NO_STAGE_OPEN_FROM_BEFORE = (
 # only from idle at :generation (NULL: no row was read, so an existing row refuses), never to
 # the profile in use (no row is proposed then: the table's CHECK would refuse it before the
 # conflict is seen). Returns the row as it is after the statement, or nothing when refused.
+# :via (sync or batch, 0115) is how the rows the start proposes are sent.
 START_SWITCH = text(
     """
     INSERT INTO core.embedding_switch AS w
-        (id, profile_in_use, other_profile, state, rate_per_second, started_at, next_batch_at)
+        (id, profile_in_use, other_profile, state, rate_per_second, started_at, next_batch_at,
+         via)
     SELECT 1, CAST(:in_use AS varchar), CAST(:target AS varchar), 'backfilling',
-           CAST(:rate AS int), now(), now()
+           CAST(:rate AS int), now(), now(), CAST(:via AS varchar)
     WHERE CAST(:in_use AS varchar) <> CAST(:target AS varchar)
     ON CONFLICT (id) DO UPDATE SET
         other_profile = EXCLUDED.other_profile,
         state = 'backfilling',
         rate_per_second = EXCLUDED.rate_per_second,
+        via = EXCLUDED.via,
         started_at = now(),
         cut_over_at = NULL,
         next_batch_at = now(),
@@ -239,6 +242,14 @@ STAGES_OPEN_FROM_BEFORE = text(
     """
 )
 
+# Open rows of :profile marked for the Batch API (what `reembed start --wait` waits for).
+OPEN_VIA_BATCH = text(
+    """
+    SELECT count(*) FROM ai.context_embedding_backfill
+    WHERE embedding_profile = :profile AND via_batch AND status IN ('PENDING', 'PROCESSING')
+    """
+)
+
 # Open backfill rows of :profile (what `reembed finish` waits for).
 OPEN_BACKFILL = text(
     """
@@ -276,10 +287,12 @@ SECONDS_UNTIL_SLOT = text(
 # is still at :generation, under way and naming :profile (its row shared-locked, so a move
 # waits for the rows or the rows for the move): a command or pass that read the switch before
 # a rollback or finish proposes nothing for a switch that is over (NULL: no switch guard).
+# :via_batch marks the new rows for the Batch API (`reembed start --via batch`, 0115); an
+# existing PENDING row no batch holds is marked too, so a start run again marks what is left.
 SEED_BACKFILL = text(
     """
-    INSERT INTO ai.context_embedding_backfill (embedding_profile, context_id)
-    SELECT CAST(:profile AS varchar), s.context_id"""
+    INSERT INTO ai.context_embedding_backfill (embedding_profile, context_id, via_batch)
+    SELECT CAST(:profile AS varchar), s.context_id, CAST(:via_batch AS boolean)"""
     + _LIVE_CONTEXTS
     + """
       AND (CAST(:generation AS bigint) IS NULL OR EXISTS (
@@ -291,7 +304,10 @@ SEED_BACKFILL = text(
       AND NOT """
     + _HAS_VECTOR
     + """
-    ON CONFLICT (embedding_profile, context_id) DO NOTHING
+    ON CONFLICT (embedding_profile, context_id) DO UPDATE SET via_batch = true
+    WHERE EXCLUDED.via_batch AND NOT ai.context_embedding_backfill.via_batch
+      AND ai.context_embedding_backfill.status = 'PENDING'
+      AND ai.context_embedding_backfill.batch_id IS NULL
     """
 )
 
@@ -329,12 +345,15 @@ VOUCH_STATE_ROWS = text(
 # process is marking are skipped. Those of a context no longer live (module docstring: deleted,
 # replaced, its record deleted, its member withdrawn) are closed CANCELLED, never sent: no
 # provider call for them; the others are marked sent and returned with what the worker needs.
+# Only rows whose via_batch is :via_batch (0115), and never a row a provider batch holds
+# (batch_id): its batch returns it, however long it takes.
 PROPOSE_BATCH = text(
     """
     WITH picked AS (
         SELECT b.context_id
         FROM ai.context_embedding_backfill AS b
         WHERE b.embedding_profile = :profile AND b.status IN ('PENDING', 'PROCESSING')
+          AND b.via_batch = CAST(:via_batch AS boolean) AND b.batch_id IS NULL
           AND (CAST(:generation AS bigint) IS NULL OR EXISTS (
               SELECT 1 FROM core.embedding_switch AS w
               WHERE w.id = 1 AND w.generation = CAST(:generation AS bigint)
@@ -508,6 +527,7 @@ class SwitchRow:
     cut_over_at: datetime | None
     generation: int
     changed_seconds_ago: float = field(default=0.0, compare=False)
+    via: str = "sync"
 
 
 @dataclass(frozen=True, slots=True)
@@ -546,6 +566,7 @@ def _switch(row) -> SwitchRow | None:
         row.cut_over_at,
         int(row.generation),
         float(row.changed_seconds_ago),
+        str(row.via),
     )
 
 
@@ -561,11 +582,24 @@ async def lock_profile_in_use(conn: AsyncConnection) -> str | None:
 
 
 async def start(
-    conn: AsyncConnection, *, in_use: str, target: str, rate: int, generation: int | None
+    conn: AsyncConnection,
+    *,
+    in_use: str,
+    target: str,
+    rate: int,
+    generation: int | None,
+    via: str = "sync",
 ) -> SwitchRow | None:
     """Begin a switch to ``target`` from the row read at ``generation`` (``None``: no row was
-    read); ``None``: refused (not idle, changed meanwhile, or ``target`` is in use)."""
-    params = {"in_use": in_use, "target": target, "rate": rate, "generation": generation}
+    read), its rows sent ``via`` (``sync`` or ``batch``); ``None``: refused (not idle,
+    changed meanwhile, or ``target`` is in use)."""
+    params = {
+        "in_use": in_use,
+        "target": target,
+        "rate": rate,
+        "generation": generation,
+        "via": via,
+    }
     return _switch((await conn.execute(START_SWITCH, params)).first())
 
 
@@ -616,6 +650,11 @@ async def stages_open_from_before(conn: AsyncConnection, *, window_seconds: floa
     return int((await conn.execute(STAGES_OPEN_FROM_BEFORE, params)).scalar_one())
 
 
+async def open_via_batch(conn: AsyncConnection, *, profile: str) -> int:
+    """Open rows of ``profile`` marked for the Batch API (``OPEN_VIA_BATCH``)."""
+    return int((await conn.execute(OPEN_VIA_BATCH, {"profile": profile})).scalar_one())
+
+
 async def open_backfill(conn: AsyncConnection, *, profile: str) -> int:
     """Backfill rows of ``profile`` still PENDING or PROCESSING."""
     return int((await conn.execute(OPEN_BACKFILL, {"profile": profile})).scalar_one())
@@ -650,12 +689,23 @@ async def seconds_until_slot(conn: AsyncConnection) -> float | None:
 
 
 async def seed(
-    conn: AsyncConnection, *, profile: str, completed_only: bool, generation: int | None
+    conn: AsyncConnection,
+    *,
+    profile: str,
+    completed_only: bool,
+    generation: int | None,
+    via_batch: bool = False,
 ) -> int:
     """Propose rows for live contexts lacking a vector of ``profile`` while the switch is at
     ``generation`` and under way (``SEED_BACKFILL``; ``None``: unguarded, for tests and
-    repairs by hand); how many were new (0 also when the switch moved)."""
-    params = {"profile": profile, "completed_only": completed_only, "generation": generation}
+    repairs by hand), marked for the Batch API with ``via_batch``; how many were new or
+    newly marked (0 also when the switch moved)."""
+    params = {
+        "profile": profile,
+        "completed_only": completed_only,
+        "generation": generation,
+        "via_batch": via_batch,
+    }
     return (await conn.execute(SEED_BACKFILL, params)).rowcount
 
 
@@ -673,11 +723,14 @@ async def propose(
     resend_seconds: float,
     expiry_seconds: float,
     generation: int | None,
+    via_batch: bool = False,
 ) -> list[BackfillSource]:
     """The next open rows of ``profile`` (``PROPOSE_BATCH``) of live contexts, marked sent,
     while the switch is at ``generation`` (the batch slot's; ``None``: unguarded, for tests);
-    rows of contexts no longer live are closed ``CANCELLED`` on the way."""
+    rows of contexts no longer live are closed ``CANCELLED`` on the way. Only rows marked for
+    the Batch API with ``via_batch``, only the others without; never a row a batch holds."""
     params = {
+        "via_batch": via_batch,
         "generation": generation,
         "profile": profile,
         "limit": limit,

@@ -28,6 +28,13 @@ own fault: the worker could never take it); the rest proceeds. A request answere
 another error waits the resend delay while the rows behind it go on: a batch a worker cannot
 take is never sent first, in the same order, forever.
 
+**By batch** (``reembed start --via batch``, docs/operations.md "Backfill via the Batch
+API"): the rows the start marked ``via_batch`` are proposed apart from the pace (the provider's
+batch pool is separate from the per-minute budgets), ``BATCH_PROPOSAL`` at a time, and sent
+with ``"via": "batch"``: the worker submits them as one provider batch and holds them in it
+(``app/service/batch_backfill.py``); a held row is never proposed again, its batch returns it.
+The other rows (seeded later: new notes, edits' replacements) go the synchronous way.
+
 When nothing is open, it **seeds** rows for live contexts still missing a vector (new notes,
 edits' replacements), at most every ``SEED_SECONDS``. Killed at any point nothing is lost: a
 row sent and never answered is sent again after the resend delay, one a dead worker held is
@@ -83,6 +90,8 @@ BATCH_DEADLINE_SECONDS = 60.0
 # contexts; less often while no switch runs.
 GAUGE_SECONDS = 15.0
 GAUGE_IDLE_SECONDS = 60.0
+# Rows marked for the Batch API sent in one request (one provider batch; the worker takes 256).
+BATCH_PROPOSAL = 256
 # Backoff when no worker took a batch and none said how long to wait (seconds).
 REFUSED_BACKOFF_SECONDS = 2.0
 # The worker's request body limit when no instance reported one (its default
@@ -170,6 +179,8 @@ class ReembedBackfill:
         if len(self._in_flight) >= MAX_IN_FLIGHT:
             await asyncio.wait(set(self._in_flight), return_when=asyncio.FIRST_COMPLETED)
         try:
+            if await self._pass_by_batch():
+                return 0.0
             async with autocommit(self._engine) as conn:
                 slot = await embedding_switch.take_batch_slot(conn, max_batch=self._max_batch)
                 if slot is None:
@@ -199,6 +210,52 @@ class ReembedBackfill:
         self._in_flight.add(task)
         task.add_done_callback(self._in_flight.discard)
         return 0.0
+
+    def backoff_seconds(self) -> float:
+        """Seconds the workers asked this loop to wait (0 when none)."""
+        return max(self._not_before - time.monotonic(), 0.0)
+
+    async def send_by_batch(self) -> bool:
+        """Send the next rows marked for the Batch API, if any, and wait for the answer
+        (``reembed start --via batch``); whether some were sent (none while dispatching is
+        paused)."""
+        if await self._pause.paused():
+            return False
+        sent = await self._pass_by_batch()
+        await self.drain()
+        return sent
+
+    async def _pass_by_batch(self) -> bool:
+        """Propose the next rows marked for the Batch API (not paced) and send them with
+        ``"via": "batch"``; whether some were proposed."""
+        async with autocommit(self._engine) as conn:
+            row = await embedding_switch.read(conn)
+            if row is None or row.via != "batch" or row.state == "idle":
+                return False
+            assert row.other_profile is not None  # not idle (0061's CHECK)
+            if row.state == "rolling_back":
+                profiles: tuple[str, ...] = (row.profile_in_use,)
+            else:
+                profiles = (row.other_profile, row.profile_in_use)
+            for profile in profiles:
+                sources = await embedding_switch.propose(
+                    conn,
+                    profile=profile,
+                    limit=BATCH_PROPOSAL,
+                    resend_seconds=self._resend_seconds,
+                    expiry_seconds=self._expiry_seconds,
+                    generation=row.generation,
+                    via_batch=True,
+                )
+                if sources:
+                    break
+            else:
+                return False
+        self._sent += 1
+        task = asyncio.create_task(self._send_logged(profile, sources, via="batch"))
+        self._in_flight.add(task)
+        task.add_done_callback(self._in_flight.discard)
+        return True
 
     @staticmethod
     def _profiles(slot: BatchSlot) -> tuple[str, ...]:
@@ -240,27 +297,30 @@ class ReembedBackfill:
                 "embedding profile rollback to %s done: switch idle", moved.profile_in_use
             )
 
-    async def _send_logged(self, profile: str, sources: list[BackfillSource]) -> None:
+    async def _send_logged(
+        self, profile: str, sources: list[BackfillSource], via: str = "sync"
+    ) -> None:
         # A trace of its own in the loop (its task has no span); a child of the command's in
         # `pinlog-core rescan --once`.
         try:
             with tracing.span("backfill batch", contexts=len(sources)):
-                await self._send(profile, sources)
+                await self._send(profile, sources, via)
         except asyncio.CancelledError:
             raise
         except Exception:
             # Its rows are sent again after the resend delay.
             logger.exception("backfill batch failed; continuing")
 
-    async def _send(self, profile: str, sources: list[BackfillSource]) -> None:
+    async def _send(self, profile: str, sources: list[BackfillSource], via: str) -> None:
         """One proposal to instances of ``profile``, in requests cut to the smallest body
-        limit they report (``maxRequestBytes``; module docstring "Batches")."""
+        limit they report (``maxRequestBytes``; module docstring "Batches"), sent ``via``
+        ``sync`` or ``batch``."""
         limit = self._byte_limit(profile)
         requests, unsendable = cut_by_bytes(profile, sources, limit)
         queue = collections.deque(requests)
         while queue:
             batch = queue.popleft()
-            outcome = await self._post(profile, batch)
+            outcome = await self._post(profile, batch, via)
             if outcome == "too_large":
                 if len(batch) == 1:
                     unsendable.extend(batch)
@@ -284,12 +344,14 @@ class ReembedBackfill:
         ]
         return min(known, default=DEFAULT_WORKER_MAX_REQUEST_BYTES)
 
-    async def _post(self, profile: str, batch: list[BackfillSource]) -> str:
+    async def _post(self, profile: str, batch: list[BackfillSource], via: str) -> str:
         """Send one request: ``done`` (answered, or sent and unanswered: its claims settle or
         are reclaimed), ``too_large`` (413), ``refused`` (no instance took it; the backoff is
         set) or ``skipped`` (an error answer: the rows wait the resend delay while the rows
         behind them go on, so a batch a worker cannot take is never retried first forever)."""
         payload = backfill_payload(profile, batch)
+        if via == "batch":
+            payload["via"] = "batch"
         waits: list[float] = []
         for endpoint in self._endpoints.in_turn(profile):
             try:
@@ -387,7 +449,8 @@ class ReembedBackfill:
             return
         for key, label in (("completed", "completed"), ("cancelled", "cancelled"),
                            ("failed", "failed"), ("notClaimed", "not_claimed"),
-                           ("lost", "lost"), ("putBack", "put_back")):  # fmt: skip
+                           ("lost", "lost"), ("putBack", "put_back"),
+                           ("batched", "batched")):  # fmt: skip
             value = answer.get(key)
             if isinstance(value, int) and value > 0:
                 self._tally(label, value)

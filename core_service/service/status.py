@@ -18,7 +18,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from core_service.errors import CoreError
 from core_service.metrics import CoreMetrics
-from core_service.repository import context_search, status_counts
+from core_service.repository import context_search, provider_batches, status_counts
 from core_service.repository.db import autocommit
 from pinlog_platform.contract.states import Status
 
@@ -49,10 +49,16 @@ class StatusReport:
     reprocess: dict[str, object]
     # {"indexed", "total"} live contexts (docs/operations.md); None where not read (gauges).
     search_index: dict[str, int] | None = None
+    # {"submitted", "in_progress", "completed", "failed", "items"}: the provider batches of
+    # every profile (docs/operations.md "Backfill via the Batch API"); None where not read.
+    batches: dict[str, int] | None = None
 
     @classmethod
     def from_counts(
-        cls, counts: status_counts.StatusCounts, search_index: dict[str, int] | None = None
+        cls,
+        counts: status_counts.StatusCounts,
+        search_index: dict[str, int] | None = None,
+        batches: dict[str, int] | None = None,
     ) -> StatusReport:
         return cls(
             paused=counts.paused,
@@ -81,14 +87,17 @@ class StatusReport:
                 "failed_context_ids": list(counts.reprocess_failed_ids),
             },
             search_index=search_index,
+            batches=batches,
         )
 
     def as_json(self) -> dict[str, object]:
         """Exactly the keys of docs/operations.md "Status"; ``reprocess`` is
         ``{"pending", "processing", "failed", "failed_context_ids"}``, ``spend`` is
         ``{"today": {...}, "month": {...}}``, ``search_index`` ``{"indexed", "total"}`` (when
-        read)."""
+        read), ``batches`` ``{"submitted", "in_progress", "completed", "failed", "items"}``
+        (when read)."""
         search_index = {} if self.search_index is None else {"search_index": self.search_index}
+        batches = {} if self.batches is None else {"batches": self.batches}
         return {
             "paused": self.paused,
             "stages": self.stages,
@@ -100,6 +109,7 @@ class StatusReport:
             "spend": self.spend,
             "reprocess": self.reprocess,
             **search_index,
+            **batches,
         }
 
     def as_text(self) -> str:
@@ -179,17 +189,18 @@ async def read_status(
     analyser_version: str | None = None,
 ) -> StatusReport:
     """The status now; with ``analyser_version`` (the command, not the gauges) also the
-    search index's coverage under it, a second statement. Raises ``UnavailableError`` if the
-    database is down."""
+    search index's coverage under it and the provider batches, two more statements. Raises
+    ``UnavailableError`` if the database is down."""
     async with autocommit(engine) as conn:
         counts = await status_counts.read(conn, processing_expiry_seconds=processing_expiry_seconds)
-        search_index = None
+        search_index = batches = None
         if analyser_version is not None:
             indexed, total = await context_search.index_coverage(
                 conn, analyser_version=analyser_version
             )
             search_index = {"indexed": indexed, "total": total}
-    return StatusReport.from_counts(counts, search_index)
+            batches = (await provider_batches.counts(conn, profile=None)).as_json()
+    return StatusReport.from_counts(counts, search_index, batches)
 
 
 class StatusGauges:

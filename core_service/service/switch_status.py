@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from core_service.repository import embedding_switch
+from core_service.repository import embedding_switch, provider_batches
 from core_service.repository.db import autocommit
 
 # The pace is measured over this window (seconds).
@@ -35,6 +35,10 @@ class ReembedStatus:
     eta_seconds: float | None
     vectors: dict[str, dict[str, int]] = field(default_factory=dict)
     previous_done: int | None = None
+    # The provider batches of the profile being filled: {"submitted", "in_progress",
+    # "completed", "failed", "items"} (docs/operations.md "Backfill via the Batch API").
+    batches: dict[str, int] = field(default_factory=dict)
+    via: str = "sync"
 
     @property
     def failed_total(self) -> int:
@@ -61,6 +65,8 @@ class ReembedStatus:
             "eta_seconds": None if self.eta_seconds is None else round(self.eta_seconds, 1),
             "vectors": self.vectors,
             "previous_done": self.previous_done,
+            "via": self.via,
+            "batches": self.batches,
         }
 
 
@@ -85,6 +91,7 @@ async def read_switch_status(engine: AsyncEngine, *, configured: str) -> Reembed
         )
         failed = await embedding_switch.failed_by_reason(conn, profile=measured)
         vectors = await embedding_switch.vectors_by_profile(conn)
+        batches = await provider_batches.counts(conn, profile=measured)
     pace = coverage.completed_recently / PACE_WINDOW_SECONDS
     left = max(coverage.total - coverage.done - sum(failed.values()), 0)
     if state == "backfilling" and left == 0:
@@ -109,4 +116,6 @@ async def read_switch_status(engine: AsyncEngine, *, configured: str) -> Reembed
         eta_seconds=eta,
         vectors={p: {"live": live, "hidden": hidden} for p, (live, hidden) in vectors.items()},
         previous_done=None if previous is None else coverage.previous_done,
+        batches=batches.as_json(),
+        via="sync" if row is None else row.via,
     )

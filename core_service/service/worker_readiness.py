@@ -1,11 +1,11 @@
 """What each worker instance reports about itself: its ``GET /readyz`` body, read over HTTP.
 
 The body is pinned by the worker (docs/operations.md "Readiness"): ``{"status", "mode",
-"profile", "presetVersion", "maxRequestBytes", "providers", ...}``. The core reads ``status``,
-``profile``, ``presetVersion`` and ``maxRequestBytes`` of every instance listed in
-``PINLOG_CORE_WORKER_BASE_URL``, each on its own (a load balancer URL answers for one replica
-at a time: list the replicas themselves where every one must be seen). ``/readyz`` needs no
-secret. Nothing here writes or logs; callers decide.
+"profile", "presetVersion", "maxRequestBytes", "batch", "providers", ...}``. The core reads
+``status``, ``profile``, ``presetVersion``, ``maxRequestBytes`` and ``batch`` of every instance
+listed in ``PINLOG_CORE_WORKER_BASE_URL``, each on its own (a load balancer URL answers for
+one replica at a time: list the replicas themselves where every one must be seen).
+``/readyz`` needs no secret. Nothing here writes or logs; callers decide.
 """
 
 from __future__ import annotations
@@ -33,7 +33,8 @@ class WorkerReadiness:
     read (``unreachable (ClientConnectorError)``, ``HTTP 404``, ``not a readiness body``);
     then the other fields are ``None``/``False``. ``ready``: ``status == "ready"`` (HTTP
     200); ``preset_version`` ``None`` before the worker loaded presets; ``max_request_bytes``
-    the largest body the instance takes (``None``: not reported, a worker before it did)."""
+    the largest body the instance takes (``None``: not reported, a worker before it did);
+    ``batch``: its provider takes the Batch API (``False`` when not reported)."""
 
     base_url: str
     ready: bool = False
@@ -41,6 +42,7 @@ class WorkerReadiness:
     preset_version: int | None = None
     problem: str | None = None
     max_request_bytes: int | None = None
+    batch: bool = False
 
     def describe(self) -> str:
         """``http://w1:8000: profile P, list version 3, ready`` and the like (the URL without
@@ -117,7 +119,7 @@ class ReadinessReader:
             ) as response:
                 if response.status not in (200, 503):
                     return WorkerReadiness(base_url, problem=f"HTTP {response.status}")
-                raw = await response.content.read(MAX_BODY_BYTES + 1)
+                raw = await _body_up_to(response, MAX_BODY_BYTES + 1)
                 status = response.status
         except (aiohttp.ClientError, TimeoutError) as exc:
             return WorkerReadiness(base_url, problem=f"unreachable ({type(exc).__name__})")
@@ -127,6 +129,19 @@ class ReadinessReader:
         if self._session is not None:
             await self._session.close()
             self._session = None
+
+
+async def _body_up_to(response: aiohttp.ClientResponse, limit: int) -> bytes:
+    """The body to its end or to ``limit`` bytes, whichever comes first: one ``read(n)``
+    returns what has arrived so far, which may be part of a body sent in several packets."""
+    parts: list[bytes] = []
+    size = 0
+    async for chunk in response.content.iter_chunked(16384):
+        parts.append(chunk)
+        size += len(chunk)
+        if size >= limit:
+            break
+    return b"".join(parts)[:limit]
 
 
 def _parse(base_url: str, status: int, raw: bytes) -> WorkerReadiness:
@@ -149,6 +164,7 @@ def _parse(base_url: str, status: int, raw: bytes) -> WorkerReadiness:
         profile=profile,
         preset_version=version,
         max_request_bytes=_request_limit(body.get("maxRequestBytes")),
+        batch=body.get("batch") is True,
     )
 
 

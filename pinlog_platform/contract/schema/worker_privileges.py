@@ -6,8 +6,8 @@ a state row (``user_id``, ``record_id``) nor what §0 reserves for the core (``r
 ``rescanned_at``, ``text_sha256_from_core``, ``keyword_reprocess_version``,
 ``context_embedding.is_deleted``), nor the preset columns frozen by
 ``0050_keyword_preset_embedding.sql`` (``keyword_preset.embedding``, ``embedding_profile``).
-``0004_worker_role.sql``, ``0022_worker_column_grants.sql``, ``0050`` and ``0060`` grant exactly
-this;
+``0004_worker_role.sql``, ``0022_worker_column_grants.sql``, ``0050``, ``0060`` and ``0115``
+grant exactly this;
 ``tests/platform/test_worker_privileges.py`` compares the database with it. A later migration
 that adds a worker-written column grants it there and adds it here. No schema ``core``
 privilege at all (§0).
@@ -33,6 +33,8 @@ TABLE_PRIVILEGES: dict[str, frozenset[str]] = {
     "provider_usage_daily": frozenset({"SELECT", "INSERT", "UPDATE"}),
     # The re-embedding backfill: the worker claims and settles rows the core proposed (0060).
     "context_embedding_backfill": frozenset({"SELECT"}),
+    # The provider batches a worker submitted (0115): any worker of the profile polls them.
+    "provider_batch": frozenset({"SELECT", "INSERT"}),
 }
 
 COLUMN_UPDATES: dict[str, frozenset[str]] = {
@@ -72,7 +74,24 @@ COLUMN_UPDATES: dict[str, frozenset[str]] = {
     # presets load: a profile's vector of a preset, re-embedded (0050).
     "keyword_preset_embedding": frozenset({"embedding", "preset_version", "updated_at"}),
     # The backfill's claim and settlement (0060); never requested_at, the core's.
-    "context_embedding_backfill": frozenset({"status", "attempt", "failure_reason", "updated_at"}),
+    # The backfill's claim and settlement (0060); never requested_at, the core's. The batch
+    # holding a row, and the row's return to the synchronous path (0115).
+    "context_embedding_backfill": frozenset(
+        {"status", "attempt", "failure_reason", "updated_at", "via_batch", "batch_id"}
+    ),
+    # A batch's progress as polled, its results' settlement and the poller's lease (0115);
+    # never cancel_requested, the core's.
+    "provider_batch": frozenset(
+        {
+            "status",
+            "output_file_id",
+            "error_file_id",
+            "settled_tokens",
+            "settled",
+            "lease_until",
+            "updated_at",
+        }
+    ),
 }
 
 COLUMN_INSERTS: dict[str, frozenset[str]] = {

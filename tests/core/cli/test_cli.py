@@ -197,6 +197,9 @@ async def test_status_json_has_exactly_the_documented_keys_and_counts(engine, mi
     # The mix's contexts are written without search terms (as before migration 0080).
     live = sum(expected["stages"]["embedding"].values())
     assert status.pop("search_index") == {"indexed": 0, "total": live}
+    assert status.pop("batches") == {
+        "submitted": 0, "in_progress": 0, "completed": 0, "failed": 0, "items": 0,
+    }  # fmt: skip
     assert_status_of_mix(status, expected)
     assert text_code == 0 and "PAUSED" in text_out and "backlog:       3" in text_out
     assert f"search index:  0 of {live} live contexts indexed" in text_out

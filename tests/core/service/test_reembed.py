@@ -58,6 +58,8 @@ STATUS_KEYS = [
     "eta_seconds",
     "vectors",
     "previous_done",
+    "via",
+    "batches",
 ]
 
 
@@ -239,7 +241,8 @@ async def test_status_follows_the_switch_from_idle_to_ready_to_cut_over(
         "backfill_profile": None, "state": "idle", "total": 5, "done": 5, "failed": {},
         "missing_in_use": 0, "rate_per_second": 0.0, "configured_rate": None,
         "eta_seconds": 0.0, "vectors": {PROFILE: {"live": 5, "hidden": 0}},
-        "previous_done": None,
+        "previous_done": None, "via": "sync",
+        "batches": {"submitted": 0, "in_progress": 0, "completed": 0, "failed": 0, "items": 0},
     }  # fmt: skip
     assert started == {
         **idle, "target_profile": TARGET, "backfill_profile": TARGET, "state": "backfilling",

@@ -30,6 +30,7 @@ async def test_readyz_answers_200_when_database_and_presets_are_ready(worker):
         "profile": "openai-text-embedding-3-small-1536-cosine-v1",
         "presetVersion": 1,
         "maxRequestBytes": 65536,
+        "batch": False,
         "providers": {"embedding": AVAILABLE, "judge": AVAILABLE},
     }
 

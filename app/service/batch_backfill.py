@@ -1,0 +1,457 @@
+"""The re-embedding backfill through the provider's Batch API (docs/operations.md "Backfill via
+the Batch API"; docs/contract.md §2 and §9, Deviation "batch-held work").
+
+**Submit** (``POST /internal/v1/backfill/embed`` with ``"via": "batch"``): the rows the core
+proposed are claimed as on the synchronous path (``profile_vectors.claim``: the context live,
+text digest and owner the core's, attempt + 1 as fencing token); a text that cannot be embedded
+(blank, too long) ends ``FAILED`` at once; the others go in one JSONL input file
+(``POST /v1/files``, purpose ``batch``), one ``/v1/embeddings`` request a line, ``custom_id``
+``<context>:<attempt>:<user>:<record>``, and one batch (``POST /v1/batches``). One statement
+then records the batch in ``ai.provider_batch`` and holds each claimed row in it
+(``provider_batches.hold``): a held row is not reclaimed after the processing expiry nor resent
+by the core. The upload or the create failing puts the claims back to ``PENDING`` (503 to the
+core, as on the synchronous path). The batch's estimated tokens count against the daily cap
+now (the usage ledger, stage ``backfill_batch``).
+
+**Poll** (``run_forever``): any worker of the profile, a restarted one too, leases each
+unsettled batch nobody polled within ``poll_seconds`` (``provider_batches.lease``), cancels it
+when the core asked (a rollback or finish abandoned the profile; at once, not at the next
+interval), and polls it. Once the batch is over it is **settled**:
+
+- each output line is saved by the synchronous path's guarded, fenced save
+  (``profile_vectors.save_backfill_vector``): a context deleted or replaced meanwhile is
+  discarded (``CANCELLED``), an attempt no longer current stores nothing;
+- each error line is classified by ``failure_policy.status_error`` (docs/failures.md): the
+  note's own fault ends the row ``FAILED`` with its reason; anything else (provider-wide,
+  transient, ``batch_expired``) returns the row to the synchronous path, failing no note;
+- what the batch did not answer (expired, failed, cancelled) returns to the synchronous path;
+  a cancelled profile's results are discarded, never saved;
+- the tokens the results report settle the estimate: what exceeds it is counted then (an
+  estimate above the real count stays counted: the cap errs on the safe side);
+- the input, output and error files are deleted at the provider.
+
+Settling is re-runnable: a worker killed while settling leaves the lease to run out, and the
+next one settles again (a saved row is no longer ``PROCESSING``: nothing is written twice).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import orjson
+
+from app import failure_policy
+from app.errors import DatabaseStatementError, InvalidInputError, PermanentError, WorkerError
+from app.metrics import WorkerMetrics
+from app.providers import openai_wire
+from app.providers.openai_batches import TERMINAL, BatchClient
+from app.providers.openai_http import error_fields
+from app.providers.padding import zero_pad
+from app.providers.usage import CallUsage, UsageSink, estimate_tokens
+from app.repository import profile_vectors, provider_batches
+from app.repository.profile_vectors import BackfillAsk, BackfillClaim
+from app.repository.provider_batches import LeasedBatch
+from app.repository.stage_pool import StagePool
+from app.service import context_text
+from app.service.profile_backfill import (
+    DEFAULT_RETRY_AFTER_SECONDS,
+    BackfillRefused,
+    WrongProfile,
+)
+from app.service.provider_gate import ProviderGate
+from app.service.requests import ProcessRequest
+
+logger = logging.getLogger(__name__)
+
+ENDPOINT = "/v1/embeddings"
+# The usage ledger's stage of batch work (priced at the batch discount: usage_ledger).
+STAGE = "backfill_batch"
+# How long one poll (and its settlement) may hold a batch before another worker may take it.
+LEASE_SECONDS = 300.0
+# Results of a batch saved at once (connections of the stage pool they take at most).
+SAVES_AT_ONCE = 4
+
+
+@dataclass(slots=True)
+class SubmitReport:
+    """What became of a submitted request: ``batched`` rows held in batch ``batch_id``,
+    ``failed`` (the note's own fault, before any call), ``not_claimed``."""
+
+    batch_id: str | None = None
+    batched: list[int] = field(default_factory=list)
+    failed: dict[int, str] = field(default_factory=dict)
+    not_claimed: list[int] = field(default_factory=list)
+
+    def as_json(self) -> dict[str, object]:
+        return {
+            "batchId": self.batch_id,
+            "batched": len(self.batched),
+            "failed": len(self.failed),
+            "notClaimed": len(self.not_claimed),
+        }
+
+
+@dataclass(slots=True)
+class Settlement:
+    """What a settled batch did to its rows: ``completed`` (saved), ``cancelled`` (deleted
+    meanwhile, discarded), ``failed`` (the note's own fault), ``returned`` (back to the
+    synchronous path), ``lost`` (another attempt owns the row), and the tokens reported."""
+
+    completed: int = 0
+    cancelled: int = 0
+    failed: int = 0
+    returned: int = 0
+    lost: int = 0
+    tokens: int = 0
+
+
+def custom_id(claim: BackfillClaim) -> str:
+    """The batch line's ``custom_id``: what the save needs, with no user text."""
+    return f"{claim.context_id}:{claim.attempt}:{claim.user_id}:{claim.record_id}"
+
+
+def parse_custom_id(value: object) -> BackfillClaim | None:
+    """The claim a ``custom_id`` names; ``None`` when it is not one of ours."""
+    if not isinstance(value, str):
+        return None
+    parts = value.split(":")
+    if len(parts) != 4 or not all(p.isdigit() for p in parts):
+        return None
+    context_id, attempt, user_id, record_id = map(int, parts)
+    return BackfillClaim(context_id, attempt, user_id, record_id)
+
+
+class BatchBackfill:
+    """Submits backfill rows as provider batches and settles them (module docstring)."""
+
+    def __init__(
+        self,
+        stage_pool: StagePool,
+        client: BatchClient,
+        gate: ProviderGate,
+        *,
+        usage: UsageSink | None,
+        metrics: WorkerMetrics,
+        profile: str,
+        model: str,
+        model_dimension: int,
+        dimension: int,
+        max_input_chars: int,
+        expiry_seconds: float,
+        poll_seconds: float,
+    ) -> None:
+        """``model_dimension``: the model's vectors; ``dimension``: stored, zero-padded (§5);
+        ``poll_seconds``: between polls while no batch is due."""
+        self._stage_pool = stage_pool
+        self._client = client
+        self._gate = gate
+        self._usage = usage
+        self._contexts = metrics.backfill_contexts
+        self._profile = profile
+        self._model = model
+        self._model_dimension = model_dimension
+        self._dimension = dimension
+        self._max_input_chars = max_input_chars
+        self._expiry_seconds = expiry_seconds
+        self.poll_seconds = poll_seconds
+        self._task: asyncio.Task[None] | None = None
+        self._stop = asyncio.Event()
+
+    # --- submit ---------------------------------------------------------------------------
+
+    async def submit(self, profile: str, items: Sequence[ProcessRequest]) -> SubmitReport:
+        """Claim ``items`` and submit them as one provider batch (module docstring).
+
+        Raises ``WrongProfile`` (409) for another profile and ``BackfillRefused`` (503) while
+        the provider is unavailable (its daily cap included) or the upload or create failed
+        (the claims were put back to ``PENDING``)."""
+        if profile != self._profile:
+            raise WrongProfile(f"this worker serves profile {self._profile!r}")
+        if not self._gate.available:
+            raise BackfillRefused(
+                "embedding provider unavailable",
+                self._gate.retry_after_seconds() or DEFAULT_RETRY_AFTER_SECONDS,
+            )
+        report = SubmitReport()
+        by_id = {item.context_id: item for item in items}
+        asks = [
+            BackfillAsk(
+                item.context_id, context_text.fingerprint(item.text), item.user_id, item.record_id
+            )
+            for item in by_id.values()
+        ]
+        try:
+            claims = await profile_vectors.claim(
+                self._stage_pool,
+                embedding_profile=self._profile,
+                asks=asks,
+                expiry_seconds=self._expiry_seconds,
+            )
+        except (WorkerError, DatabaseStatementError) as exc:
+            raise BackfillRefused(type(exc).__name__, DEFAULT_RETRY_AFTER_SECONDS) from None
+        report.not_claimed = sorted(set(by_id) - {c.context_id for c in claims})
+        lines, texts, sent = [], [], []
+        for claim in claims:
+            try:
+                text = context_text.prepare_for_embedding(
+                    by_id[claim.context_id].text, max_chars=self._max_input_chars
+                )
+            except InvalidInputError as exc:
+                await profile_vectors.settle(
+                    self._stage_pool, [claim], embedding_profile=self._profile,
+                    reason=exc.reason.value,
+                )  # fmt: skip
+                report.failed[claim.context_id] = exc.reason.value
+                continue
+            sent.append(claim)
+            texts.append(text)
+            lines.append({
+                "custom_id": custom_id(claim), "method": "POST", "url": ENDPOINT,
+                "body": {"model": self._model, "input": text, "encoding_format": "base64"},
+            })  # fmt: skip
+        if not sent:
+            self._count("failed", len(report.failed))
+            return report
+        content = b"".join(orjson.dumps(line) + b"\n" for line in lines)
+        estimated = estimate_tokens(*texts)
+        try:
+            file_id = await self._client.upload(content, f"backfill-{self._profile}.jsonl")
+            batch = await self._client.create(
+                file_id, ENDPOINT, {"purpose": "backfill", "profile": self._profile}
+            )
+        except WorkerError as exc:
+            await self._release(sent)
+            logger.warning("backfill batch not submitted, rows put back: cause=%s", exc)
+            raise BackfillRefused(type(exc).__name__, DEFAULT_RETRY_AFTER_SECONDS) from None
+        batch_id = str(batch["id"])
+        try:
+            report.batched = await provider_batches.hold(
+                self._stage_pool,
+                batch_id=batch_id,
+                embedding_profile=self._profile,
+                status=str(batch.get("status") or "validating"),
+                input_file_id=file_id,
+                estimated_tokens=estimated,
+                claims=[(c.context_id, c.attempt) for c in sent],
+            )
+        except (WorkerError, DatabaseStatementError) as exc:
+            # Not recorded: nobody would save its results. Its rows are claimed without a
+            # batch, so they are reclaimed after the expiry; the batch is cancelled.
+            with contextlib.suppress(WorkerError):
+                await self._client.cancel(batch_id)
+            raise BackfillRefused(type(exc).__name__, DEFAULT_RETRY_AFTER_SECONDS) from None
+        report.batch_id = batch_id
+        if self._usage is not None:
+            usage = CallUsage(
+                "embedding", self._model, None, embedding_tokens=estimated, estimated=True
+            )
+            self._usage.record(STAGE, usage)
+        self._count("batched", len(report.batched))
+        self._count("failed", len(report.failed))
+        logger.info("backfill batch %s submitted: %d row(s)", batch_id, len(report.batched))
+        return report
+
+    # --- poll and settle ------------------------------------------------------------------
+
+    def start(self) -> None:
+        if self._task is None:
+            self._task = asyncio.create_task(self.run_forever(), name="batch-poller")
+
+    async def aclose(self) -> None:
+        self._stop.set()
+        if self._task is not None:
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+        await self._client.aclose()
+
+    async def run_forever(self) -> None:
+        """Poll rounds until ``aclose``, half a poll interval apart: each round polls every
+        batch of the profile not polled within ``poll_seconds`` (by any worker)."""
+        while not self._stop.is_set():
+            try:
+                while await self.poll_once():
+                    if self._stop.is_set():
+                        return
+            except Exception:
+                logger.exception("batch poll failed; continuing")
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stop.wait(), self.poll_seconds / 2)
+
+    async def poll_once(self) -> bool:
+        """Poll (and settle, when over) the next due batch; whether there was one. A batch
+        not over, or not reached, is let go and polled again after ``poll_seconds``."""
+        leased = await provider_batches.lease(
+            self._stage_pool,
+            embedding_profile=self._profile,
+            lease_seconds=LEASE_SECONDS,
+            every_seconds=self.poll_seconds,
+        )
+        if leased is None:
+            return False
+        try:
+            if leased.cancel_requested and leased.status not in TERMINAL:
+                with contextlib.suppress(WorkerError):  # 409: over meanwhile
+                    await self._client.cancel(leased.batch_id)
+            batch = await self._client.retrieve(leased.batch_id)
+        except WorkerError as exc:
+            logger.warning("batch %s not polled: cause=%s", leased.batch_id, exc)
+            await provider_batches.update(
+                self._stage_pool, batch_id=leased.batch_id, status=leased.status,
+                output_file_id=None, error_file_id=None,
+            )  # fmt: skip
+            return True
+        status = str(batch["status"])
+        if status not in TERMINAL:
+            await provider_batches.update(
+                self._stage_pool, batch_id=leased.batch_id, status=status,
+                output_file_id=None, error_file_id=None,
+            )  # fmt: skip
+            return True
+        await provider_batches.update(
+            self._stage_pool, batch_id=leased.batch_id, status=status,
+            output_file_id=batch.get("output_file_id"), error_file_id=batch.get("error_file_id"),
+        )  # fmt: skip
+        settlement = await self._settle(leased, status, batch)
+        logger.info(
+            "batch %s %s: completed=%d cancelled=%d failed=%d returned=%d lost=%d",
+            leased.batch_id, status, settlement.completed, settlement.cancelled,
+            settlement.failed, settlement.returned, settlement.lost,
+        )  # fmt: skip
+        return True
+
+    async def _settle(self, leased: LeasedBatch, status: str, batch: dict) -> Settlement:
+        settlement = Settlement()
+        if not leased.cancel_requested:
+            output = await self._client.lines(batch.get("output_file_id"))
+            errors = await self._client.lines(batch.get("error_file_id"))
+            to_sync: list[int] = []
+            # A few saves at once: each is one statement and one commit on the stage pool.
+            for start in range(0, len(output), SAVES_AT_ONCE):
+                await asyncio.gather(
+                    *(
+                        self._save_line(leased.batch_id, item, settlement, to_sync)
+                        for item in output[start : start + SAVES_AT_ONCE]
+                    )
+                )
+            for item in errors:
+                await self._error_line(leased.batch_id, item, settlement, to_sync)
+            if to_sync:
+                settlement.returned += len(
+                    await provider_batches.return_to_sync(
+                        self._stage_pool, batch_id=leased.batch_id,
+                        embedding_profile=self._profile, context_ids=to_sync,
+                    )
+                )  # fmt: skip
+        # What the batch did not answer, and a cancelled profile's every row.
+        settlement.returned += len(
+            await provider_batches.return_to_sync(
+                self._stage_pool, batch_id=leased.batch_id, embedding_profile=self._profile,
+                context_ids=None,
+            )
+        )  # fmt: skip
+        await provider_batches.settle(
+            self._stage_pool, batch_id=leased.batch_id, status=status, tokens=settlement.tokens
+        )
+        extra = settlement.tokens - leased.estimated_tokens
+        if self._usage is not None and extra > 0:
+            self._usage.record(
+                STAGE, CallUsage("embedding", self._model, None, embedding_tokens=extra)
+            )
+        for result in ("completed", "cancelled", "failed", "returned", "lost"):
+            self._count(result, getattr(settlement, result))
+        await self._delete_files(
+            leased.input_file_id, batch.get("output_file_id"), batch.get("error_file_id")
+        )
+        return settlement
+
+    async def _delete_files(self, *file_ids: object) -> None:
+        """The notes' texts and vectors leave the provider's storage once saved; a failed
+        delete is logged (the provider keeps the file until its own retention ends)."""
+        for file_id in file_ids:
+            if not isinstance(file_id, str):
+                continue
+            try:
+                await self._client.delete_file(file_id)
+            except WorkerError as exc:
+                logger.warning("batch file not deleted at the provider: cause=%s", exc)
+
+    async def _save_line(
+        self, batch_id: str, item: dict, settlement: Settlement, to_sync: list[int]
+    ) -> None:
+        claim = parse_custom_id(item.get("custom_id"))
+        if claim is None:
+            return
+        response = item.get("response")
+        body = response.get("body") if isinstance(response, dict) else None
+        usage = body.get("usage") if isinstance(body, dict) else None
+        if isinstance(usage, dict) and type(usage.get("total_tokens")) is int:
+            settlement.tokens += max(int(usage["total_tokens"]), 0)
+        try:
+            (vector,) = openai_wire.parse_embeddings(body, 1, self._model_dimension)
+        except PermanentError as exc:
+            if failure_policy.counts_against_provider(exc):
+                to_sync.append(claim.context_id)  # a wrong dimension: not the note's fault
+            else:
+                await self._fail(batch_id, claim, exc.reason.value, settlement)  # no direction
+            return
+        except WorkerError:
+            to_sync.append(claim.context_id)  # provider-wide (a broken answer): not the note's
+            return
+        status = await profile_vectors.save_backfill_vector(
+            self._stage_pool, claim, embedding_profile=self._profile,
+            embedding=zero_pad(vector, self._dimension),
+        )  # fmt: skip
+        if status == "COMPLETED":
+            settlement.completed += 1
+        elif status == "CANCELLED":
+            settlement.cancelled += 1
+        else:
+            settlement.lost += 1
+
+    async def _error_line(
+        self, batch_id: str, item: dict, settlement: Settlement, to_sync: list[int]
+    ) -> None:
+        claim = parse_custom_id(item.get("custom_id"))
+        if claim is None:
+            return
+        response = item.get("response")
+        code = response.get("status_code") if isinstance(response, dict) else None
+        if type(code) is not int:
+            to_sync.append(claim.context_id)  # batch_expired and the like: not answered
+            return
+        error_code, error_type, param = error_fields(orjson.dumps(response.get("body")))
+        error = failure_policy.status_error(
+            "embedding", code, code=error_code, error_type=error_type, param=param
+        )
+        if isinstance(error, InvalidInputError):
+            await self._fail(batch_id, claim, error.reason.value, settlement)
+        else:
+            to_sync.append(claim.context_id)
+
+    async def _fail(
+        self, batch_id: str, claim: BackfillClaim, reason: str, settlement: Settlement
+    ) -> None:
+        failed = await provider_batches.fail_held(
+            self._stage_pool, batch_id=batch_id, embedding_profile=self._profile,
+            context_id=claim.context_id, attempt=claim.attempt, reason=reason,
+        )  # fmt: skip
+        if failed:
+            settlement.failed += 1
+            logger.info("backfill failed: context_id=%d reason=%s", claim.context_id, reason)
+
+    async def _release(self, claims: Sequence[BackfillClaim]) -> None:
+        try:
+            await profile_vectors.settle(
+                self._stage_pool, claims, embedding_profile=self._profile, reason=None
+            )
+        except (WorkerError, DatabaseStatementError) as exc:
+            logger.warning("backfill claims left to the reclaim: cause=%s", type(exc).__name__)
+
+    def _count(self, result: str, count: int) -> None:
+        if count:
+            self._contexts.labels(result).inc(count)
