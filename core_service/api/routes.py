@@ -314,7 +314,6 @@ KEYWORDS_CACHE_CONTROL = "private, max-age=300"
         **ok(200, "Every active, non-BLOCKED keyword preset", KEYWORDS_EXAMPLE),
         304: {"description": "If-None-Match names the current ETag; no body"},
         **COMMON,
-        **INVALID,
     },
 )
 @member_checked_by_operation

@@ -10,8 +10,9 @@ A profile's work is
   (``PENDING``, or ``PROCESSING`` past the expiry), the stages a worker holds (``PROCESSING``
   within the expiry) and the keyword stages a reprocess sent back, in one predicate, the one
   of the partial index ``context_ai_state_work_idx`` (0105);
-- the open backfill rows of that profile (``PENDING`` or ``PROCESSING``), through
-  ``context_embedding_backfill_open_idx`` (0060).
+- the open backfill rows of that profile (``PENDING`` or ``PROCESSING``) that no provider
+  batch holds (a batch id set, ``reembed start --via batch``: the provider works on those, not
+  a worker), through ``context_embedding_backfill_unheld_idx`` (0117).
 
 Both are read from their indexes alone (index-only scans: no note, no owner, no vector), and
 the count stops at ``WORK_CAP`` rows (a count over a ``LIMIT`` subquery), so one poll costs at
@@ -22,7 +23,7 @@ deletion sets their stages ``CANCELLED`` in its own transaction (§9).
 
 KEDA sends the query as text without parameters, so the manifests carry it rendered for their
 profile (``render``); ``SCALER_WORK`` is the same statement with bound parameters, the one the
-plan test and the bench run. The role ``SCALER_ROLE`` (0106) may read exactly the columns it
+plan test and the bench run. The role ``SCALER_ROLE`` (0106, 0118) may read exactly the columns it
 reads.
 """
 
@@ -51,6 +52,7 @@ SELECT count(*) AS work FROM (
     UNION ALL
     (SELECT 1 FROM ai.context_embedding_backfill
      WHERE embedding_profile = :profile AND status IN ('PENDING', 'PROCESSING')
+       AND batch_id IS NULL
      LIMIT 2000)
     LIMIT 2000
 ) AS waiting

@@ -23,9 +23,10 @@ INSERT_STATE = text(
     "keyword_reprocess_version) VALUES (:id, :e, :k, now() - make_interval(secs => :ago), :rv)"
 )
 INSERT_BACKFILL = text(
-    "INSERT INTO ai.context_embedding_backfill (embedding_profile, context_id, status) "
-    "VALUES (:profile, :id, :status)"
+    "INSERT INTO ai.context_embedding_backfill (embedding_profile, context_id, status, batch_id) "
+    "VALUES (:profile, :id, :status, :batch)"
 )
+HELD = "batch_held"  # a PROCESSING row a provider batch holds
 SWITCH = text(
     "INSERT INTO core.embedding_switch (profile_in_use, other_profile, state) "
     "VALUES (:in_use, :other, 'cut_over')"
@@ -44,8 +45,8 @@ STATES = [
     ("CANCELLED", "CANCELLED", 0, None, False),
 ]
 BACKFILL = {
-    OTHER: ["PENDING", "PENDING", "PROCESSING", "COMPLETED", "FAILED", "CANCELLED"],
-    IN_USE: ["PENDING", "COMPLETED"],
+    OTHER: ["PENDING", "PENDING", "PROCESSING", HELD, "COMPLETED", "FAILED", "CANCELLED"],
+    IN_USE: ["PENDING", "COMPLETED", HELD],
 }
 
 
@@ -75,13 +76,16 @@ async def _seed_states(engine) -> None:
             await conn.execute(
                 INSERT_BACKFILL,
                 [
-                    {"profile": profile, "id": i, "status": status}
+                    {"profile": profile, "id": i, "status": "PROCESSING", "batch": "batch_1"}
+                    if status == HELD
+                    else {"profile": profile, "id": i, "status": status, "batch": None}
                     for i, status in enumerate(statuses, start=1)
                 ],
             )
 
 
 async def test_a_profile_counts_the_live_work_while_in_use_and_its_open_backfill(engine):
+    """Open backfill rows count, except those a provider batch holds (HELD)."""
     await _seed_states(engine)
     live = sum(1 for *_, work in STATES if work)
     assert live == 6
@@ -105,7 +109,8 @@ async def test_the_count_stops_at_the_cap(engine):
             {"n": WORK_CAP + 100},
         )
         await conn.execute(
-            INSERT_BACKFILL, [{"profile": IN_USE, "id": i, "status": "PENDING"} for i in (1, 2)]
+            INSERT_BACKFILL,
+            [{"profile": IN_USE, "id": i, "status": "PENDING", "batch": None} for i in (1, 2)],
         )
     assert await _work(engine, IN_USE) == WORK_CAP
     assert render(IN_USE, default_profile=IN_USE).count(f"LIMIT {WORK_CAP}") == 3
@@ -156,7 +161,7 @@ async def test_the_plan_reads_two_partial_indexes_only(engine):
     assert state["Node Type"] == "Index Only Scan", state
     assert state["Index Name"] == "context_ai_state_work_idx"
     assert backfill["Node Type"] == "Index Only Scan", backfill
-    assert backfill["Index Name"] == "context_embedding_backfill_open_idx"
+    assert backfill["Index Name"] == "context_embedding_backfill_unheld_idx"
     assert state["Heap Fetches"] == 0 and backfill["Heap Fetches"] == 0
     assert state["Actual Rows"] == 200 and backfill["Actual Rows"] == 200
     # Besides, only the switch's one row (CHECK id = 1) is read, once.
@@ -234,6 +239,7 @@ async def test_the_scaler_role_has_exactly_the_query_columns(engine):
         ("ai.context_ai_state", "keyword_status", "SELECT"),
         ("ai.context_embedding_backfill", "embedding_profile", "SELECT"),
         ("ai.context_embedding_backfill", "status", "SELECT"),
+        ("ai.context_embedding_backfill", "batch_id", "SELECT"),
         ("core.embedding_switch", "profile_in_use", "SELECT"),
     }
 

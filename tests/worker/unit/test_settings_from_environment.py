@@ -102,6 +102,7 @@ def test_the_three_groups_cover_every_setting():
         "internal_secret",
         "offline",
         "refuse_while_provider_unavailable",
+        "otel_traceparent_to_providers",
         "database_transaction_pooling",
         "embedding_provider",
         "embedding_base_url",
