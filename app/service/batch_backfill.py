@@ -53,7 +53,7 @@ from app.providers.openai_http import error_fields
 from app.providers.padding import zero_pad
 from app.providers.usage import CallUsage, UsageSink, estimate_tokens
 from app.repository import profile_vectors, provider_batches
-from app.repository.profile_vectors import BackfillAsk, BackfillClaim
+from app.repository.profile_vectors import BackfillClaim
 from app.repository.provider_batches import LeasedBatch
 from app.repository.stage_pool import StagePool
 from app.service import context_text
@@ -61,6 +61,7 @@ from app.service.profile_backfill import (
     DEFAULT_RETRY_AFTER_SECONDS,
     BackfillRefused,
     WrongProfile,
+    claim_rows,
 )
 from app.service.provider_gate import ProviderGate
 from app.service.requests import ProcessRequest
@@ -177,22 +178,9 @@ class BatchBackfill:
                 self._gate.retry_after_seconds() or DEFAULT_RETRY_AFTER_SECONDS,
             )
         report = SubmitReport()
-        by_id = {item.context_id: item for item in items}
-        asks = [
-            BackfillAsk(
-                item.context_id, context_text.fingerprint(item.text), item.user_id, item.record_id
-            )
-            for item in by_id.values()
-        ]
-        try:
-            claims = await profile_vectors.claim(
-                self._stage_pool,
-                embedding_profile=self._profile,
-                asks=asks,
-                expiry_seconds=self._expiry_seconds,
-            )
-        except (WorkerError, DatabaseStatementError) as exc:
-            raise BackfillRefused(type(exc).__name__, DEFAULT_RETRY_AFTER_SECONDS) from None
+        by_id, claims = await claim_rows(
+            self._stage_pool, self._profile, items, expiry_seconds=self._expiry_seconds
+        )
         report.not_claimed = sorted(set(by_id) - {c.context_id for c in claims})
         lines, texts, sent = [], [], []
         for claim in claims:

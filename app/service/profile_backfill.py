@@ -111,6 +111,32 @@ class BackfillRefused(Exception):
         self.retry_after_seconds = retry_after_seconds
 
 
+async def claim_rows(
+    stage_pool: StagePool,
+    profile: str,
+    items: Sequence[ProcessRequest],
+    *,
+    expiry_seconds: float,
+) -> tuple[dict[int, ProcessRequest], list[BackfillClaim]]:
+    """Claim the backfill rows of ``items`` under ``profile`` in one statement (a row ``PENDING``,
+    or ``PROCESSING`` past ``expiry_seconds``: a reclaim); the items by context id and the claims
+    won. Raises ``BackfillRefused`` when the statement fails (nothing claimed)."""
+    by_id = {item.context_id: item for item in items}
+    asks = [
+        BackfillAsk(
+            item.context_id, context_text.fingerprint(item.text), item.user_id, item.record_id
+        )
+        for item in by_id.values()
+    ]
+    try:
+        claims = await profile_vectors.claim(
+            stage_pool, embedding_profile=profile, asks=asks, expiry_seconds=expiry_seconds
+        )
+    except (WorkerError, DatabaseStatementError) as exc:
+        raise BackfillRefused(type(exc).__name__, DEFAULT_RETRY_AFTER_SECONDS) from None
+    return by_id, claims
+
+
 class ProfileBackfill:
     """Embeds batches of contexts under ``profile`` (module docstring)."""
 
@@ -170,22 +196,9 @@ class ProfileBackfill:
 
     async def _run(self, items: Sequence[ProcessRequest]) -> BackfillReport:
         report = BackfillReport()
-        by_id = {item.context_id: item for item in items}
-        asks = [
-            BackfillAsk(
-                item.context_id, context_text.fingerprint(item.text), item.user_id, item.record_id
-            )
-            for item in by_id.values()
-        ]
-        try:
-            claims = await profile_vectors.claim(
-                self._stage_pool,
-                embedding_profile=self._profile,
-                asks=asks,
-                expiry_seconds=self._expiry_seconds,
-            )
-        except (WorkerError, DatabaseStatementError) as exc:
-            raise BackfillRefused(type(exc).__name__, DEFAULT_RETRY_AFTER_SECONDS) from None
+        by_id, claims = await claim_rows(
+            self._stage_pool, self._profile, items, expiry_seconds=self._expiry_seconds
+        )
         claimed_ids = {claim.context_id for claim in claims}
         report.not_claimed = sorted(set(by_id) - claimed_ids)
         loop = asyncio.get_running_loop()

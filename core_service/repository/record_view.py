@@ -93,6 +93,17 @@ _STAGE_COLUMNS_AS_JSON = (
     + ")"
 )
 
+# Whether the caller :viewer_id is an active member (one row either way), joined to an active
+# record that the reading statement's own condition, continued after this, names.
+_ACTIVE_VIEWER_AND_RECORD = """
+    FROM (
+        SELECT EXISTS (
+            SELECT 1 FROM core.member WHERE id = :viewer_id AND deleted_at IS NULL
+        ) AS active
+    ) AS viewer
+    LEFT JOIN (core.record AS r JOIN core.place AS p ON p.id = r.place_id)
+        ON viewer.active"""
+
 # The caller's own active record :record_id with its live contexts (bodies and AI states) and
 # the owner's keywords, after the caller's activity. A record of another member reads exactly
 # as a missing one (one row, record columns NULL): the same statement, the same answer.
@@ -116,14 +127,8 @@ LOAD_OWN_RECORD = text(
                WHERE c.record_id = r.id AND c.deleted_at IS NULL
            ), '[]') AS contexts,"""
     + VISIBLE_KEYWORDS
+    + _ACTIVE_VIEWER_AND_RECORD
     + """
-    FROM (
-        SELECT EXISTS (
-            SELECT 1 FROM core.member WHERE id = :viewer_id AND deleted_at IS NULL
-        ) AS active
-    ) AS viewer
-    LEFT JOIN (core.record AS r JOIN core.place AS p ON p.id = r.place_id)
-        ON viewer.active
        AND r.id = :record_id AND r.member_id = :viewer_id AND r.deleted_at IS NULL
     """
 )
@@ -142,14 +147,8 @@ LOAD_PUBLIC_RECORD = text(
                WHERE c.record_id = r.id AND c.deleted_at IS NULL
            ), '[]') AS contexts,"""
     + PUBLIC_KEYWORDS
-    + """
-    FROM (
-        SELECT EXISTS (
-            SELECT 1 FROM core.member WHERE id = :viewer_id AND deleted_at IS NULL
-        ) AS active
-    ) AS viewer
-    LEFT JOIN (core.record AS r JOIN core.place AS p ON p.id = r.place_id)
-        ON viewer.active AND r.public_id = :public_id AND r.deleted_at IS NULL
+    + _ACTIVE_VIEWER_AND_RECORD
+    + """ AND r.public_id = :public_id AND r.deleted_at IS NULL
     """
 )
 
