@@ -93,6 +93,19 @@ _STAGE_COLUMNS_AS_JSON = (
     + ")"
 )
 
+# A live context `c` as its owner reads it: id, body, time and AI statuses (JSON fields).
+_OWNER_CONTEXT_FIELDS = (
+    """
+                          'contextId', c.id,
+                          'body', c.body,
+                          'createdAt', c.created_at,
+                          'ai', (
+                              SELECT """
+    + _STAGE_COLUMNS_AS_JSON
+    + """
+                              FROM ai.context_ai_state AS s WHERE s.context_id = c.id)"""
+)
+
 # Whether the caller :viewer_id is an active member (one row either way), joined to an active
 # record that the reading statement's own condition, continued after this, names.
 _ACTIVE_VIEWER_AND_RECORD = """
@@ -113,15 +126,9 @@ LOAD_OWN_RECORD = text(
            r.id AS record_id, r.member_id, r.public_id, p.external_place_id,
            coalesce(r.place_name, p.name) AS place_name,
            coalesce((
-               SELECT json_agg(json_build_object(
-                          'contextId', c.id,
-                          'body', c.body,
-                          'createdAt', c.created_at,
-                          'ai', (
-                              SELECT """
-    + _STAGE_COLUMNS_AS_JSON
-    + """
-                              FROM ai.context_ai_state AS s WHERE s.context_id = c.id))
+               SELECT json_agg(json_build_object("""
+    + _OWNER_CONTEXT_FIELDS
+    + """)
                       ORDER BY c.created_at, c.id)
                FROM core.context AS c
                WHERE c.record_id = r.id AND c.deleted_at IS NULL
@@ -296,15 +303,9 @@ EXPORT_PAGE = text(
            r.id AS record_id, r.public_id, r.created_at, p.external_place_id,
            coalesce(r.place_name, p.name) AS place_name,
            coalesce((
-               SELECT json_agg(json_build_object(
-                          'contextId', c.id,
-                          'body', c.body,
-                          'createdAt', c.created_at,
-                          'ai', (
-                              SELECT """
-    + _STAGE_COLUMNS_AS_JSON
-    + """
-                              FROM ai.context_ai_state AS s WHERE s.context_id = c.id),
+               SELECT json_agg(json_build_object("""
+    + _OWNER_CONTEXT_FIELDS
+    + """,
                           'keywords', coalesce((
                               SELECT json_agg(json_build_object(
                                          'code', kp.code, 'displayName', kp.display_name,
