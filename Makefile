@@ -29,13 +29,15 @@ run-operations: venv
 # (tests/parallel_databases.py); then the `serial` ones (rates, deadlines, slow clients), alone.
 # The second pass runs even when the first fails; the target fails when either does.
 # Most test time is waiting (subprocesses, sockets, timers), so more workers than cores pay.
-# Measured on the 2-core machine from a fresh clone: the parallel pass 5.6 minutes at 4
-# workers (6 workers were slower there: 7.9), the serial one 3.8.
+# Measured on the 2-core machine from a fresh clone: the parallel pass 6.4 minutes at 4
+# workers (6 workers were slower there), CPU-bound. The serial pass runs its two lanes side
+# by side (tests/parallel_schedule.py: end-to-end tests one at a time, timing tests one at a
+# time), which leaves no heavy test beside another: alone it was 4.1 minutes at half the CPU.
 PYTEST_WORKERS ?= 4
 define two_pytest_passes
 	@status=0; \
 	$(BIN)/pytest -n $(PYTEST_WORKERS) -m "not serial$(1)" || status=$$?; \
-	$(BIN)/pytest -m "serial$(1)" || status=$$?; \
+	$(BIN)/pytest -n 2 --dist loadgroup -m "serial$(1)" || status=$$?; \
 	exit $$status
 endef
 

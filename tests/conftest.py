@@ -53,11 +53,14 @@ PROCESS_MODULES = frozenset(
 TESTS_ROOT = Path(__file__).resolve().parent
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the lanes (``xdist_group``)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         module = item.path.resolve().relative_to(TESTS_ROOT.parent).as_posix()
         if module.startswith("tests/e2e/") or module in PROCESS_MODULES:
             item.add_marker(pytest.mark.processes)
+        if item.get_closest_marker("serial") is not None:
+            item.add_marker(pytest.mark.xdist_group(parallel_schedule.serial_lane(module)))
     if hasattr(config, "workerinput"):
         parallel_schedule.processes_first(items)
 
@@ -89,6 +92,7 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         _worker_databases.pop().drop()
 
 
+# Each table before the tables it references (the order _clean_tables deletes in).
 CLEANED_TABLES = (
     "ai.context_keyword",
     "ai.context_keyword_analysis",
@@ -143,13 +147,21 @@ async def engine(migrated_database: str) -> AsyncIterator[AsyncEngine]:
     await engine.dispose()
 
 
+# DELETE, not TRUNCATE: the tables hold a few rows between tests, and a TRUNCATE of them all
+# (new files for every table and index) cost 45 ms per test against 6 ms (measured on the
+# embedded cluster). CLEANED_TABLES lists every table before those it references; the search
+# terms go with their contexts (ON DELETE CASCADE). One round trip (the simple query protocol).
+_CLEAN = "; ".join(f"DELETE FROM {table}" for table in CLEANED_TABLES)
+
+
 @pytest.fixture(autouse=True)
 async def _clean_tables(request: pytest.FixtureRequest) -> None:
     if "engine" not in request.fixturenames:
         return
     engine: AsyncEngine = request.getfixturevalue("engine")
     async with engine.begin() as conn:
-        await conn.execute(text(f"TRUNCATE {', '.join(CLEANED_TABLES)} CASCADE"))
+        raw = await conn.get_raw_connection()
+        await raw.driver_connection.execute(_CLEAN)
 
 
 @pytest.fixture

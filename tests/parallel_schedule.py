@@ -36,3 +36,15 @@ def make_scheduler(config: pytest.Config, log) -> object:
             return nodeid.split("::", 1)[0] if runs_whole(nodeid) else nodeid
 
     return WholeE2eModules(config, log)
+
+
+# The serial pass (``pytest -n 2 --dist loadgroup -m serial``) runs two lanes side by side:
+# the end-to-end tests that start both services one after the other in one, the tests that
+# hold a single server to a time bound (deadlines, slow clients, rate budgets) in the other.
+# Each lane still runs one test at a time; no two heavy tests ever share the machine.
+SERIAL_E2E_LANE, SERIAL_TIMING_LANE = "serial-e2e", "serial-timing"
+
+
+def serial_lane(module: str) -> str:
+    """The serial pass's lane of a test of ``module`` (a path relative to the repository)."""
+    return SERIAL_E2E_LANE if module.startswith("tests/e2e/") else SERIAL_TIMING_LANE

@@ -128,6 +128,8 @@ async def test_the_plan_reads_two_partial_indexes_only(engine):
     index-only scans of the partial indexes, and neither table is read (heap fetches 0 once
     vacuumed: the visibility map covers every page); the switch's one row is."""
     async with engine.begin() as conn:
+        # New files for both tables: the rows earlier tests deleted are not this test's subject.
+        await conn.execute(text("TRUNCATE ai.context_ai_state, ai.context_embedding_backfill"))
         await conn.execute(
             text(
                 "INSERT INTO ai.context_ai_state (context_id, embedding_status, keyword_status) "
