@@ -407,11 +407,21 @@ async def make_judged(
             )
 
 
+# The core's record of the last dispatch a worker took (0096): written by the dispatcher's
+# background counting whenever a dispatch settles, so a snapshot taken around another
+# statement leaves it out.
+DISPATCH_RECORD_COLUMNS = frozenset(
+    {"last_dispatch_at", "last_dispatch_worker", "last_dispatch_outcome"}
+)
+
+
 async def state_rows(engine: AsyncEngine) -> dict[int, tuple]:
-    """Every state row as a tuple of all its columns, by context id (to compare snapshots)."""
+    """Every state row as a tuple of all its columns but ``DISPATCH_RECORD_COLUMNS``, by
+    context id (to compare snapshots)."""
     async with engine.connect() as conn:
         rows = await conn.execute(text("SELECT * FROM ai.context_ai_state ORDER BY context_id"))
-        return {row.context_id: tuple(row) for row in rows}
+        kept = [i for i, name in enumerate(rows.keys()) if name not in DISPATCH_RECORD_COLUMNS]
+        return {row.context_id: tuple(row[i] for i in kept) for row in rows}
 
 
 # The lifecycle operations that cancel a context (one of member 1's, on its record), over HTTP.
