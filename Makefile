@@ -29,10 +29,11 @@ run-operations: venv
 # (tests/parallel_databases.py); then the `serial` ones (rates, deadlines, slow clients), alone.
 # The second pass runs even when the first fails; the target fails when either does.
 # Most test time is waiting (subprocesses, sockets, timers), so more workers than cores pay.
-# Measured on the 2-core machine from a fresh clone: the parallel pass 6.4 minutes at 4
+# Measured on the 2-core machine from a fresh clone: the parallel pass 5.9 minutes at 4
 # workers (6 workers were slower there), CPU-bound. The serial pass runs its two lanes side
 # by side (tests/parallel_schedule.py: end-to-end tests one at a time, timing tests one at a
-# time), which leaves no heavy test beside another: alone it was 4.1 minutes at half the CPU.
+# time), which leaves no heavy test beside another: 2.7 minutes (4.1 one test at a time, at
+# half the CPU).
 PYTEST_WORKERS ?= 4
 define two_pytest_passes
 	@status=0; \
