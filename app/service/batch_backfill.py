@@ -371,10 +371,9 @@ class BatchBackfill:
     async def _save_line(
         self, batch_id: str, item: dict, settlement: Settlement, to_sync: list[int]
     ) -> None:
-        claim = parse_custom_id(item.get("custom_id"))
+        claim, response = _claim_and_response(item)
         if claim is None:
             return
-        response = item.get("response")
         body = response.get("body") if isinstance(response, dict) else None
         usage = body.get("usage") if isinstance(body, dict) else None
         if isinstance(usage, dict) and type(usage.get("total_tokens")) is int:
@@ -404,10 +403,9 @@ class BatchBackfill:
     async def _error_line(
         self, batch_id: str, item: dict, settlement: Settlement, to_sync: list[int]
     ) -> None:
-        claim = parse_custom_id(item.get("custom_id"))
+        claim, response = _claim_and_response(item)
         if claim is None:
             return
-        response = item.get("response")
         code = response.get("status_code") if isinstance(response, dict) else None
         if type(code) is not int:
             to_sync.append(claim.context_id)  # batch_expired and the like: not answered
@@ -443,3 +441,9 @@ class BatchBackfill:
     def _count(self, result: str, count: int) -> None:
         if count:
             self._contexts.labels(result).inc(count)
+
+
+def _claim_and_response(item: dict) -> tuple[BackfillClaim | None, object]:
+    """One line of a batch's output or error file: the claim its ``custom_id`` names (``None``
+    for a line that names none of ours) and its ``response`` as the provider wrote it."""
+    return parse_custom_id(item.get("custom_id")), item.get("response")

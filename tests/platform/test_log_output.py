@@ -7,21 +7,7 @@ import json
 import logging
 import re
 
-import pytest
-
 from pinlog_platform import logging as log_output
-
-
-@pytest.fixture
-def restore_root_logging():
-    root = logging.getLogger()
-    handlers, level = list(root.handlers), root.level
-    yield
-    for handler in list(root.handlers):
-        root.removeHandler(handler)
-    for handler in handlers:
-        root.addHandler(handler)
-    root.setLevel(level)
 
 
 def test_json_lines_carry_level_logger_and_the_active_context(restore_root_logging, capfd):

@@ -144,18 +144,6 @@ def test_an_error_is_named_by_its_class_never_its_message(traced: OtlpReceiver):
     assert SECRET.encode() not in b"".join(traced.payloads)
 
 
-@pytest.fixture
-def restore_root_logging():
-    root = logging.getLogger()
-    handlers, level = list(root.handlers), root.level
-    yield
-    for handler in list(root.handlers):
-        root.removeHandler(handler)
-    for handler in handlers:
-        root.addHandler(handler)
-    root.setLevel(level)
-
-
 def test_json_lines_written_inside_a_span_carry_its_trace_and_span_ids(
     traced: OtlpReceiver, restore_root_logging, capfd
 ):
