@@ -21,8 +21,12 @@ LIMIT = 6  # requests per window for the whole deployment, per provider
 CONTEXTS = 12
 WINDOW_SECONDS = 1.0
 DONE_TIMEOUT_SECONDS = 60.0
-# Arrival stamps are taken at the server, a little after each process's grant.
-SLACK_SECONDS = 0.05
+# Arrival stamps are taken at the server, after each process's grant by that request's trip
+# through its event loop and the loopback: on a busy machine (the serial pass's other lane)
+# one request of a window was seen 50+ ms late, next to the first of the following window.
+# Counted over windows 0.2 s shorter, the bound still fails with the budget not divided
+# (10 in a 0.8 s window with PINLOG_WORKER_REPLICAS=1, measured).
+SLACK_SECONDS = 0.2
 
 
 def _most_in_any_window(arrivals: list[float], window: float) -> int:
