@@ -102,15 +102,20 @@ async def test_a_save_waiting_on_a_row_lock_is_cut_by_the_deadline_and_rolls_bac
     ``PROCESSING``; the worker then serves the next context normally."""
     await make_state(engine, context_id=1)
     await make_state(engine, context_id=2)
-    async with make_worker(**SHORT_EXPIRY) as worker:
+    # The lock must be in place before the held embedding call times out (after that the
+    # retry is answered at once and the save finds no lock): the blocker's transaction is
+    # open beforehand, and this worker's provider timeout leaves seconds for one statement
+    # on a loaded machine (the command deadline, 0.9 x 8 / 4 = 1.8 s, still ends the wait
+    # before lock_timeout's 3 s).
+    lock_wait = {"processing_expiry_seconds": 8, "provider_timeout_seconds": 3.5}
+    async with make_worker(**{**SHORT_EXPIRY, **lock_wait}) as worker, engine.connect() as blocker:
+        transaction = await blocker.begin()
         held = hold()
         task = await start_held(worker, fake_openai.script_embeddings, held, 1, NOTE)
-        async with engine.connect() as blocker:
-            transaction = await blocker.begin()
-            await blocker.execute(LOCK_STATE_ROW, {"id": 1})
-            release(held)
-            await asyncio.wait_for(task, 10)
-            await transaction.rollback()
+        await blocker.execute(LOCK_STATE_ROW, {"id": 1})
+        release(held)
+        await asyncio.wait_for(task, 20)
+        await transaction.rollback()
 
         assert await fetch_state(engine, 1) == ("PROCESSING", "PENDING")
         assert await count_rows(engine, "ai.context_embedding", 1) == 0
