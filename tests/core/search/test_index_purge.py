@@ -18,6 +18,7 @@ from core_service.operations.search_reindex import reindex
 from core_service.repository import context_search, context_writes
 from core_service.repository.db import create_engine
 from core_service.service.search_terms import SearchAnalyser
+from core_service.service.status import read_status
 from pinlog_platform.contract.search.terms import ANALYSER_VERSION, analyse
 from tests.core.harness import bearer
 from tests.worker.open_transactions import finished_behind_lock, lock_waiters_reach
@@ -63,8 +64,12 @@ async def _stale(engine) -> list[int]:
 
 
 async def _coverage(engine) -> tuple[int, int]:
-    async with engine.connect() as conn:
-        return await context_search.index_coverage(conn, analyser_version=ANALYSER_VERSION)
+    """``search_index`` as ``pinlog-core status --json`` reads it: ``(indexed, total)``."""
+    report = await read_status(
+        engine, processing_expiry_seconds=300, analyser_version=ANALYSER_VERSION
+    )
+    assert report.search_index is not None
+    return report.search_index["indexed"], report.search_index["total"]
 
 
 async def _edit(core, context_id: int, body: str, member: int = 1):
