@@ -12,6 +12,7 @@ from datetime import datetime
 from sqlalchemy import Row, text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from core_service.repository.context_search import PURGED_SEARCH_TERMS
 from pinlog_platform.contract.states import STAGE_ORDER, Stage, Status
 
 # The columns a new context is written with (here and in ``context_writes``).
@@ -50,11 +51,19 @@ LOCK_ACTIVE_IN_RECORDS = text(
     """
 )
 
-# Soft-delete contexts (already locked by this transaction).
+# Soft-delete contexts (already locked by this transaction) and purge their search terms in
+# the same statement (context_search.PURGED_SEARCH_TERMS): a record delete, a withdrawal,
+# `retry-failed`'s replaced contexts.
 SOFT_DELETE_CONTEXTS = text(
     """
-    UPDATE core.context SET deleted_at = now()
-    WHERE id = ANY(CAST(:context_ids AS bigint[])) AND deleted_at IS NULL
+    WITH deleted AS (
+        UPDATE core.context SET deleted_at = now()
+        WHERE id = ANY(CAST(:context_ids AS bigint[])) AND deleted_at IS NULL
+        RETURNING id
+    ),"""  # noqa: S608 (a constant fragment)
+    + PURGED_SEARCH_TERMS
+    + """
+    SELECT count(*) FROM deleted
     """
 )
 
@@ -134,9 +143,10 @@ async def lock_active_in_records(conn: AsyncConnection, record_ids: Sequence[int
 
 
 async def soft_delete(conn: AsyncConnection, context_ids: Sequence[int]) -> int:
-    """Set ``deleted_at`` on still-active contexts among ``context_ids``; rows changed."""
+    """Set ``deleted_at`` on still-active contexts among ``context_ids`` and purge their
+    search terms; rows changed."""
     result = await conn.execute(SOFT_DELETE_CONTEXTS, {"context_ids": list(context_ids)})
-    return result.rowcount
+    return int(result.scalar_one())
 
 
 async def load_for_dispatch(

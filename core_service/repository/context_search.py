@@ -3,7 +3,10 @@ search (docs/search.md; migration 0080).
 
 Terms are written with the context (``NEW_SEARCH_TERMS``, a fragment of the create, add and
 edit statements of ``context_writes``), by ``insert_terms`` in a step-by-step transaction, and
-replaced by ``pinlog-core reindex search``. Search's lists (``SEARCH_LISTS``) score one
+replaced by ``pinlog-core reindex search``. They are purged in the statement that makes their
+context non-live (``PURGED_SEARCH_TERMS``, a fragment of every statement that soft-deletes a
+context), and ``reindex search`` purges what is left of non-live contexts (``PURGE_STALE``).
+Search's lists (``SEARCH_LISTS``) score one
 member's live contexts BM25-style and find the records carrying a named preset; its re-check
 (``SEARCH_RECHECK``) keeps the member's live contexts and reads what each result shows.
 """
@@ -61,6 +64,20 @@ def term_parameters(terms: Terms, analyser_version: str) -> dict[str, object]:
     }
 
 
+# The index rows of the contexts soft-deleted in a CTE `deleted` (id), in the same statement:
+# the document rows here, their terms by the foreign key's cascade (run at the end of the
+# statement with a new snapshot, so it also removes terms a reindex committed after this
+# statement's snapshot, looked up by context_search_term_context_idx). Selecting from `deleted`
+# takes the document rows after the context's lock (docs/lock-order.md). A document row a
+# reindex *inserted* after this statement's snapshot is not visible here: the reindex's sweep
+# (``PURGE_STALE``) removes it.
+PURGED_SEARCH_TERMS = """
+    purged_search_docs AS (
+        DELETE FROM core.context_search_doc AS d
+        USING deleted WHERE d.context_id = deleted.id
+    )"""
+
+
 async def insert_terms(
     conn: AsyncConnection, *, context_id: int, member_id: int, terms: Terms, analyser_version: str
 ) -> None:
@@ -70,7 +87,8 @@ async def insert_terms(
 
 
 # BM25 (docs/search.md "Lexical"): the collection statistics are the member's analysed
-# contexts, every version (a replaced or deleted note's terms stay until a purge): the count
+# contexts, which are its live ones (a context's rows are purged when it stops being live,
+# PURGED_SEARCH_TERMS; what a race leaves, `reindex search` purges): the count
 # and mean length read by an index-only scan of the member index, each term's document
 # frequency from the primary key range (member_id, term) of the query's terms; idf = ln(1 +
 # (N - df + 0.5) / (df + 0.5)). Only the hits whose context and record are live (not deleted;
@@ -304,21 +322,32 @@ CONTEXTS_TO_INDEX = text(
     """
 )
 
-# Replace the terms of a batch of contexts, in two statements of one transaction. First each
-# context's document row is upserted: its row lock orders every writer of that context's terms
-# (a second reindexer waits here until the first commits). Then, in a statement whose snapshot
-# is taken after that lock (so it sees what the first one committed), the terms no longer
-# produced are deleted and the others upserted. A context's body never changes, so terms
-# written for it stay right whatever happens to it meanwhile (a deleted context's terms are
-# never matched: the lexical query checks liveness).
+# Replace the terms of a batch of contexts, in two statements of one transaction. First the
+# contexts still live are share-locked in id order (a delete or an edit of one of them, which
+# locks it FOR UPDATE, waits for this batch; one that committed first is seen at the lock and
+# the context skipped: no terms are ever written for a non-live context), and each one's
+# document row is upserted: its row lock orders every writer of that context's terms (a second
+# reindexer waits here until the first commits). Then, for the documents written, in a
+# statement whose snapshot is taken after that lock (so it sees what the first one committed),
+# the terms no longer produced are deleted and the others upserted. A context's body never
+# changes, so terms written for it stay right as long as it is live.
 UPSERT_DOCS = text(
     """
+    WITH live AS (
+        SELECT c.id, c.member_id
+        FROM core.context AS c
+        JOIN core.record AS r ON r.id = c.record_id
+        WHERE c.id = ANY(CAST(:context_ids AS bigint[]))
+          AND c.deleted_at IS NULL AND r.deleted_at IS NULL
+        ORDER BY c.id
+        FOR SHARE OF c
+    )
     INSERT INTO core.context_search_doc (context_id, member_id, analyser_version, term_count)
-    SELECT c.id, c.member_id, CAST(:analyser_version AS varchar), g.term_count
+    SELECT live.id, live.member_id, CAST(:analyser_version AS varchar), g.term_count
     FROM unnest(CAST(:context_ids AS bigint[]), CAST(:term_counts AS int[]))
          AS g(context_id, term_count)
-    JOIN core.context AS c ON c.id = g.context_id
-    ORDER BY c.id
+    JOIN live ON live.id = g.context_id
+    ORDER BY live.id
     ON CONFLICT (context_id) DO UPDATE
     SET analyser_version = EXCLUDED.analyser_version, term_count = EXCLUDED.term_count
     RETURNING context_id
@@ -351,6 +380,47 @@ REPLACE_TERM_ROWS = text(
     ON CONFLICT (member_id, term, context_id) DO UPDATE SET tf = EXCLUDED.tf
     """
 )
+
+# `reindex search`'s sweep: of the next :page document rows after :after_id (primary key
+# order), those of contexts no longer live (deleted, replaced, on a deleted record or of a
+# withdrawn member: never live again) are locked in id order and deleted, their terms by the
+# cascade. Each of the page's rows is looked up by key (a correlated subquery, and
+# `= ANY(ARRAY(...))`: index scans whatever the tables' sizes). Leftovers come from before the
+# purge existed and from the one race a statement's snapshot cannot close
+# (PURGED_SEARCH_TERMS). `last_id`: the page's last row, null at the end.
+PURGE_STALE = text(
+    """
+    WITH page AS (
+        SELECT context_id FROM core.context_search_doc
+        WHERE context_id > :after_id
+        ORDER BY context_id
+        LIMIT :page
+    ),
+    stale AS (
+        SELECT d.context_id FROM core.context_search_doc AS d
+        WHERE d.context_id = ANY(ARRAY(
+            SELECT page.context_id FROM page
+            WHERE NOT (
+                SELECT c.deleted_at IS NULL AND r.deleted_at IS NULL AND m.deleted_at IS NULL
+                FROM core.context AS c
+                JOIN core.record AS r ON r.id = c.record_id
+                JOIN core.member AS m ON m.id = c.member_id
+                WHERE c.id = page.context_id
+            )
+        ))
+        ORDER BY d.context_id
+        FOR UPDATE
+    ),
+    purged AS (
+        DELETE FROM core.context_search_doc AS d
+        WHERE d.context_id = ANY(ARRAY(SELECT context_id FROM stale))
+        RETURNING d.context_id
+    )
+    SELECT (SELECT max(context_id) FROM page) AS last_id,
+           (SELECT count(*) FROM purged) AS purged
+    """
+)
+
 
 # `status`: live contexts (their record and member active, as status counts them), and those
 # whose terms are of :analyser_version.
@@ -387,7 +457,7 @@ async def replace_terms(
     conn: AsyncConnection, *, terms: dict[int, Terms], analyser_version: str
 ) -> int:
     """``UPSERT_DOCS`` then ``REPLACE_TERM_ROWS`` for ``terms`` (context id -> its terms), in
-    the caller's transaction; how many contexts were written (those that exist)."""
+    the caller's transaction; how many contexts were written (those still live)."""
     ids = sorted(terms)
     term_context_ids, words, tfs = [], [], []
     for context_id in ids:
@@ -400,10 +470,23 @@ async def replace_terms(
         "term_counts": [terms[i].length for i in ids],
         "analyser_version": analyser_version,
     }
-    written = len((await conn.execute(UPSERT_DOCS, docs)).all())
-    params = {"context_ids": ids, "term_context_ids": term_context_ids, "terms": words, "tfs": tfs}
+    written = sorted(int(row.context_id) for row in await conn.execute(UPSERT_DOCS, docs))
+    if not written:
+        return 0
+    params = {
+        "context_ids": written,
+        "term_context_ids": term_context_ids,
+        "terms": words,
+        "tfs": tfs,
+    }
     await conn.execute(REPLACE_TERM_ROWS, params)
-    return written
+    return len(written)
+
+
+async def purge_stale(conn: AsyncConnection, *, after_id: int, page: int) -> tuple[int | None, int]:
+    """``PURGE_STALE``: ``(the last document id read, None past the last; documents purged)``."""
+    row = (await conn.execute(PURGE_STALE, {"after_id": after_id, "page": page})).one()
+    return (None if row.last_id is None else int(row.last_id)), int(row.purged)
 
 
 async def index_coverage(conn: AsyncConnection, *, analyser_version: str) -> tuple[int, int]:

@@ -28,7 +28,11 @@ from core_service.repository.context_ai_state import (
     CANCEL_EVERY_STAGE,
     INSERT_PENDING_STATE_COLUMNS,
 )
-from core_service.repository.context_search import NEW_SEARCH_TERMS, term_parameters
+from core_service.repository.context_search import (
+    NEW_SEARCH_TERMS,
+    PURGED_SEARCH_TERMS,
+    term_parameters,
+)
 from pinlog_platform.contract.search.terms import Terms
 from pinlog_platform.contract.text_fingerprint import fingerprint
 
@@ -95,7 +99,8 @@ _CALLERS_LIVE_RECORD = """owner.member_id = :member_id AND NOT owner.deleted
           AND EXISTS (SELECT 1 FROM member)"""
 
 # The context soft-deleted in a CTE `deleted` (id): its state CANCELLED, then its vector hidden,
-# each selecting from the row locked before it (docs/lock-order.md).
+# each selecting from the row locked before it (docs/lock-order.md); its search terms are
+# purged beside them (context_search.PURGED_SEARCH_TERMS).
 _CANCEL_DELETED = (
     """
     cancelled AS (
@@ -238,8 +243,9 @@ _MODIFY_FIRST_LINK = "coalesce(old.replaced_by, owner.replaced_by)"
 # when something changes), then the old context (FOR UPDATE: a concurrent edit or delete
 # committed meanwhile is seen here). An unchanged body writes nothing. Otherwise the new
 # context and state row (origin_created_at carried), the old context soft-deleted naming the
-# new one as its replacement, its state CANCELLED and its vector hidden, each selecting from
-# the lock before it. A context found deleted answers with its replacement chain's end.
+# new one as its replacement, its state CANCELLED, its vector hidden and its search terms
+# purged, each selecting from the lock before it. A context found deleted answers with its
+# replacement chain's end.
 MODIFY_CONTEXT = text(
     _ACTIVE_MEMBER_AND_OWNER  # noqa: S608 (constant fragments)
     + """
@@ -278,6 +284,8 @@ MODIFY_CONTEXT = text(
         RETURNING c.id
     ),"""
     + _CANCEL_DELETED
+    + ","
+    + PURGED_SEARCH_TERMS
     + """
     SELECT EXISTS (SELECT 1 FROM member) AS member_active,
            (EXISTS (SELECT 1 FROM target) AND NOT """
@@ -308,7 +316,8 @@ _DELETE_FIRST_LINK = (
 # under it), then the record's contexts that are active, and the one to delete whatever its
 # state, locked in id order; a context deleted by a transaction that committed while this one
 # waited is re-read at its lock and no longer counts. The context is soft-deleted only while
-# another active one remains; then its state is CANCELLED and its vector hidden. A context
+# another active one remains; then its state is CANCELLED, its vector hidden and its search
+# terms purged. A context
 # found deleted answers with its replacement chain's end.
 DELETE_CONTEXT = text(
     _ACTIVE_MEMBER_AND_OWNER  # noqa: S608 (constant fragments)
@@ -340,6 +349,8 @@ DELETE_CONTEXT = text(
     ),
 """
     + _CANCEL_DELETED
+    + ","
+    + PURGED_SEARCH_TERMS
     + """
     SELECT EXISTS (SELECT 1 FROM member) AS member_active,
            owner.member_id = :member_id AS owned, owner.deleted AS owner_deleted,

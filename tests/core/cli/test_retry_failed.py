@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from sqlalchemy import text
 
+from pinlog_platform.contract.search.terms import ANALYSER_VERSION, analyse
 from tests.core import support as facts
 from tests.core.harness import bearer
 from tests.e2e.observe import wait_until
@@ -91,8 +92,13 @@ async def test_failed_notes_are_replaced_by_new_contexts_that_complete(
         assert (await facts.context(engine, old)).deleted
         assert (await facts.state(engine, new)).retry_count == 0
         assert (await facts.context(engine, new)).body == (await facts.context(engine, old)).body
-        # The same body, the same search terms (docs/search.md).
-        assert await _search_terms(engine, new) == await _search_terms(engine, old) != []
+        # The same body, the same search terms, copied; the old one's purged (docs/search.md).
+        body_terms = analyse((await facts.context(engine, new)).body)
+        assert await _search_terms(engine, new) == [
+            (ANALYSER_VERSION, body_terms.length, term, tf)
+            for term, tf in zip(body_terms.terms, body_terms.counts, strict=True)
+        ]
+        assert body_terms.terms and await _search_terms(engine, old) == []
     read = await core.client.get(f"/api/v1/records/{created[0]['recordId']}", headers=bearer(1))
     assert {c["contextId"] for c in read.json()["contexts"]} == {fine, replacement}
     edited = await core.client.put(

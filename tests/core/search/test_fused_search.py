@@ -36,7 +36,7 @@ async def _terms(engine, context_id):
         return [tuple(row) for row in rows]
 
 
-async def test_create_add_and_edit_write_the_notes_terms_with_the_note(
+async def test_create_add_and_edit_write_the_notes_terms_and_the_edit_purges_the_old(
     core_with_fake_worker, engine
 ):
     core = core_with_fake_worker
@@ -46,13 +46,13 @@ async def test_create_add_and_edit_write_the_notes_terms_with_the_note(
         json={"body": "창가 자리"},
         headers=bearer(1),
     )
+    first = await _terms(engine, created["contextId"])
     edited = await core.client.put(
         f"/api/v1/contexts/{created['contextId']}",
         json={"body": "빗소리 들으며"},
         headers=bearer(1),
     )
 
-    first = await _terms(engine, created["contextId"])
     assert [(term, tf) for term, tf, *_ in first] == [
         ("라떼", 1),
         ("조용", 1),
@@ -62,6 +62,8 @@ async def test_create_add_and_edit_write_the_notes_terms_with_the_note(
     assert {(version, count, member) for _, _, version, count, member in first} == {
         (ANALYSER_VERSION, 5, 1)
     }
+    # The edit purged the old version's terms in its statement.
+    assert await _terms(engine, created["contextId"]) == []
     assert [t for t, *_ in await _terms(engine, added.json()["contextId"])] == ["자리", "창가"]
     assert [t for t, *_ in await _terms(engine, edited.json()["contextId"])] == ["듣다", "빗소리"]
 

@@ -1,12 +1,14 @@
-"""The lexical list's plan (docs/search.md): the core's search statement reads the term index
+"""The lexical index's plans (docs/search.md): the core's search statement reads the term index
 for one member's rows and the given terms only, never a sequential scan of the term or
-document tables, however many notes other members have."""
+document tables, however many notes other members have; the statements that purge the index
+(a soft delete's, ``reindex search``'s sweep) find their rows by key."""
 
 from __future__ import annotations
 
 from sqlalchemy import text
 
-from core_service.repository.context_search import SEARCH_LISTS
+from core_service.repository.context import SOFT_DELETE_CONTEXTS
+from core_service.repository.context_search import PURGE_STALE, SEARCH_LISTS
 
 # Member 2: 3,000 notes, each with the term 카페 and four of its own; member 1: three notes.
 SEED = [
@@ -58,3 +60,91 @@ async def test_the_lexical_list_reads_one_members_rows_by_index(engine, members)
     for scans in by_relation.values():
         assert all(scan["Actual Rows"] * scan["Actual Loops"] <= 3 for scan in scans), scans
     assert len(found) == 1  # one record of member 1
+
+
+async def test_the_sweep_reads_one_page_of_documents_by_index(engine, members):
+    """``reindex search``'s sweep (``PURGE_STALE``) reads a page of documents from the primary
+    key and looks each context, record and member up by key: never a scan of the index or
+    context tables, however many notes there are (3,003 here, a page of 100)."""
+    async with engine.begin() as conn:
+        for statement in SEED:
+            await conn.execute(text(statement))
+        await conn.execute(
+            text("UPDATE core.context SET deleted_at = now() WHERE member_id = 2 AND id % 2 = 0")
+        )
+        await conn.execute(text("ANALYZE core.context"))
+        stale = await conn.scalar(
+            text(
+                "SELECT count(*) FROM (SELECT id, deleted_at FROM core.context "
+                "ORDER BY id LIMIT 100) AS first_page WHERE deleted_at IS NOT NULL"
+            )
+        )
+    async with engine.connect() as conn:
+        transaction = await conn.begin()
+        explained = await conn.execute(
+            text("EXPLAIN (ANALYZE, FORMAT JSON) " + PURGE_STALE.text),
+            {"after_id": 0, "page": 100},
+        )
+        await transaction.rollback()
+    plan = explained.scalar_one()[0]["Plan"]
+    nodes = list(_nodes(plan))
+
+    scans = [
+        n
+        for n in nodes
+        if n.get("Relation Name") in ("context_search_doc", "context")
+        and n["Node Type"] != "ModifyTable"
+    ]
+    assert {n["Relation Name"] for n in scans} == {"context_search_doc", "context"}
+    # (core.record holds two rows here: the planner may read it whole.)
+    assert all("Index" in n["Node Type"] for n in scans), [
+        (n["Relation Name"], n["Node Type"]) for n in scans
+    ]
+    assert all(n["Actual Rows"] * n["Actual Loops"] <= 100 for n in scans), scans
+    purged = [n for n in nodes if n.get("Operation") == "Delete"]
+    assert stale > 0 and [n["Actual Rows"] for n in purged] == [stale]
+
+
+async def test_a_soft_delete_purges_its_contexts_documents_by_key(engine, members):
+    """The statement that soft-deletes contexts (a record delete, a withdrawal,
+    ``retry-failed``) finds their search documents by the primary key: five contexts of 3,003
+    read five document rows (their terms go by the foreign key's cascade, which looks them up
+    by ``context_search_term_context_idx``)."""
+    async with engine.begin() as conn:
+        for statement in SEED:
+            await conn.execute(text(statement))
+    async with engine.connect() as conn:
+        transaction = await conn.begin()
+        ids = list(
+            (
+                await conn.execute(
+                    text("SELECT id FROM core.context WHERE member_id = 2 ORDER BY id LIMIT 5")
+                )
+            ).scalars()
+        )
+        explained = await conn.execute(
+            text("EXPLAIN (ANALYZE, FORMAT JSON) " + SOFT_DELETE_CONTEXTS.text),
+            {"context_ids": ids},
+        )
+        left = await conn.scalar(
+            text(
+                "SELECT count(*) FROM core.context_search_term "
+                "WHERE context_id = ANY(CAST(:ids AS bigint[]))"
+            ),
+            {"ids": ids},
+        )
+        await transaction.rollback()
+    nodes = list(_nodes(explained.scalar_one()[0]["Plan"]))
+
+    scans = [
+        n
+        for n in nodes
+        if n.get("Relation Name") in ("context_search_doc", "context")
+        and n["Node Type"] != "ModifyTable"
+    ]
+    assert {n["Relation Name"] for n in scans} == {"context_search_doc", "context"}
+    assert all("Index" in n["Node Type"] for n in scans), [
+        (n["Relation Name"], n["Node Type"]) for n in scans
+    ]
+    assert all(n["Actual Rows"] * n["Actual Loops"] <= 5 for n in scans), scans
+    assert left == 0
