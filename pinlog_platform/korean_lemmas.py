@@ -11,7 +11,9 @@ Lemma shapes (``Lemma.form``):
 
 - nouns (``NNG``, ``NNP``) as written: "라떼", "위로", "콘센트";
 - verb and adjective stems with "다": "맛있음" -> "맛있다", "예뻐요" -> "예쁘다";
-- roots (``XR``) as the root, so "아늑했음", "아늑한" and "아늑함" all give "아늑";
+- roots (``XR``) as the root, so "아늑했음" and, in a sentence, "아늑한" and "아늑함" give
+  "아늑" (typed alone, "아늑한" is read as the adjective "아늑하다": the search terms add the
+  root, ``pinlog_platform.contract.search.terms``);
 - adverbs (``MAG``) except function adverbs (안, 못, 너무, 진짜 ...); an adverb ending in 히
   also gives its root ("조용히" -> "조용히", "조용");
 - foreign words (``SL``) lower-cased: "WiFi" -> "wifi".
