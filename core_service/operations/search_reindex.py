@@ -122,9 +122,10 @@ commands = typer.Typer(
 
 
 async def reindex_search(operations: Operations, *, rate: int) -> ReindexReport:
-    """Load the analyser, then ``reindex`` every live context not indexed under its version."""
+    """``reindex`` every live context not indexed under the analyser's version. The analyser's
+    model (seconds of CPU) loads with the first context to index, so a run that finds nothing
+    to do never loads it."""
     analyser = SearchAnalyser()
-    await analyser.load()
     return await reindex(
         operations.engine, analyser, rate=rate, on_progress=lambda n: typer.echo(f"indexed {n}")
     )
