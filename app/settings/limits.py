@@ -145,6 +145,13 @@ class LimitSettings(BaseModel):
         description="keywordMatched: a visible keyword's preset cosine to the query above this "
         "(§7; measured on the offline encoder, docs/offline-encoder.md)",
     )
+    search_keyword_match_top: int = Field(
+        default=0,
+        ge=0,
+        le=1000,
+        description="keywordMatched: only the presets among this many closest to the query "
+        "(above the threshold) match; 0 = every preset above it (§7 Deviation, docs/search.md)",
+    )
 
     worker_concurrency: int = Field(
         default=4, ge=1, le=256, description="Contexts processed at once by one process"
