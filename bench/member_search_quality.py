@@ -147,7 +147,7 @@ def _unit(matrix: np.ndarray) -> np.ndarray:
 async def _prepare():
     from app.providers.learned_judge import LearnedJudge, load_model
     from app.providers.sentence_encoder import shared_encoder
-    from app.settings.profiles import LEARNED_JUDGE_REVISION
+    from app.settings.profiles import LEARNED_JUDGE_REVISION, OFFLINE_DEFAULTS
     from pinlog_platform.korean_lemmas import shared_analyser
 
     notes = _load("notes.yaml", "notes")
@@ -161,7 +161,7 @@ async def _prepare():
         encoder,
         load_model(),
         shared_analyser(),
-        fallback_threshold=0.3,
+        fallback_threshold=OFFLINE_DEFAULTS["judge_similarity_threshold"],
         profile="bench",
         revision=LEARNED_JUDGE_REVISION,
     )
@@ -409,14 +409,17 @@ def choose_floor(data, k: int) -> float:
 
 
 def shipped_tuning() -> Tuning:
-    """What the services use for the offline profile: the worker's keyword match defaults,
-    the fusion's weights, the core's cuts."""
+    """What the services use for the offline profile: the worker's keyword match
+    (``PINLOG_OFFLINE``'s defaults), the fusion's weights, the core's cuts."""
     from app.settings.limits import LimitSettings
+    from app.settings.profiles import OFFLINE_DEFAULTS
 
-    defaults = LimitSettings.model_fields
+    def setting(name: str):
+        return OFFLINE_DEFAULTS.get(name, LimitSettings.model_fields[name].default)
+
     return Tuning(
-        threshold=defaults["search_keyword_match_threshold"].default,
-        top=defaults["search_keyword_match_top"].default,
+        threshold=setting("search_keyword_match_threshold"),
+        top=setting("search_keyword_match_top"),
         lexical_weight=LIST_WEIGHTS[LEXICAL],
         keyword_weight=LIST_WEIGHTS[KEYWORD],
         cuts=default_cuts(OFFLINE_PROFILE),
