@@ -172,6 +172,7 @@ async def build_worker(settings: Settings, metrics: WorkerMetrics) -> AsyncItera
                 top_ratio=settings.search_top_ratio,
             ),
             keyword_match_threshold=settings.search_keyword_match_threshold,
+            keyword_match_top=settings.search_keyword_match_top,
         )
         logger.info(
             "worker ready: mode=%s profile=%s judge=%s concurrency=%d",

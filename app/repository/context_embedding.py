@@ -32,22 +32,31 @@ class SearchHit:
 # holds every other quoted word to the status vocabulary).
 NON_STATUS_LITERALS = frozenset({"NaN", "PUBLIC", "PRIVATE_ONLY", "{}", "similarity", "keyword"})
 
-# The active presets the owner may see (PUBLIC or PRIVATE_ONLY, §9) whose vector of this
-# profile has a cosine to the query above :keyword_threshold: computed once per search.
-# OFFSET 0 keeps the cosine out of the join: pushed into the preset-vector scan, it was
-# computed once per preset pair (n^2 cosines) instead of once per preset.
+# The active presets the owner may see (PUBLIC or PRIVATE_ONLY, §9) that the query's meaning
+# matches (pinlog_platform.contract.search.keyword_match): a cosine of the preset's vector of
+# this profile to the query above :keyword_threshold and, when :keyword_top is above 0, among
+# the :keyword_top closest (ties by the lower id; LIMIT NULL is no limit); a zero vector's NaN
+# never matches (FC-04). Computed once per search. OFFSET 0 keeps the cosine out of the join:
+# pushed into the preset-vector scan, it was computed once per preset pair (n^2 cosines)
+# instead of once per preset.
 _MATCHED_PRESETS = """
     matched AS MATERIALIZED (
-        SELECT usable.id
+        SELECT scored.id
         FROM (
-            SELECT kp.id, kv.embedding
-            FROM ai.keyword_preset AS kp
-            JOIN ai.keyword_preset_embedding AS kv
-              ON kv.preset_id = kp.id AND kv.embedding_profile = :profile
-            WHERE kp.is_active AND kp.visibility IN ('PUBLIC', 'PRIVATE_ONLY')
+            SELECT usable.id, 1 - (usable.embedding <=> CAST(:query AS vector)) AS cosine
+            FROM (
+                SELECT kp.id, kv.embedding
+                FROM ai.keyword_preset AS kp
+                JOIN ai.keyword_preset_embedding AS kv
+                  ON kv.preset_id = kp.id AND kv.embedding_profile = :profile
+                WHERE kp.is_active AND kp.visibility IN ('PUBLIC', 'PRIVATE_ONLY')
+                OFFSET 0
+            ) AS usable
             OFFSET 0
-        ) AS usable
-        WHERE 1 - (usable.embedding <=> CAST(:query AS vector)) > :keyword_threshold
+        ) AS scored
+        WHERE scored.cosine > :keyword_threshold AND scored.cosine <> 'NaN'::float8
+        ORDER BY scored.cosine DESC, scored.id
+        LIMIT CAST(nullif(CAST(:keyword_top AS int), 0) AS bigint)
     )"""
 
 # The user's live vectors of one profile whose embedding stage is COMPLETED, each with its
@@ -211,15 +220,17 @@ async def search_similar(
     profile: str,
     limit: int,
     keyword_match_threshold: float,
+    keyword_match_top: int = 0,
 ) -> SimilarRecords:
     """Records of ``user_id`` closest to ``query`` (float32 ``(dimension,)``), best first, and
-    the matched presets."""
+    the matched presets (``keyword_match_top`` 0: every preset above the threshold)."""
     params = {
         "user_id": user_id,
         "query": query,
         "profile": profile,
         "limit": limit,
         "keyword_threshold": keyword_match_threshold,
+        "keyword_top": keyword_match_top,
     }
     rows = (await conn.execute(SEARCH_SIMILAR, params)).all()
     hits = [

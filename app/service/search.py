@@ -61,6 +61,7 @@ class SearchService:
         max_input_chars: int,
         cuts: SearchCuts,
         keyword_match_threshold: float,
+        keyword_match_top: int = 0,
     ) -> None:
         self._engine = engine
         self._provider = provider
@@ -70,6 +71,7 @@ class SearchService:
         self._latency = metrics.search
         self._cuts = cuts
         self._keyword_match_threshold = keyword_match_threshold
+        self._keyword_match_top = keyword_match_top
 
     async def search(
         self,
@@ -107,6 +109,7 @@ class SearchService:
                 profile=self._profile,
                 limit=limit,
                 keyword_match_threshold=self._keyword_match_threshold,
+                keyword_match_top=self._keyword_match_top,
             )
             if context_ids is None:
                 return similar, None

@@ -40,6 +40,11 @@ OFFLINE_DEFAULTS: dict[str, Any] = {
     # lose 2.2 % of the development labels before judging).
     "keyword_similarity_floor": -1.0,
     "judge_similarity_threshold": 0.26,
+    # The presets a search's meaning matches (keywordMatched, the keyword list): chosen with the
+    # fused search's weights and cuts on the member queries (bench/member_search_quality.py,
+    # docs/search.md); production keeps 0.30 and every preset (unmeasured).
+    "search_keyword_match_threshold": 0.25,
+    "search_keyword_match_top": 1,
 }
 
 MODEL_PROFILE_MAX_LENGTH = 100  # ai.context_keyword_analysis.model_profile VARCHAR(100)

@@ -62,12 +62,15 @@ class SearchCuts:
 # The core's defaults (docs/contract.md §7, Deviation): production values, as a comparable
 # production worker uses them; per embedding profile where measured (bench/search_quality.py).
 PRODUCTION_CUTS = SearchCuts(floor=0.30, floor_word=0.24, top_ratio=0.60)
-# The offline profile's: chosen for the fused search, where the cuts drop only semantic-only
-# results (bench/member_search_quality.py, docs/search.md; before fusion 0.36 / 0.24 / 0.50,
-# chosen by bench/search_quality.py for the semantic list alone).
+# The offline profile's: chosen for the fused search with its list weights and keyword match,
+# where the cuts drop only semantic-only results (bench/member_search_quality.py,
+# docs/search.md; before fusion 0.36 / 0.24 / 0.50, chosen by bench/search_quality.py for the
+# semantic list alone). The one-word floor is the higher: a one-word query's own word is found
+# by the lexical list, and the encoder's nearest notes to a word it sees alone are the least
+# reliable.
 MEASURED_CUTS = {
     "local-use-multilingual-v3-512-cosine-v1": SearchCuts(
-        floor=0.26, floor_word=0.26, top_ratio=0.60
+        floor=0.22, floor_word=0.44, top_ratio=0.50
     ),
 }
 

@@ -2,8 +2,9 @@
 the core's ``POST /api/v1/search`` and for ``bench/member_search_quality.py``.
 
 Each list ranks records best first. A record's fused score is the sum, over the lists that
-hold it, of ``1 / (k + rank)`` (rank from 1); results are best score first, ties by the list
-count, then the lower record id. ``matched_by`` names the lists that hold the record.
+hold it, of ``weight / (k + rank)`` (rank from 1; ``LIST_WEIGHTS``, chosen with the cuts on
+the development queries); results are best score first, ties by the list count, then the lower
+record id. ``matched_by`` names the lists that hold the record.
 
 The cut rule (§7 Deviation, rewritten by the fused search): the similarity floors and the ratio
 to the best ``similarity`` among the results apply only to results that the semantic list alone
@@ -22,6 +23,10 @@ LEXICAL = "lexical"
 SEMANTIC = "semantic"
 KEYWORD = "keyword"
 LIST_ORDER = (LEXICAL, SEMANTIC, KEYWORD)
+# Each list's weight in the fused score, chosen with the cuts and the keyword match on the
+# development queries (bench/member_search_quality.py, docs/search.md): a note's own word and
+# its owner's keyword count more than the nearest vectors alone.
+LIST_WEIGHTS: Mapping[str, float] = {LEXICAL: 1.5, SEMANTIC: 1.0, KEYWORD: 1.5}
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,14 +38,20 @@ class Fused:
     matched_by: tuple[str, ...]
 
 
-def fuse(lists: Mapping[str, Sequence[int]], *, k: int = RRF_K) -> list[Fused]:
+def fuse(
+    lists: Mapping[str, Sequence[int]],
+    *,
+    k: int = RRF_K,
+    weights: Mapping[str, float] = LIST_WEIGHTS,
+) -> list[Fused]:
     """The records of ``lists`` (name -> record ids, best first; a record once per list) by
-    fused score."""
+    fused score; ``weights``: name -> weight (every list of ``LIST_ORDER``)."""
     scores: dict[int, float] = {}
     names: dict[int, list[str]] = {}
     for name in LIST_ORDER:
+        weight = weights[name]
         for rank, record_id in enumerate(lists.get(name, ()), start=1):
-            scores[record_id] = scores.get(record_id, 0.0) + 1.0 / (k + rank)
+            scores[record_id] = scores.get(record_id, 0.0) + weight / (k + rank)
             names.setdefault(record_id, []).append(name)
     ordered = sorted(scores, key=lambda r: (-scores[r], -len(names[r]), r))
     return [Fused(r, scores[r], tuple(names[r])) for r in ordered]

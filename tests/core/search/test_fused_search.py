@@ -9,6 +9,7 @@ from sqlalchemy import text
 
 from core_service.repository import context_writes
 from core_service.repository.db import transaction
+from pinlog_platform.contract.search.fusion import LEXICAL, LIST_WEIGHTS, RRF_K
 from pinlog_platform.contract.search.terms import ANALYSER_VERSION, analyse
 from tests.core.harness import bearer
 from tests.core.support import created_and_completed
@@ -122,7 +123,7 @@ async def test_a_note_without_a_vector_is_found_lexically_with_similarity_null(c
             "score": results[0]["score"],
         }
     ]
-    assert results[0]["score"] == 1 / 61
+    assert results[0]["score"] == LIST_WEIGHTS[LEXICAL] / (RRF_K + 1)
 
 
 async def test_the_cuts_drop_only_semantic_only_results(make_core, worker, engine):

@@ -452,16 +452,18 @@ async def test_s6_blank_query_is_422_without_embedding_call(worker, fake_openai)
 
 
 async def _search_backend_waiting_on_a_lock(engine) -> int:
-    """The pid of the worker's search query once it waits for a lock (polled, bounded)."""
+    """The pid of the worker's search query once it waits for a lock on the vectors (polled,
+    bounded). Read from ``pg_locks``: ``pg_stat_activity.query`` keeps only the statement's
+    first ``track_activity_query_size`` bytes, which need not name the table."""
     deadline = time.monotonic() + 10
     async with engine.connect() as conn:
         while time.monotonic() < deadline:
             pid = (
                 await conn.execute(
                     text(
-                        "SELECT pid FROM pg_stat_activity WHERE datname = current_database() "
-                        "AND wait_event_type = 'Lock' "
-                        "AND query LIKE '%ai.context_embedding%' AND pid <> pg_backend_pid()"
+                        "SELECT pid FROM pg_locks "
+                        "WHERE relation = 'ai.context_embedding'::regclass AND NOT granted "
+                        "AND pid <> pg_backend_pid()"
                     )
                 )
             ).scalar()

@@ -4,10 +4,11 @@ when the request names ``contextIds``. Stored vectors sit at known cosines to th
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 from sqlalchemy import text
 
-from tests.worker.api.test_search import post_search, strict_json
+from tests.worker.api.test_search import DIMENSION, post_search, strict_json
 from tests.worker.api.test_search_cuts import QUERY, USER, at_cosine, seed
 from tests.worker.harness import PROFILE
 from tests.worker.support import make_keyword, make_preset
@@ -69,3 +70,55 @@ async def test_bad_context_ids_are_422(worker, context_ids):
     response = await post_search(worker, BODY | {"contextIds": context_ids})
 
     assert response.status_code == 422
+
+
+async def _presets_at(engine, cosines: dict[int, float | None]) -> None:
+    """Preset ``id`` PUBLIC at each cosine to the query (None: a zero vector, whose cosine is
+    NaN), carried by context ``id - 300`` (record ``10 * (id - 300)``)."""
+    for preset_id, cosine in cosines.items():
+        vector = (
+            np.zeros(DIMENSION, np.float32)
+            if cosine is None
+            else at_cosine(QUERY, cosine, seed=preset_id)
+        )
+        await make_preset(
+            engine,
+            preset_id=preset_id,
+            code=f"TOP_TEST_{preset_id}",
+            embedding=vector,
+            profile=PROFILE,
+        )
+        await make_keyword(engine, context_id=preset_id - 300, keyword_id=preset_id)
+
+
+async def test_keyword_match_top_keeps_only_the_closest_preset_above_the_threshold(
+    engine, make_worker
+):
+    """PINLOG_SEARCH_KEYWORD_MATCH_TOP 1 (the offline default): of the presets above the
+    threshold (0.5 and 0.45) only the closest matches, so only its record is keywordMatched and
+    among the keyword hits; a zero preset vector (NaN) never takes its place."""
+    await seed(engine, QUERY, [0.9, 0.8, 0.7, 0.6])
+    await _presets_at(engine, {301: None, 303: 0.5, 304: 0.45, 302: 0.1})
+
+    async with make_worker(search_keyword_match_top=1) as worker:
+        answer = strict_json(await post_search(worker, BODY | {"contextIds": [1]}))
+
+    assert answer["matchedKeywordIds"] == [303]
+    assert {r["recordId"]: r["keywordMatched"] for r in answer["results"]} == {
+        10: False,
+        20: False,
+        30: True,
+        40: False,
+    }
+    assert [k["recordId"] for k in answer["keywordHits"]] == [30]
+
+
+async def test_every_preset_above_the_threshold_matches_by_default_but_never_a_zero_vector(
+    engine, worker
+):
+    await seed(engine, QUERY, [0.9, 0.8, 0.7, 0.6])
+    await _presets_at(engine, {301: None, 303: 0.5, 304: 0.45, 302: 0.1})
+
+    answer = strict_json(await post_search(worker, BODY))
+
+    assert answer["matchedKeywordIds"] == [303, 304]

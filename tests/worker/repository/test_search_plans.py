@@ -68,7 +68,8 @@ async def test_state_rows_are_read_at_most_once_per_vector_without_statistics(en
     query = await _seed(engine)
     params = {"query": query, "user_id": USER, "profile": PROFILE, "limit": 20}
     if statement == "similar":
-        plan = await _explain(engine, SEARCH_SIMILAR, params | {"keyword_threshold": 0.3})
+        keyword = {"keyword_threshold": 0.3, "keyword_top": 1}
+        plan = await _explain(engine, SEARCH_SIMILAR, params | keyword)
     else:
         params |= {"context_ids": list(range(1, VECTORS + 1)), "matched_ids": [101]}
         plan = await _explain(engine, SEARCH_ADDITIONS, params)
@@ -87,7 +88,7 @@ async def test_the_cosine_is_computed_once_per_vector(engine):
         engine,
         SEARCH_SIMILAR,
         {"query": query, "user_id": USER, "profile": PROFILE, "limit": 20,
-         "keyword_threshold": 0.3},
+         "keyword_threshold": 0.3, "keyword_top": 1},
     )  # fmt: skip
 
     vector_scans = [

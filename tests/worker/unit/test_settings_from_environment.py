@@ -59,6 +59,7 @@ EMPTY_MEANS_DEFAULT = {
     "search_similarity_floor_word",
     "search_top_ratio",
     "search_keyword_match_threshold",
+    "search_keyword_match_top",
     "request_timeout_seconds",
     "limit_concurrency",
     "max_header_bytes",
