@@ -56,6 +56,7 @@ import yaml
 
 from app.providers.base import JudgeCandidate
 from app.service.preset_loader import read_preset_file
+from core_service.service.personal_search import LEXICAL_FLOOR_SHARE
 from pinlog_platform.contract.search import SearchCuts, default_cuts, is_short_word
 from pinlog_platform.contract.search.fusion import (
     KEYWORD,
@@ -495,6 +496,8 @@ async def run(k: int = 60) -> str:
         if chosen == shipped
         else f"NOT what the services use ({_described(shipped)}): update them"
     )
+    if floor != LEXICAL_FLOOR_SHARE:
+        note += f"; lexical floor NOT the core's {LEXICAL_FLOOR_SHARE}: update it"
     return (
         render(rows, fusion_before, floor, k, data[1])
         + f"\n\nRule 2: {kept} of {tried} settings meet the constraints; chosen: "

@@ -143,7 +143,7 @@ class LimitSettings(BaseModel):
         ge=-1.0,
         le=1.0,
         description="keywordMatched: a visible keyword's preset cosine to the query above this "
-        "(§7; PINLOG_OFFLINE: 0.25, chosen for the fused search, docs/search.md)",
+        "(§7; PINLOG_OFFLINE: 0.30, chosen for the fused search, docs/search.md)",
     )
     search_keyword_match_top: int = Field(
         default=0,
