@@ -33,6 +33,7 @@ from dataclasses import dataclass
 import numpy as np
 import orjson
 
+from app.repository.db import to_array
 from app.repository.named_statements import compile_named
 from app.repository.stage_pool import StagePool
 
@@ -236,7 +237,7 @@ async def read_vector(
     row = await stage_pool.fetch_row(
         READ_VECTOR, context_id=context_id, embedding_profile=embedding_profile
     )
-    return None if row is None else row["embedding"]
+    return None if row is None else to_array(row["embedding"])
 
 
 async def hold(
