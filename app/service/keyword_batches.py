@@ -70,7 +70,7 @@ from app.repository.keyword_batches import BatchItems, HeldItem, KeywordAsk
 from app.repository.provider_batches import LeasedBatch
 from app.repository.stage_pool import StagePool
 from app.service import context_text
-from app.service.batch_backfill import LEASE_SECONDS, ProviderBatchPoller, Settlement
+from app.service.batch_backfill import ProviderBatchPoller, Settlement
 from app.service.judgment import map_verdict
 from app.service.presets import PresetCache
 from app.service.profile_backfill import DEFAULT_RETRY_AFTER_SECONDS, BackfillRefused, WrongProfile
@@ -86,8 +86,6 @@ ENDPOINT = "/v1/chat/completions"
 STAGE = "keyword_batch"
 # Results of a batch saved at once (connections of the stage pool they take at most).
 SAVES_AT_ONCE = 4
-
-__all__ = ["LEASE_SECONDS", "KeywordBatches", "KeywordSubmitReport"]
 
 
 @dataclass(slots=True)

@@ -17,6 +17,7 @@ from core_service.operations import pause as dispatch_pause
 from core_service.operations.keyword_reprocess import BatchRefused, Via, reprocess
 from core_service.repository import context_ai_state, keyword_batches
 from core_service.repository.context_ai_state import Expiries
+from core_service.service.status import read_status
 from tests.core import support as facts
 from tests.core.harness import core_settings
 from tests.e2e.observe import wait_until
@@ -202,6 +203,7 @@ async def test_reprocess_via_batch_prints_the_first_batch_and_with_wait_results_
         async with make_core(str(worker.client.base_url)) as core:
             context_id = await stale_note(engine, core)
         judged_before = fake_openai.judge_calls
+        retries_before = (await keyword_states(engine))[context_id][1]
         code, out, err = await _reprocess(migrated_database, worker, "--wait-results")
     (batch_id,) = fake_openai.batches.batch_ids
     assert code == 0, (out, err)
@@ -221,3 +223,10 @@ async def test_reprocess_via_batch_prints_the_first_batch_and_with_wait_results_
         )
         assert kind.scalar_one() == "keyword"
     assert PROFILE in out
+    # `status --json` counts the keyword batches with the backfill's.
+    report = await read_status(engine, processing_expiry_seconds=600, analyser_version="x")
+    assert report.as_json()["batches"] == {
+        "submitted": 1, "in_progress": 0, "completed": 1, "failed": 0, "items": 0,
+    }  # fmt: skip
+    # No retry spent on the way (the batch path never counts a dispatch).
+    assert (await keyword_states(engine))[context_id][1] == retries_before
