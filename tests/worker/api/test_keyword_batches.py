@@ -332,3 +332,23 @@ async def test_readyz_reports_whether_the_judge_takes_batches(make_worker):
         assert refused.status_code == 409
     async with make_worker(judge_batch_api=True, judge_votes=3) as worker:
         assert (await worker.client.get("/readyz")).json()["keywordBatch"] is False
+
+
+async def test_a_stopped_workers_keyword_batch_is_settled_by_the_next_worker(
+    engine, make_worker, fake_openai
+):
+    for context_id in (1, 2):
+        await marked(engine, context_id)
+    fake_openai.batches.hold_batches(True)
+    async with make_worker(**KEYWORD_BATCH_SETTINGS) as first:
+        batch_id = (await submit(first, [1, 2]))["batchId"]
+        await polled_as(fake_openai, batch_id, "in_progress")
+    # The first worker is gone with its batch open; the stages stay held.
+    assert await stages(engine) == dict.fromkeys((1, 2), ("PROCESSING", batch_id, True))
+    fake_openai.batches.hold_batches(False)
+    async with make_worker(**KEYWORD_BATCH_SETTINGS):
+        record = await settled(engine, batch_id)
+    assert record["status"] == "completed"
+    assert {cid: row[0] for cid, row in (await stages(engine)).items()} == dict.fromkeys(
+        (1, 2), "COMPLETED"
+    )
