@@ -147,7 +147,8 @@ class ReprocessReport:
     """A run so far: ``reset`` contexts sent back and dispatched, of ``total`` planned;
     ``taken`` dispatches a worker took at once, ``waiting`` the others (held or left to the
     rescan); ``skipped`` selected but changed meanwhile (deleted, edited, failed);
-    ``reset_ids`` in the order reset."""
+    ``reset_ids`` in the order reset; ``batch_id``: with ``--via batch``, the first provider
+    batch the workers submitted (nothing is dispatched then: ``taken`` stays 0)."""
 
     version: int
     total: int
