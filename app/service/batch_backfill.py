@@ -13,7 +13,9 @@ by the core. The upload or the create failing puts the claims back to ``PENDING`
 core, as on the synchronous path). The batch's estimated tokens count against the daily cap
 now (the usage ledger, stage ``backfill_batch``).
 
-**Poll** (``run_forever``): any worker of the profile, a restarted one too, leases each
+**Poll** (``ProviderBatchPoller.run_forever``, one loop per kind of batch: this module's
+``embed`` and ``app.service.keyword_batches``'s ``keyword``): any worker of the profile, a
+restarted one too, leases each
 unsettled batch nobody polled within ``poll_seconds`` (``provider_batches.lease``), cancels it
 when the core asked (a rollback or finish abandoned the profile; at once, not at the next
 interval), and polls it. Once the batch is over it is **settled**:
