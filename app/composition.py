@@ -24,6 +24,7 @@ from app.repository.stage_pool import StagePool
 from app.service.batch_backfill import BatchBackfill
 from app.service.embedding_stage import EmbeddingStage
 from app.service.health import Readiness
+from app.service.keyword_batches import KeywordBatches
 from app.service.keyword_stage import KeywordStage
 from app.service.presets import PresetCache
 from app.service.processing import ContextProcessor
@@ -58,7 +59,9 @@ class Worker:
     "provider unavailable"; ``provider_refusals``: whether process requests are refused
     meanwhile; ``backfill``: ``POST /internal/v1/backfill/embed`` (re-embedding); ``batches``:
     the same by the provider's Batch API and the poller of this profile's open batches
-    (``None`` when the provider has no Batch API).
+    (``None`` when the provider has no Batch API); ``keyword_batches``: a keyword
+    reprocess's judgments by the judge provider's Batch API and their poller (``None`` when
+    it has none).
     """
 
     stage_pool: StagePool
@@ -73,6 +76,7 @@ class Worker:
     usage: UsageLedger
     backfill: ProfileBackfill
     batches: BatchBackfill | None
+    keyword_batches: KeywordBatches | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,6 +156,7 @@ async def build_worker(settings: Settings, metrics: WorkerMetrics) -> AsyncItera
             offline=settings.offline,
             max_request_bytes=settings.max_request_bytes,
             batch=settings.batch_api,
+            keyword_batch=settings.keyword_batch_api,
         )
         stack.push_async_callback(readiness.aclose)
         batches = _batches(settings, metrics, databases.stage_pool, gates, ledger)
@@ -159,6 +164,12 @@ async def build_worker(settings: Settings, metrics: WorkerMetrics) -> AsyncItera
             # Batches submitted before a restart are polled and settled by this process too.
             batches.start()
             stack.push_async_callback(batches.aclose)
+        keyword_batches = _keyword_batches(
+            settings, metrics, databases.stage_pool, gates, ledger, presets
+        )
+        if keyword_batches is not None:
+            keyword_batches.start()
+            stack.push_async_callback(keyword_batches.aclose)
         search = SearchService(
             databases.search_engine,
             StageTagged(providers.embedder, "search"),
@@ -209,6 +220,7 @@ async def build_worker(settings: Settings, metrics: WorkerMetrics) -> AsyncItera
                 request_deadline_seconds=settings.request_timeout_seconds,
             ),
             batches=batches,
+            keyword_batches=keyword_batches,
         )
 
 
@@ -237,6 +249,40 @@ def _batches(
         model=settings.embedding_model,
         model_dimension=settings.embedding_dimension,
         dimension=settings.vector_dimension,
+        max_input_chars=settings.embedding_max_input_chars,
+        expiry_seconds=settings.processing_expiry_seconds,
+        poll_seconds=settings.batch_poll_seconds,
+    )
+
+
+def _keyword_batches(
+    settings: Settings,
+    metrics: WorkerMetrics,
+    stage_pool: StagePool,
+    gates: Mapping[str, ProviderGate],
+    ledger: UsageLedger,
+    presets: PresetCache,
+) -> KeywordBatches | None:
+    """A keyword reprocess by the judge's Batch API, when it has one (``keyword_batch_api``)."""
+    if not settings.keyword_batch_api or settings.judge_api_key is None:
+        return None
+    return KeywordBatches(
+        stage_pool,
+        BatchClient(
+            settings.judge_base_url,
+            settings.judge_api_key.get_secret_value(),
+            settings.provider_timeout_seconds,
+            "judge",
+        ),
+        gates["judge"],
+        presets,
+        usage=ledger,
+        metrics=metrics,
+        profile=settings.embedding_profile,
+        model=settings.judge_model,
+        model_profile=settings.judge_profile,
+        top_k=settings.keyword_top_k,
+        similarity_floor=settings.keyword_similarity_floor,
         max_input_chars=settings.embedding_max_input_chars,
         expiry_seconds=settings.processing_expiry_seconds,
         poll_seconds=settings.batch_poll_seconds,

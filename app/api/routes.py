@@ -11,6 +11,7 @@ from app.api import responses
 from app.api.schemas import (
     BackfillBody,
     ContextSimilarityItem,
+    KeywordBatchBody,
     KeywordHitItem,
     ProcessContextBody,
     SearchBody,
@@ -19,6 +20,7 @@ from app.api.schemas import (
 )
 from app.service.batch_backfill import BatchBackfill
 from app.service.health import Readiness
+from app.service.keyword_batches import KeywordBatches
 from app.service.profile_backfill import (
     BackfillRefused,
     ProfileBackfill,
@@ -61,12 +63,17 @@ async def _batches(request: Request) -> BatchBackfill | None:
     return request.app.state.batches
 
 
+async def _keyword_batches(request: Request) -> KeywordBatches | None:
+    return request.app.state.keyword_batches
+
+
 Pool = Annotated[WorkerPool, Depends(_pool)]
 ReadinessCheck = Annotated[Readiness, Depends(_readiness)]
 Search = Annotated[SearchService, Depends(_search)]
 ProviderRefusals = Annotated[ProviderRefusalPolicy, Depends(_refusals)]
 Backfill = Annotated[ProfileBackfill, Depends(_backfill)]
 Batches = Annotated[BatchBackfill | None, Depends(_batches)]
+KeywordBatchSubmitter = Annotated[KeywordBatches | None, Depends(_keyword_batches)]
 
 router = APIRouter()
 
@@ -205,14 +212,46 @@ async def backfill_embed(body: BackfillBody, backfill: Backfill, batches: Batche
     return JSONResponse(report.as_json())
 
 
+@router.post("/internal/v1/batch/keywords", responses=responses.BACKFILL)
+async def batch_keywords(body: KeywordBatchBody, batches: KeywordBatchSubmitter) -> JSONResponse:
+    """Judge the keyword stages a ``reprocess keywords --via batch`` marked, by the judge
+    provider's Batch API (``app.service.keyword_batches``; docs/contract.md §2 and §9,
+    Deviation "batch-held work"): 200 ``{"batchId", "batched", "completed", "failed",
+    "notClaimed"}`` (``batchId`` null when nothing was submitted; ``completed``: no candidate,
+    saved with no call; ``notClaimed``: not marked, not the core's text or owner, no live
+    vector of the profile, or taken elsewhere); 409 for another profile or when this worker's
+    judge takes no batches (``/readyz`` ``keywordBatch`` false); 413 over ``maxRequestBytes``;
+    422 for a malformed body; 503 with ``Retry-After`` (whole seconds) while the judge or the
+    database is unavailable or the submission failed."""
+    if batches is None:
+        return JSONResponse(
+            {"detail": "this worker's judge takes no batches"},
+            status_code=status.HTTP_409_CONFLICT,
+        )
+    items = [ProcessRequest(c.context_id, c.user_id, c.record_id, c.text) for c in body.contexts]
+    try:
+        submitted = await batches.submit(body.embedding_profile, items)
+    except WrongProfile as exc:
+        return JSONResponse({"detail": str(exc)}, status_code=status.HTTP_409_CONFLICT)
+    except BackfillRefused as exc:
+        return JSONResponse(
+            {"detail": f"keyword batch refused: {exc.cause}"},
+            status_code=status.HTTP_503_SERVICE_UNAVAILABLE,
+            headers={"Retry-After": str(exc.retry_after_seconds)},
+        )
+    return JSONResponse(submitted.as_json())
+
+
 @router.get("/readyz")
 async def readyz(readiness: ReadinessCheck) -> JSONResponse:
     """Readiness: database reachable and presets loaded (200), else 503 with ``problems``
     naming what is missing. The body is pinned (other components read it):
-    ``{"status", "mode", "profile", "presetVersion", "maxRequestBytes", "batch", "providers":
-    {"embedding": {"available", "retryAfterSeconds", "reason"}, "judge": {...}}}``.
+    ``{"status", "mode", "profile", "presetVersion", "maxRequestBytes", "batch",
+    "keywordBatch", "providers": {"embedding": {"available", "retryAfterSeconds", "reason"},
+    "judge": {...}}}``.
     ``batch``: whether this worker sends backfills by its provider's Batch API when the core
-    asks (``PINLOG_EMBEDDING_BATCH_API``).
+    asks (``PINLOG_EMBEDDING_BATCH_API``); ``keywordBatch``: whether it judges a keyword
+    reprocess by its judge's Batch API (``PINLOG_JUDGE_BATCH_API``).
     ``maxRequestBytes``: the largest request body this worker takes (bytes; larger answer
     413); the core cuts its backfill batches to fit it. A provider's unavailability is reported
     in ``providers`` and never changes the status code: the process can still serve.
@@ -227,6 +266,7 @@ async def readyz(readiness: ReadinessCheck) -> JSONResponse:
         "presetVersion": readiness.preset_version(),
         "maxRequestBytes": readiness.max_request_bytes,
         "batch": readiness.batch,
+        "keywordBatch": readiness.keyword_batch,
         "providers": readiness.providers(),
     }
     if problems:

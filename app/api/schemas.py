@@ -58,6 +58,25 @@ class BackfillBody(BaseModel):
         return contexts
 
 
+class KeywordBatchBody(BaseModel):
+    """``POST /internal/v1/batch/keywords``: 1 to 256 contexts whose keyword stages a
+    ``reprocess keywords --via batch`` marked, judged under ``embeddingProfile``'s presets
+    (docs/operations.md "Reprocess via the Batch API")."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    embedding_profile: StrictStr = Field(alias="embeddingProfile", max_length=100)
+    contexts: Annotated[list[ContextNote], Field(min_length=1, max_length=256)]
+
+    @field_validator("contexts")
+    @classmethod
+    def _distinct_contexts(cls, contexts: list[ContextNote]) -> list[ContextNote]:
+        # One text per context: the claim checks each text's digest against the state row.
+        if len({c.context_id for c in contexts}) != len(contexts):
+            raise ValueError("contextId values must be distinct")
+        return contexts
+
+
 class SearchBody(BaseModel):
     """``POST /internal/v1/search`` (§7); ``limit`` defaults to 20, at most 100."""
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 from pydantic import SecretStr
@@ -259,28 +260,13 @@ class OpenAIJudge(_ClientOwner):
         if not candidates:
             return JudgeVerdict(selected=(), unmatched_concepts=())
         ids = list(dict.fromkeys(c.id for c in candidates))
-        messages = [
-            {"role": "system", "content": JUDGE_SYSTEM_PROMPT},
-            {"role": "user", "content": openai_wire.judge_user_message(text, candidates)},
-        ]
+        messages = judge_messages(text, candidates)
         for reask in range(failure_policy.JUDGE_REASKS + 1):
             sent = [message["content"] for message in messages]
             answer = await self._client.post(
                 "judge",
                 "chat/completions",
-                {
-                    "model": self.model,
-                    "temperature": 0,
-                    "messages": messages,
-                    "response_format": {
-                        "type": "json_schema",
-                        "json_schema": {
-                            "name": "keyword_judgment",
-                            "strict": True,
-                            "schema": openai_wire.judgment_schema(ids),
-                        },
-                    },
-                },
+                judge_request(self.model, messages, ids),
                 tokens=self._estimate(*sent),
             )
             body = answer.body
@@ -299,6 +285,36 @@ class OpenAIJudge(_ClientOwner):
             # The invalid answer is not sent back: it may be huge, and the reminder suffices.
             messages = [*messages[:2], {"role": "user", "content": JUDGE_REASK_PROMPT}]
         raise AssertionError("unreachable: the last attempt returns or raises")
+
+
+def judge_messages(text: str, candidates: Sequence[JudgeCandidate]) -> list[dict[str, str]]:
+    """The judge's first ask (§4): the instructions, then the note and its candidates as
+    JSON. The synchronous judge and the Batch API's lines (``app.service.keyword_batches``)
+    send the same."""
+    return [
+        {"role": "system", "content": JUDGE_SYSTEM_PROMPT},
+        {"role": "user", "content": openai_wire.judge_user_message(text, candidates)},
+    ]
+
+
+def judge_request(
+    model: str, messages: Sequence[dict[str, str]], candidate_ids: Sequence[int]
+) -> dict[str, Any]:
+    """The body of ``POST /chat/completions`` for one judgment: temperature 0 and a strict
+    JSON schema whose ``keywordId`` enum is exactly ``candidate_ids`` (§4)."""
+    return {
+        "model": model,
+        "temperature": 0,
+        "messages": list(messages),
+        "response_format": {
+            "type": "json_schema",
+            "json_schema": {
+                "name": "keyword_judgment",
+                "strict": True,
+                "schema": openai_wire.judgment_schema(candidate_ids),
+            },
+        },
+    }
 
 
 def _secret(value: SecretStr | None, name: str) -> str:

@@ -65,7 +65,9 @@ CLAIM_EMBEDDING = compile_named("""
     FROM previous AS p
 """)
 
-# The keyword stage also needs the embedding COMPLETED (§2 "Start").
+# The keyword stage also needs the embedding COMPLETED (§2 "Start"). A PROCESSING stage a
+# provider batch holds (keyword_batch_id, 0120) is never reclaimed: its batch returns it
+# (app.repository.keyword_batches); a claim starts an attempt no batch holds.
 CLAIM_KEYWORD = compile_named("""
     WITH previous AS (
         SELECT context_id, keyword_status AS status
@@ -75,13 +77,14 @@ CLAIM_KEYWORD = compile_named("""
     ), claimed AS (
         UPDATE ai.context_ai_state AS s
         SET keyword_status = 'PROCESSING', keyword_attempt = s.keyword_attempt + 1,
-            updated_at = now()
+            keyword_batch_id = NULL, updated_at = now()
         FROM previous AS p
         WHERE s.context_id = p.context_id
           AND s.keyword_status IN ('PENDING', 'PROCESSING')
           AND (s.keyword_status = 'PENDING'
-               OR s.updated_at < now() - make_interval(secs => :expiry_seconds)
-               OR s.keyword_attempt = CAST(:abandoned_attempt AS int))
+               OR (s.keyword_batch_id IS NULL
+                   AND (s.updated_at < now() - make_interval(secs => :expiry_seconds)
+                        OR s.keyword_attempt = CAST(:abandoned_attempt AS int))))
           AND s.embedding_status = 'COMPLETED'
         RETURNING s.keyword_attempt AS attempt
     )

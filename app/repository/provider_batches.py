@@ -52,14 +52,14 @@ HOLD_IN_BATCH = compile_named("""
     SELECT coalesce(array_agg(context_id ORDER BY context_id), '{}') AS context_ids FROM held
 """)
 
-# The next unsettled batch of :embedding_profile nobody leases and nobody polled within
-# :every_seconds (a poll moves updated_at), leased for :lease_seconds.
+# The next unsettled batch of :kind (embed, keyword) of :embedding_profile nobody leases and
+# nobody polled within :every_seconds (a poll moves updated_at), leased for :lease_seconds.
 LEASE_BATCH = compile_named("""
     UPDATE ai.provider_batch AS p
     SET lease_until = now() + make_interval(secs => :lease_seconds)
     WHERE p.batch_id = (
         SELECT q.batch_id FROM ai.provider_batch AS q
-        WHERE q.embedding_profile = :embedding_profile AND NOT q.settled
+        WHERE q.kind = :kind AND q.embedding_profile = :embedding_profile AND NOT q.settled
           AND (q.lease_until IS NULL OR q.lease_until < now())
           AND (q.updated_at <= now() - make_interval(secs => :every_seconds)
                OR q.cancel_requested)
@@ -156,12 +156,18 @@ async def hold(
 
 
 async def lease(
-    stage_pool: StagePool, *, embedding_profile: str, lease_seconds: float, every_seconds: float
+    stage_pool: StagePool,
+    *,
+    embedding_profile: str,
+    lease_seconds: float,
+    every_seconds: float,
+    kind: str = "embed",
 ) -> LeasedBatch | None:
-    """The next batch to poll (``LEASE_BATCH``: not polled within ``every_seconds``, or
-    asked cancelled), ``None`` when none is due."""
+    """The next batch of ``kind`` to poll (``LEASE_BATCH``: not polled within
+    ``every_seconds``, or asked cancelled), ``None`` when none is due."""
     row = await stage_pool.fetch_row(
         LEASE_BATCH,
+        kind=kind,
         embedding_profile=embedding_profile,
         lease_seconds=float(lease_seconds),
         every_seconds=float(every_seconds),

@@ -13,7 +13,9 @@ by the core. The upload or the create failing puts the claims back to ``PENDING`
 core, as on the synchronous path). The batch's estimated tokens count against the daily cap
 now (the usage ledger, stage ``backfill_batch``).
 
-**Poll** (``run_forever``): any worker of the profile, a restarted one too, leases each
+**Poll** (``ProviderBatchPoller.run_forever``, one loop per kind of batch: this module's
+``embed`` and ``app.service.keyword_batches``'s ``keyword``): any worker of the profile, a
+restarted one too, leases each
 unsettled batch nobody polled within ``poll_seconds`` (``provider_batches.lease``), cancels it
 when the core asked (a rollback or finish abandoned the profile; at once, not at the next
 interval), and polls it. Once the batch is over it is **settled**:
@@ -126,7 +128,107 @@ def parse_custom_id(value: object) -> BackfillClaim | None:
     return BackfillClaim(context_id, attempt, user_id, record_id)
 
 
-class BatchBackfill:
+class ProviderBatchPoller:
+    """The poll loop of one kind of provider batch of one profile (module docstring "Poll"):
+    leases each due batch, cancels it when the core asked, polls it and, once it is over,
+    ``_settle``-s it (each kind its own)."""
+
+    KIND = "embed"
+
+    _stage_pool: StagePool
+    _client: BatchClient
+    _profile: str
+    poll_seconds: float
+
+    def _init_poller(self, poll_seconds: float) -> None:
+        self.poll_seconds = poll_seconds
+        self._task: asyncio.Task[None] | None = None
+        self._stop = asyncio.Event()
+
+    def start(self) -> None:
+        if self._task is None:
+            self._task = asyncio.create_task(self.run_forever(), name=f"{self.KIND}-batch-poller")
+
+    async def aclose(self) -> None:
+        self._stop.set()
+        if self._task is not None:
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+        await self._client.aclose()
+
+    async def run_forever(self) -> None:
+        """Poll rounds until ``aclose``, half a poll interval apart: each round polls every
+        batch of the profile not polled within ``poll_seconds`` (by any worker)."""
+        while not self._stop.is_set():
+            try:
+                while await self.poll_once():
+                    if self._stop.is_set():
+                        return
+            except Exception:
+                logger.exception("batch poll failed; continuing")
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stop.wait(), self.poll_seconds / 2)
+
+    async def poll_once(self) -> bool:
+        """Poll (and settle, when over) the next due batch; whether there was one. A batch
+        not over, or not reached, is let go and polled again after ``poll_seconds``."""
+        leased = await provider_batches.lease(
+            self._stage_pool,
+            embedding_profile=self._profile,
+            lease_seconds=LEASE_SECONDS,
+            every_seconds=self.poll_seconds,
+            kind=self.KIND,
+        )
+        if leased is None:
+            return False
+        try:
+            if leased.cancel_requested and leased.status not in TERMINAL:
+                with contextlib.suppress(WorkerError):  # 409: over meanwhile
+                    await self._client.cancel(leased.batch_id)
+            batch = await self._client.retrieve(leased.batch_id)
+        except WorkerError as exc:
+            logger.warning("batch %s not polled: cause=%s", leased.batch_id, exc)
+            await provider_batches.update(
+                self._stage_pool, batch_id=leased.batch_id, status=leased.status,
+                output_file_id=None, error_file_id=None,
+            )  # fmt: skip
+            return True
+        status = str(batch["status"])
+        if status not in TERMINAL:
+            await provider_batches.update(
+                self._stage_pool, batch_id=leased.batch_id, status=status,
+                output_file_id=None, error_file_id=None,
+            )  # fmt: skip
+            return True
+        await provider_batches.update(
+            self._stage_pool, batch_id=leased.batch_id, status=status,
+            output_file_id=batch.get("output_file_id"), error_file_id=batch.get("error_file_id"),
+        )  # fmt: skip
+        settlement = await self._settle(leased, status, batch)
+        logger.info(
+            "%s batch %s %s: completed=%d cancelled=%d failed=%d returned=%d lost=%d",
+            self.KIND, leased.batch_id, status, settlement.completed, settlement.cancelled,
+            settlement.failed, settlement.returned, settlement.lost,
+        )  # fmt: skip
+        return True
+
+    async def _settle(self, leased: LeasedBatch, status: str, batch: dict) -> Settlement:
+        raise NotImplementedError
+
+    async def _delete_files(self, *file_ids: object) -> None:
+        """The notes' texts and results leave the provider's storage once saved; a failed
+        delete is logged (the provider keeps the file until its own retention ends)."""
+        for file_id in file_ids:
+            if not isinstance(file_id, str):
+                continue
+            try:
+                await self._client.delete_file(file_id)
+            except WorkerError as exc:
+                logger.warning("batch file not deleted at the provider: cause=%s", exc)
+
+
+class BatchBackfill(ProviderBatchPoller):
     """Submits backfill rows as provider batches and settles them (module docstring)."""
 
     def __init__(
@@ -158,9 +260,7 @@ class BatchBackfill:
         self._dimension = dimension
         self._max_input_chars = max_input_chars
         self._expiry_seconds = expiry_seconds
-        self.poll_seconds = poll_seconds
-        self._task: asyncio.Task[None] | None = None
-        self._stop = asyncio.Event()
+        self._init_poller(poll_seconds)
 
     # --- submit ---------------------------------------------------------------------------
 
@@ -243,74 +343,7 @@ class BatchBackfill:
         logger.info("backfill batch %s submitted: %d row(s)", batch_id, len(report.batched))
         return report
 
-    # --- poll and settle ------------------------------------------------------------------
-
-    def start(self) -> None:
-        if self._task is None:
-            self._task = asyncio.create_task(self.run_forever(), name="batch-poller")
-
-    async def aclose(self) -> None:
-        self._stop.set()
-        if self._task is not None:
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
-        await self._client.aclose()
-
-    async def run_forever(self) -> None:
-        """Poll rounds until ``aclose``, half a poll interval apart: each round polls every
-        batch of the profile not polled within ``poll_seconds`` (by any worker)."""
-        while not self._stop.is_set():
-            try:
-                while await self.poll_once():
-                    if self._stop.is_set():
-                        return
-            except Exception:
-                logger.exception("batch poll failed; continuing")
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._stop.wait(), self.poll_seconds / 2)
-
-    async def poll_once(self) -> bool:
-        """Poll (and settle, when over) the next due batch; whether there was one. A batch
-        not over, or not reached, is let go and polled again after ``poll_seconds``."""
-        leased = await provider_batches.lease(
-            self._stage_pool,
-            embedding_profile=self._profile,
-            lease_seconds=LEASE_SECONDS,
-            every_seconds=self.poll_seconds,
-        )
-        if leased is None:
-            return False
-        try:
-            if leased.cancel_requested and leased.status not in TERMINAL:
-                with contextlib.suppress(WorkerError):  # 409: over meanwhile
-                    await self._client.cancel(leased.batch_id)
-            batch = await self._client.retrieve(leased.batch_id)
-        except WorkerError as exc:
-            logger.warning("batch %s not polled: cause=%s", leased.batch_id, exc)
-            await provider_batches.update(
-                self._stage_pool, batch_id=leased.batch_id, status=leased.status,
-                output_file_id=None, error_file_id=None,
-            )  # fmt: skip
-            return True
-        status = str(batch["status"])
-        if status not in TERMINAL:
-            await provider_batches.update(
-                self._stage_pool, batch_id=leased.batch_id, status=status,
-                output_file_id=None, error_file_id=None,
-            )  # fmt: skip
-            return True
-        await provider_batches.update(
-            self._stage_pool, batch_id=leased.batch_id, status=status,
-            output_file_id=batch.get("output_file_id"), error_file_id=batch.get("error_file_id"),
-        )  # fmt: skip
-        settlement = await self._settle(leased, status, batch)
-        logger.info(
-            "batch %s %s: completed=%d cancelled=%d failed=%d returned=%d lost=%d",
-            leased.batch_id, status, settlement.completed, settlement.cancelled,
-            settlement.failed, settlement.returned, settlement.lost,
-        )  # fmt: skip
-        return True
+    # --- settle ---------------------------------------------------------------------------
 
     async def _settle(self, leased: LeasedBatch, status: str, batch: dict) -> Settlement:
         settlement = Settlement()
@@ -356,17 +389,6 @@ class BatchBackfill:
             leased.input_file_id, batch.get("output_file_id"), batch.get("error_file_id")
         )
         return settlement
-
-    async def _delete_files(self, *file_ids: object) -> None:
-        """The notes' texts and vectors leave the provider's storage once saved; a failed
-        delete is logged (the provider keeps the file until its own retention ends)."""
-        for file_id in file_ids:
-            if not isinstance(file_id, str):
-                continue
-            try:
-                await self._client.delete_file(file_id)
-            except WorkerError as exc:
-                logger.warning("batch file not deleted at the provider: cause=%s", exc)
 
     async def _save_line(
         self, batch_id: str, item: dict, settlement: Settlement, to_sync: list[int]

@@ -49,11 +49,14 @@ class Readiness:
         offline: bool = False,
         max_request_bytes: int | None = None,
         batch: bool = False,
+        keyword_batch: bool = False,
     ) -> None:
         self._engine = probe_engine
         # Whether this worker's embedding provider takes the Batch API (`reembed start --via
         # batch` is refused while a worker of the profile reports false).
         self.batch = batch
+        # Whether its judge provider takes the Batch API (`reprocess keywords --via batch`).
+        self.keyword_batch = keyword_batch
         # The largest request body this worker takes (PINLOG_MAX_REQUEST_BYTES), reported by
         # /readyz so the core cuts its backfill batches to fit.
         self.max_request_bytes = max_request_bytes

@@ -81,8 +81,8 @@ def cost_usd(
 
 
 # Stages whose calls go through the provider's Batch API, priced at the batch discount
-# (app/service/batch_backfill.py).
-BATCH_STAGES = frozenset({"backfill_batch"})
+# (app/service/batch_backfill.py, app/service/keyword_batches.py).
+BATCH_STAGES = frozenset({"backfill_batch", "keyword_batch"})
 
 
 class UsageLedger:

@@ -181,6 +181,13 @@ class JudgeProviderSettings(BaseModel):
         description="Similarity judge, and the learned judge's rule for untrained presets",
     )
 
+    judge_batch_api: bool | None = Field(
+        default=None,
+        description="Whether the judge's provider offers OpenAI's Batch API (/v1/files, "
+        "/v1/batches) for `reprocess keywords --via batch`; unset: only for the openai judge "
+        "at api.openai.com; never with PINLOG_JUDGE_VOTES above 1 (a batch asks once); "
+        "reported as `keywordBatch` in /readyz",
+    )
     judge_votes: int = Field(
         default=1,
         ge=1,
@@ -204,6 +211,16 @@ class JudgeProviderSettings(BaseModel):
         '"PINLOG_JUDGE_FALLBACK_1_API_KEY"}, ...] (up to 3): judges asked in order when the '
         "one before is unavailable, fails or answers invalidly",
     )
+
+    @property
+    def keyword_batch_api(self) -> bool:
+        """Whether this worker judges a keyword reprocess by the judge provider's Batch API
+        when asked (one ask per note: not with votes)."""
+        if self.judge_provider != "openai" or self.judge_votes != 1:
+            return False
+        if self.judge_batch_api is not None:
+            return self.judge_batch_api
+        return self.judge_base_url.rstrip("/").startswith("https://api.openai.com/")
 
     @field_validator("judge_fallbacks", mode="before")
     @classmethod

@@ -24,24 +24,52 @@ Killed at any point, nothing is lost: reset contexts are ``PENDING`` and the res
 them; a second run resets only what is still judged with an older list. Reads keep showing a
 context's previous keywords until its new judgment is saved
 (``pinlog_platform.contract.keyword_reads``).
+
+**Via batch** (``--via batch``; docs/operations.md "Reprocess via the Batch API"): refused
+(nothing reset) while a worker of the profile reports ``keywordBatch`` false or dispatching is
+paused. The reset marks each stage for the provider's Batch API
+(``keyword_via_batch``, recorded on the state row so every core process sends it the same
+way), ``BATCH_RESET`` at a time and not paced (the provider's batch pool is separate from the
+per-minute budgets), and dispatches nothing: the backfill loop of every core process sends
+the marked stages to the workers (``ReembedBackfill.send_keywords_by_batch``), which submit
+them as provider batches; this command sends the first ones itself, waits until the first
+batch is submitted, prints its id and exits (``--wait-results``: until every marked stage is
+settled). Stages reset later (new notes, edits' replacements, another run without
+``--via batch``) go the synchronous way.
 """
 
 from __future__ import annotations
 
 import asyncio
+import enum
+import json
 import logging
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 
 import typer
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from core_service.command_startup import fail, load, run_operation
-from core_service.composition import Operations
-from core_service.repository import context, context_ai_state, embedding_switch, keyword_reprocess
+from core_service.composition import Operations, build_backfill
+from core_service.repository import (
+    context,
+    context_ai_state,
+    embedding_switch,
+    keyword_batches,
+    keyword_reprocess,
+    provider_batches,
+)
 from core_service.repository.db import autocommit, transaction
 from core_service.service.dispatch import DispatchOutcome, DispatchRequest, WorkerDispatcher
-from core_service.service.worker_readiness import ReadinessReader, WorkerReadiness
+from core_service.service.pause import PauseSwitch
+from core_service.service.worker_readiness import (
+    ReadinessReader,
+    WorkerReadiness,
+    display_url,
+)
 from pinlog_platform.cli import exit_codes, numbers
 
 logger = logging.getLogger(__name__)
@@ -53,6 +81,31 @@ DISPATCH_CONCURRENCY = 8
 POLL_SECONDS = 1.0
 # Longest wait for refusing workers before a batch and at the end (seconds).
 READY_WAIT_SECONDS = 60.0
+# Via batch: stages reset (and marked) per transaction, not paced.
+BATCH_RESET = 1_000
+# Via batch: how long the command sends and waits for the first provider batch (seconds).
+SUBMIT_WAIT_SECONDS = 120.0
+# Via batch, --wait-results: first and longest pause between two looks, and the longest wait
+# (a provider batch ends within its 24-hour window).
+FIRST_BATCH_POLL_SECONDS = 0.25
+BATCH_POLL_SECONDS = 5.0
+BATCH_WAIT_SECONDS = 25 * 3600.0
+
+
+class Via(enum.StrEnum):
+    """How ``reprocess keywords`` sends the stages it resets: dispatched at once, or judged
+    by the provider's Batch API."""
+
+    SYNC = "sync"
+    BATCH = "batch"
+
+
+class BatchRefused(Exception):
+    """``--via batch`` refused before anything was reset; ``details`` name the workers."""
+
+    def __init__(self, message: str, details: Sequence[str] = ()) -> None:
+        super().__init__(message)
+        self.details = tuple(details)
 
 
 class NoUsablePresets(Exception):
@@ -94,7 +147,8 @@ class ReprocessReport:
     """A run so far: ``reset`` contexts sent back and dispatched, of ``total`` planned;
     ``taken`` dispatches a worker took at once, ``waiting`` the others (held or left to the
     rescan); ``skipped`` selected but changed meanwhile (deleted, edited, failed);
-    ``reset_ids`` in the order reset."""
+    ``reset_ids`` in the order reset; ``batch_id``: with ``--via batch``, the first provider
+    batch the workers submitted (nothing is dispatched then: ``taken`` stays 0)."""
 
     version: int
     total: int
@@ -105,6 +159,7 @@ class ReprocessReport:
     batches: int = 0
     seconds: float = 0.0
     reset_ids: list[int] = field(default_factory=list)
+    batch_id: str | None = None
 
 
 def workers_on(readings: Sequence[WorkerReadiness], *, profile: str, version: int) -> bool:
@@ -175,10 +230,14 @@ class KeywordReprocess:
         rate: int,
         on_progress: Callable[[ReprocessReport], None] | None = None,
         on_paused: Callable[[], None] | None = None,
+        via_batch: bool = False,
     ) -> ReprocessReport:
         """Reset and dispatch every stale judgment of ``plan``, ``rate`` contexts a second
         at most (module docstring); the report of the whole run. The dispatcher's retry loop
-        must run (``start``)."""
+        must run (``start``). ``via_batch``: reset ``BATCH_RESET`` at a time, unpaced, marked
+        for the Batch API, and dispatch nothing (the backfill loops send them)."""
+        if via_batch:
+            rate = max(rate, BATCH_RESET)
         loop = asyncio.get_running_loop()
         report = ReprocessReport(plan.version, plan.stale)
         started = next_batch_at = loop.time()
@@ -199,13 +258,14 @@ class KeywordReprocess:
                     conn, profile=self._profile, version=plan.version, after=after, limit=rate
                 )
                 reset = await keyword_reprocess.reset_keyword_stages(
-                    conn, selected, profile=self._profile, version=plan.version
-                )
+                    conn, selected, profile=self._profile, version=plan.version,
+                    via_batch=via_batch,
+                )  # fmt: skip
             if not selected:
                 break
             after = selected[-1]
-            next_batch_at = max(next_batch_at + 1.0, loop.time())
-            outcomes = await self._dispatch(dispatcher, reset)
+            next_batch_at = loop.time() if via_batch else max(next_batch_at + 1.0, loop.time())
+            outcomes = [] if via_batch else await self._dispatch(dispatcher, reset)
             report.batches += 1
             report.reset += len(reset)
             report.reset_ids.extend(reset)
@@ -215,7 +275,7 @@ class KeywordReprocess:
             report.seconds = loop.time() - started
             if on_progress is not None:
                 on_progress(report)
-        if report.reset and not await dispatcher.paused():
+        if report.reset and not via_batch and not await dispatcher.paused():
             await dispatcher.wait_until_ready(READY_WAIT_SECONDS, stop)
             async with autocommit(self._engine) as conn:
                 report.taken = await context_ai_state.count_taken(conn, report.reset_ids)
@@ -264,7 +324,82 @@ class KeywordReprocess:
         return list(await asyncio.gather(*(one(request) for request in requests)))
 
 
-# Exit code of `reprocess keywords` when the workers did not load the current list in time.
+def refuse_batch_unless_taken(readings: Sequence[WorkerReadiness], *, profile: str) -> None:
+    """``BatchRefused`` naming the workers of ``profile`` that report no Batch API for the
+    judge (``keywordBatch`` false: vLLM, Ollama, votes above 1, or PINLOG_JUDGE_BATCH_API
+    false)."""
+    refusing = [r for r in readings if r.profile == profile and not r.keyword_batch]
+    if refusing:
+        raise BatchRefused(
+            f"--via batch: these workers of profile {profile} report no Batch API for their "
+            "judge (`keywordBatch` false in /readyz; vLLM and Ollama have none, votes above 1 "
+            "ask more than once, or PINLOG_JUDGE_BATCH_API is false); nothing was reset: run "
+            "with --via sync",
+            [display_url(r.base_url) for r in refusing],
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class KeywordBatchesSubmitted:
+    """What ``submit_by_batch`` saw: the first keyword batch submitted since the start
+    (``None``: none within the wait), the keyword batches of the profile by state, and the
+    marked stages still open."""
+
+    first_batch_id: str | None
+    batches: provider_batches.BatchCounts
+    open_stages: int
+
+
+async def submit_by_batch(
+    operations: Operations, *, profile: str, since: datetime, wait_seconds: float
+) -> KeywordBatchesSubmitted:
+    """Send the stages the reset marked to the workers of ``profile`` (each request one
+    provider batch they submit; ``ReembedBackfill.send_keywords_by_batch``) until none is left
+    to send or ``wait_seconds`` passed; the first batch submitted since ``since``. The core
+    processes' backfill loops send what is left."""
+    await operations.refresh_routing()
+    pause = PauseSwitch(operations.engine, operations.metrics)
+    loop = build_backfill(
+        operations.settings, operations.engine, operations.endpoints(), pause, operations.metrics
+    )
+    deadline = time.monotonic() + wait_seconds
+    while time.monotonic() < deadline:
+        wait = loop.backoff_seconds()
+        if wait > 0:
+            await asyncio.sleep(min(wait, max(deadline - time.monotonic(), 0.0)))
+            continue
+        if not await loop.send_keywords_by_batch():
+            break
+    async with autocommit(operations.engine) as conn:
+        first = await provider_batches.first_since(
+            conn, profile=profile, since=since, kind="keyword"
+        )
+        counts_now = await provider_batches.counts(conn, profile=profile, kind="keyword")
+        open_stages = await keyword_batches.open_via_batch(conn)
+    return KeywordBatchesSubmitted(first, counts_now, open_stages)
+
+
+async def wait_for_batches(
+    engine: AsyncEngine, *, profile: str, on_progress: Callable[[int, int], None]
+) -> provider_batches.BatchCounts:
+    """Wait until no marked keyword stage is open and no keyword batch of ``profile`` is
+    unsettled (``--wait-results``), at most ``BATCH_WAIT_SECONDS``; ``on_progress(open
+    stages, open batches)`` after each look. The batches as they ended."""
+    deadline = time.monotonic() + BATCH_WAIT_SECONDS
+    pause = FIRST_BATCH_POLL_SECONDS
+    while True:
+        async with autocommit(engine) as conn:
+            stages = await keyword_batches.open_via_batch(conn)
+            now = await provider_batches.counts(conn, profile=profile, kind="keyword")
+        if (stages == 0 and now.in_progress == 0) or time.monotonic() >= deadline:
+            return now
+        on_progress(stages, now.in_progress)
+        await asyncio.sleep(pause)
+        pause = min(pause * 2, BATCH_POLL_SECONDS)
+
+
+# Exit code of `reprocess keywords` when the workers did not load the current list in time,
+# and of a `--via batch` refused (nothing reset) or without a first batch.
 WORKERS_NOT_READY = 1
 
 commands = typer.Typer(
@@ -287,10 +422,15 @@ async def reprocess(
     rate: int,
     wait: float,
     on_paused: Callable[[], None] | None = None,
+    via: Via = Via.SYNC,
+    wait_results: bool = False,
 ) -> ReprocessReport:
     """Wait for the workers, then reset and dispatch (module docstring) under the profile in
     use, printing what happens; ``on_paused`` is called while dispatching is paused (by
-    default it says so, and the run waits for `pinlog-core resume`)."""
+    default it says so, and the run waits for `pinlog-core resume`). ``via`` batch: refused
+    (``BatchRefused``, nothing reset) while a worker of the profile reports no Batch API for
+    its judge or dispatching is paused; the stages are marked, sent, and the first batch's id
+    printed (``wait_results``: and their results waited for)."""
     reprocess = KeywordReprocess(operations.engine, profile=await operations.profile_in_use())
     shown: list[str] = []
 
@@ -312,6 +452,8 @@ async def reprocess(
         await operations.reader(), timeout_seconds=wait, on_wait=waiting
     )
     plan = await reprocess.plan(version)
+    if via is Via.BATCH:
+        return await _reprocess_by_batch(operations, reprocess, plan, wait_results=wait_results)
     typer.echo(
         f"every worker is on preset list version {version} of profile {plan.profile}; "
         f"{plan.stale} context(s) to judge again, {rate} a second at most"
@@ -325,6 +467,57 @@ async def reprocess(
         on_paused=on_paused
         or (lambda: typer.echo("dispatch paused: waiting for `pinlog-core resume`")),
     )
+
+
+async def _reprocess_by_batch(
+    operations: Operations,
+    reprocess: KeywordReprocess,
+    plan: ReprocessPlan,
+    *,
+    wait_results: bool,
+) -> ReprocessReport:
+    """``--via batch`` (module docstring): refuse, or mark, send, report the first batch."""
+    refuse_batch_unless_taken(await operations.readings(), profile=plan.profile)
+    pause = PauseSwitch(operations.engine, operations.metrics)
+    if await pause.paused():
+        raise BatchRefused(
+            "--via batch: dispatching is paused (`pinlog-core resume` first); nothing was reset"
+        )
+    typer.echo(
+        f"every worker is on preset list version {plan.version} of profile {plan.profile}; "
+        f"{plan.stale} context(s) to judge again by the provider's Batch API"
+    )
+    async with autocommit(operations.engine) as conn:
+        since = await provider_batches.now(conn)
+    await operations.refresh_routing()
+    report = await reprocess.run(plan, operations.dispatcher(), rate=BATCH_RESET, via_batch=True)
+    if not report.reset:
+        return report
+    submitted = await submit_by_batch(
+        operations, profile=plan.profile, since=since, wait_seconds=SUBMIT_WAIT_SECONDS
+    )
+    if submitted.first_batch_id is None:
+        raise BatchRefused(
+            f"reset {report.reset} context(s) for the Batch API, but no worker submitted a "
+            f"batch within {SUBMIT_WAIT_SECONDS:g} s; the core processes' backfill loop keeps "
+            "sending: look at `pinlog-core status --json` (batches) and the workers' logs"
+        )
+    typer.echo(
+        f"first batch {submitted.first_batch_id} submitted ({submitted.batches.in_progress} "
+        f"batch(es) open, {submitted.open_stages} context(s) still to judge); follow with "
+        "`pinlog-core status --json` (batches)"
+    )
+    if wait_results:
+        ended = await wait_for_batches(
+            operations.engine,
+            profile=plan.profile,
+            on_progress=lambda stages, open_batches: typer.echo(
+                f"waiting: {stages} context(s), {open_batches} batch(es) open"
+            ),
+        )
+        typer.echo(f"batches: {json.dumps(ended.as_json())}")
+    report.batch_id = submitted.first_batch_id
+    return report
 
 
 @commands.command("keywords")
@@ -344,11 +537,26 @@ def reprocess_keywords(
         help="How long to wait for every worker to load the current preset list",
     ),
     dry_run: bool = typer.Option(False, "--dry-run", help="Only count; change nothing"),
+    via: Via = typer.Option(
+        Via.SYNC,
+        "--via",
+        help="sync: dispatch the contexts at once, N a second; batch: the workers judge them "
+        "by their judge's Batch API (half price, results within 24 hours)",
+    ),
+    wait_results: bool = typer.Option(
+        False,
+        "--wait-results",
+        help="With --via batch: wait until every batch's results are saved",
+    ),
 ) -> None:
     """Judge again the keywords of every live context judged with an older preset list: wait
     until every worker of PINLOG_CORE_WORKER_BASE_URL reports the current list version, then
     send their keyword stages back to PENDING, N a second, and dispatch them. Reads keep
-    showing the previous keywords meanwhile."""
+    showing the previous keywords meanwhile. With --via batch (refused, exit 1, while a
+    worker of the profile reports no Batch API for its judge or dispatching is paused) the
+    stages are marked for the provider's Batch API: the command waits until the workers
+    submitted the first batch, prints its id and exits; contexts reset later go the
+    synchronous way."""
     from core_service.settings import ProfileInUseSettings, RescanSettings
 
     settings = load(ProfileInUseSettings if dry_run else RescanSettings)
@@ -360,7 +568,12 @@ def reprocess_keywords(
                 f"{plan.stale} context(s) judged with an older list"
             )
             return
-        report = run_operation(settings, lambda ops: reprocess(ops, rate=rate, wait=wait))
+        report = run_operation(
+            settings,
+            lambda ops: reprocess(ops, rate=rate, wait=wait, via=via, wait_results=wait_results),
+        )
+    except BatchRefused as exc:
+        fail(WORKERS_NOT_READY, [str(exc), *(f"  {d}" for d in exc.details)])
     except NoUsablePresets:
         fail(
             exit_codes.DATABASE_NOT_READY,
@@ -386,6 +599,12 @@ def reprocess_keywords(
                 *(f"  {reading.describe()}" for reading in exc.readings),
             ],
         )
+    if via is Via.BATCH:
+        typer.echo(
+            f"reset {report.reset} context(s) for preset list version {report.version} by "
+            f"batch in {report.seconds:.1f} s, skipped {report.skipped} (changed meanwhile)"
+        )
+        return
     typer.echo(
         f"reset {report.reset} context(s) for preset list version {report.version} in "
         f"{report.seconds:.1f} s: taken by a worker {report.taken}, left for the rescan "

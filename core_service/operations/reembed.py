@@ -239,7 +239,7 @@ async def submit_by_batch(
             break
     async with autocommit(operations.engine) as conn:
         first = await provider_batches.first_since(conn, profile=profile, since=since)
-        counts_now = await provider_batches.counts(conn, profile=profile)
+        counts_now = await provider_batches.counts(conn, profile=profile, kind="embed")
     return Submitted(first, counts_now, paused=await pause.paused())
 
 
@@ -254,7 +254,7 @@ async def wait_for_batches(
     while True:
         async with autocommit(engine) as conn:
             rows = await embedding_switch.open_via_batch(conn, profile=profile)
-            now = await provider_batches.counts(conn, profile=profile)
+            now = await provider_batches.counts(conn, profile=profile, kind="embed")
         if (rows == 0 and now.in_progress == 0) or time.monotonic() >= deadline:
             return now
         on_progress(rows, now.in_progress)

@@ -83,9 +83,22 @@ NEXT_STAGE_SQL = """
     END
 """
 
-# A row whose next stage is stale (module docstring); shared by the rescan and the finalizer.
+# A keyword stage a `reprocess keywords --via batch` marked and still open (0120): the batch
+# path's (core_service.repository.keyword_batches), so neither re-requested by the rescan nor
+# failed by the finalizer, held by a provider batch or not yet sent; a batch that does not
+# finish it clears the mark and it is stale again (docs/contract.md §2 and §9, Deviation
+# "batch-held work"). Its retry_count is untouched meanwhile.
+_NOT_BATCH_HELD = """
+    NOT (keyword_via_batch AND embedding_status = 'COMPLETED'
+         AND keyword_status IN ('PENDING', 'PROCESSING'))
+"""
+
+# A row whose next stage is stale (module docstring), and not the batch path's; shared by the
+# rescan and the finalizer.
 _NEXT_STAGE_IS_STALE = (
-    """
+    "("
+    + _NOT_BATCH_HELD
+    + """ AND
     ("""
     + NEXT_STAGE_SQL
     + """ = 'PENDING'
@@ -95,7 +108,7 @@ _NEXT_STAGE_IS_STALE = (
     + NEXT_STAGE_SQL
     + """ = 'PROCESSING'
      AND greatest(updated_at, coalesce(rescanned_at, updated_at))
-         < now() - make_interval(secs => :processing_expiry_seconds))
+         < now() - make_interval(secs => :processing_expiry_seconds)))
 """
 )
 
@@ -105,6 +118,8 @@ _NEXT_STAGE_IS_DUE = (
     "("
     + _NEXT_STAGE_IS_STALE
     + " OR (next_dispatch_at <= now() AND "
+    + _NOT_BATCH_HELD
+    + " AND "
     + NEXT_STAGE_SQL
     + " IN ('PENDING', 'PROCESSING')))"
 )

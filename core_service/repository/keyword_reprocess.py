@@ -12,6 +12,8 @@ sends such a keyword stage back to ``PENDING`` with a fresh budget (``retry_coun
 ``dispatch_accepted_at`` cleared, so the first dispatch a worker takes is free, as for a new
 context) and marks the row with ``keyword_reprocess_version = :version``: reads keep showing
 the previous keywords until the save replaces them (``pinlog_platform.contract.keyword_reads``).
+``keyword_via_batch`` records how the run sends it (``--via batch``: the provider's Batch API,
+``core_service.repository.keyword_batches``), and no batch holds it any more.
 
 The selection reads ``core.*`` without locking (it only proposes ids); the reset locks the
 state rows alone, in ``context_id`` order (docs/lock-order.md), and its WHERE clause is the
@@ -81,6 +83,8 @@ RESET_KEYWORD_STAGES = text(
         rescanned_at = NULL,
         next_dispatch_at = NULL,
         keyword_reprocess_version = :version,
+        keyword_via_batch = CAST(:via_batch AS boolean),
+        keyword_batch_id = NULL,
         updated_at = now()
     FROM locked
     WHERE s.context_id = locked.context_id
@@ -112,10 +116,22 @@ async def select_stale(
 
 
 async def reset_keyword_stages(
-    conn: AsyncConnection, context_ids: Sequence[int], *, profile: str, version: int
+    conn: AsyncConnection,
+    context_ids: Sequence[int],
+    *,
+    profile: str,
+    version: int,
+    via_batch: bool = False,
 ) -> list[int]:
     """Send the keyword stages of those ``context_ids`` that are still stale judgments back to
-    ``PENDING`` for list ``version``; the ids reset, ascending."""
-    params = {"context_ids": sorted(context_ids), "profile": profile, "version": version}
+    ``PENDING`` for list ``version``, marked for the provider's Batch API when ``via_batch``
+    (``reprocess keywords --via batch``; unmarked otherwise: a later synchronous run sends them
+    the synchronous way); the ids reset, ascending."""
+    params = {
+        "context_ids": sorted(context_ids),
+        "profile": profile,
+        "version": version,
+        "via_batch": via_batch,
+    }
     result = await conn.execute(RESET_KEYWORD_STAGES, params)
     return sorted(int(context_id) for context_id in result.scalars())

@@ -1,7 +1,8 @@
 """What the core reads and asks of the provider batches the workers submitted
 (``ai.provider_batch``, 0115; docs/operations.md "Backfill via the Batch API"). The core never
-calls a provider (§0): it counts the batches, finds the first one a ``reembed start --via batch``
-waited for, and asks the workers to cancel an abandoned profile's open batches
+calls a provider (§0): it counts the batches (``embed`` for a backfill, ``keyword`` for a
+reprocess), finds the first one a ``reembed start`` or ``reprocess keywords --via batch`` waited
+for, and asks the workers to cancel an abandoned profile's open batches
 (``cancel_requested``). Each statement runs alone (autocommit); none locks a state row.
 """
 
@@ -16,7 +17,8 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 # The provider's batch status of a batch that ended well (not a stage status).
 NON_STATUS_LITERALS = frozenset({"completed"})
 
-# Batches of :profile (every profile when NULL): submitted, open (in_progress: not settled),
+# Batches of :kind (embed, keyword; every kind when NULL) of :profile (every profile when
+# NULL): submitted, open (in_progress: not settled),
 # settled completed, settled otherwise (failed, expired, cancelled), and the rows the open
 # ones hold (items).
 BATCH_COUNTS = text(
@@ -27,15 +29,16 @@ BATCH_COUNTS = text(
            count(*) FILTER (WHERE settled AND status <> 'completed') AS failed,
            coalesce(sum(items) FILTER (WHERE NOT settled), 0) AS items
     FROM ai.provider_batch
-    WHERE CAST(:profile AS varchar) IS NULL OR embedding_profile = CAST(:profile AS varchar)
+    WHERE (CAST(:profile AS varchar) IS NULL OR embedding_profile = CAST(:profile AS varchar))
+      AND (CAST(:kind AS varchar) IS NULL OR kind = CAST(:kind AS varchar))
     """
 )
 
-# The first batch of :profile submitted at or after :since (the database's clock).
+# The first batch of :kind of :profile submitted at or after :since (the database's clock).
 FIRST_BATCH_SINCE = text(
     """
     SELECT batch_id FROM ai.provider_batch
-    WHERE embedding_profile = :profile AND submitted_at >= :since
+    WHERE embedding_profile = :profile AND kind = :kind AND submitted_at >= :since
     ORDER BY submitted_at, batch_id
     LIMIT 1
     """
@@ -79,9 +82,12 @@ class BatchCounts:
         }
 
 
-async def counts(conn: AsyncConnection, *, profile: str | None) -> BatchCounts:
-    """The batches of ``profile`` (``None``: every profile) by state (``BATCH_COUNTS``)."""
-    row = (await conn.execute(BATCH_COUNTS, {"profile": profile})).one()
+async def counts(
+    conn: AsyncConnection, *, profile: str | None, kind: str | None = None
+) -> BatchCounts:
+    """The batches of ``kind`` (``embed``, ``keyword``; ``None``: both) of ``profile``
+    (``None``: every profile) by state (``BATCH_COUNTS``)."""
+    row = (await conn.execute(BATCH_COUNTS, {"profile": profile, "kind": kind})).one()
     return BatchCounts(
         int(row.submitted), int(row.in_progress), int(row.completed), int(row.failed),
         int(row.items),
@@ -93,9 +99,12 @@ async def now(conn: AsyncConnection) -> datetime:
     return (await conn.execute(NOW)).scalar_one()
 
 
-async def first_since(conn: AsyncConnection, *, profile: str, since: datetime) -> str | None:
-    """The id of the first batch of ``profile`` submitted since ``since``, if any."""
-    params = {"profile": profile, "since": since}
+async def first_since(
+    conn: AsyncConnection, *, profile: str, since: datetime, kind: str = "embed"
+) -> str | None:
+    """The id of the first batch of ``kind`` of ``profile`` submitted since ``since``, if
+    any."""
+    params = {"profile": profile, "since": since, "kind": kind}
     return (await conn.execute(FIRST_BATCH_SINCE, params)).scalar_one_or_none()
 
 

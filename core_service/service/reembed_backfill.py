@@ -35,6 +35,14 @@ with ``"via": "batch"``: the worker submits them as one provider batch and holds
 (``app/service/batch_backfill.py``); a held row is never proposed again, its batch returns it.
 The other rows (seeded later: new notes, edits' replacements) go the synchronous way.
 
+**Keyword stages by batch** (``reprocess keywords --via batch``, docs/operations.md
+"Reprocess via the Batch API"): the same pass proposes the keyword stages that reprocess
+marked (``keyword_batches.propose``, ``BATCH_PROPOSAL`` at a time, not paced, whatever the
+switch's state) and sends them to a worker of the profile in use
+(``POST /internal/v1/batch/keywords``), which judges them by one provider batch
+(``app/service/keyword_batches.py``). Stages no worker took are sendable again at once (after
+the backoff); one too large for a request alone goes the synchronous way.
+
 When nothing is open, it **seeds** rows for live contexts still missing a vector (new notes,
 edits' replacements), at most every ``SEED_SECONDS``. Killed at any point nothing is lost: a
 row sent and never answered is sent again after the resend delay, one a dead worker held is
@@ -54,7 +62,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from core_service.errors import CoreError
 from core_service.metrics import CoreMetrics
-from core_service.repository import embedding_switch
+from core_service.repository import embedding_switch, keyword_batches
 from core_service.repository.db import autocommit
 from core_service.repository.embedding_switch import BackfillSource, BatchSlot
 from core_service.service.pause import PauseSwitch
@@ -73,6 +81,9 @@ SWITCH_STATES = ("idle", "backfilling", "ready", "cut_over", "rolling_back")
 SWITCH_CONTEXT_KINDS = ("total", "done", "failed", "missing_in_use")
 
 BACKFILL_PATH = "/internal/v1/backfill/embed"
+KEYWORD_BATCH_PATH = "/internal/v1/batch/keywords"
+# How the pass sends: embedded now, an embedding batch, a keyword batch (each its own path).
+VIA_KEYWORDS = "keywords"
 # Contexts per batch at most (the worker takes up to 256); a batch is rate_per_second
 # contexts at most, so each slot is about a second.
 MAX_BATCH = 64
@@ -225,9 +236,45 @@ class ReembedBackfill:
         await self.drain()
         return sent
 
+    async def send_keywords_by_batch(self) -> bool:
+        """Send the next keyword stages marked for the Batch API, if any, and wait for the
+        answer (``reprocess keywords --via batch``); whether some were sent (none while
+        dispatching is paused)."""
+        if await self._pause.paused():
+            return False
+        sent = await self._pass_keywords_by_batch()
+        await self.drain()
+        return sent
+
+    async def _pass_keywords_by_batch(self) -> bool:
+        """Propose the next marked keyword stages (not paced) and send them to the workers of
+        the profile in use; whether some were proposed."""
+        async with autocommit(self._engine) as conn:
+            sources = await keyword_batches.propose(
+                conn,
+                limit=BATCH_PROPOSAL,
+                resend_seconds=self._resend_seconds,
+                expiry_seconds=self._expiry_seconds,
+            )
+            if not sources:
+                return False
+            row = await embedding_switch.read(conn)
+        profile = self._configured if row is None else row.profile_in_use
+        self._sent += 1
+        task = asyncio.create_task(self._send_logged(profile, sources, via=VIA_KEYWORDS))
+        self._in_flight.add(task)
+        task.add_done_callback(self._in_flight.discard)
+        return True
+
     async def _pass_by_batch(self) -> bool:
         """Propose the next rows marked for the Batch API (not paced) and send them with
-        ``"via": "batch"``; whether some were proposed."""
+        ``"via": "batch"``, else the next marked keyword stages; whether some were
+        proposed."""
+        if await self._pass_embeddings_by_batch():
+            return True
+        return await self._pass_keywords_by_batch()
+
+    async def _pass_embeddings_by_batch(self) -> bool:
         async with autocommit(self._engine) as conn:
             row = await embedding_switch.read(conn)
             if row is None or row.via != "batch" or row.state == "idle":
@@ -329,9 +376,15 @@ class ReembedBackfill:
                     queue.extendleft((batch[half:], batch[:half]))
             elif outcome == "refused":
                 # Not now: this and the rest go back at once, after the backoff.
-                await self._unmark(profile, [s for rest in (batch, *queue) for s in rest])
+                rest = [s for part in (batch, *queue) for s in part]
+                if via == VIA_KEYWORDS:
+                    await self._unmark_keywords(rest)
+                else:
+                    await self._unmark(profile, rest)
                 break
-        if unsendable:
+        if unsendable and via == VIA_KEYWORDS:
+            await self._keywords_to_sync(unsendable)
+        elif unsendable:
             await self._fail_unsendable(profile, unsendable, limit)
 
     def _byte_limit(self, profile: str) -> int:
@@ -352,11 +405,12 @@ class ReembedBackfill:
         payload = backfill_payload(profile, batch)
         if via == "batch":
             payload["via"] = "batch"
+        path = KEYWORD_BATCH_PATH if via == VIA_KEYWORDS else BACKFILL_PATH
         waits: list[float] = []
         for endpoint in self._endpoints.in_turn(profile):
             try:
                 answer = await endpoint.post_json(
-                    BACKFILL_PATH, payload, deadline_seconds=BATCH_DEADLINE_SECONDS,
+                    path, payload, deadline_seconds=BATCH_DEADLINE_SECONDS,
                     read_timeout_seconds=BATCH_DEADLINE_SECONDS,
                 )  # fmt: skip
             except WorkerUnanswered as failed:
@@ -366,7 +420,8 @@ class ReembedBackfill:
                     return "done"
                 continue
             if answer.status == 200:
-                self._count(orjson.loads(answer.body))
+                if via != VIA_KEYWORDS:  # the backfill's metric counts contexts embedded
+                    self._count(orjson.loads(answer.body))
                 return "done"
             if answer.status == 413:
                 logger.warning(
@@ -394,6 +449,21 @@ class ReembedBackfill:
                 )
         except CoreError as exc:
             logger.warning("backfill rows left for the resend delay (%s)", type(exc).__name__)
+
+    async def _unmark_keywords(self, sources: list[BackfillSource]) -> None:
+        try:
+            async with autocommit(self._engine) as conn:
+                await keyword_batches.unmark(conn, [s.context_id for s in sources])
+        except CoreError as exc:
+            logger.warning("keyword stages left for the resend delay (%s)", type(exc).__name__)
+
+    async def _keywords_to_sync(self, sources: list[BackfillSource]) -> None:
+        """Too large for a request alone: judged the synchronous way (the rescan sends it)."""
+        try:
+            async with autocommit(self._engine) as conn:
+                await keyword_batches.return_to_sync(conn, [s.context_id for s in sources])
+        except CoreError as exc:
+            logger.warning("keyword stages left for the resend delay (%s)", type(exc).__name__)
 
     async def _fail_unsendable(
         self, profile: str, sources: list[BackfillSource], limit: int

@@ -91,7 +91,7 @@ async def read_switch_status(engine: AsyncEngine, *, configured: str) -> Reembed
         )
         failed = await embedding_switch.failed_by_reason(conn, profile=measured)
         vectors = await embedding_switch.vectors_by_profile(conn)
-        batches = await provider_batches.counts(conn, profile=measured)
+        batches = await provider_batches.counts(conn, profile=measured, kind="embed")
     pace = coverage.completed_recently / PACE_WINDOW_SECONDS
     left = max(coverage.total - coverage.done - sum(failed.values()), 0)
     if state == "backfilling" and left == 0:

@@ -1,8 +1,9 @@
 """What each worker instance reports about itself: its ``GET /readyz`` body, read over HTTP.
 
 The body is pinned by the worker (docs/operations.md "Readiness"): ``{"status", "mode",
-"profile", "presetVersion", "maxRequestBytes", "batch", "providers", ...}``. The core reads
-``status``, ``profile``, ``presetVersion``, ``maxRequestBytes`` and ``batch`` of every instance
+"profile", "presetVersion", "maxRequestBytes", "batch", "keywordBatch", "providers", ...}``.
+The core reads ``status``, ``profile``, ``presetVersion``, ``maxRequestBytes``, ``batch`` and
+``keywordBatch`` of every instance
 listed in ``PINLOG_CORE_WORKER_BASE_URL``, each on its own (a load balancer URL answers for
 one replica at a time: list the replicas themselves where every one must be seen).
 ``/readyz`` needs no secret. Nothing here writes or logs; callers decide.
@@ -34,7 +35,8 @@ class WorkerReadiness:
     then the other fields are ``None``/``False``. ``ready``: ``status == "ready"`` (HTTP
     200); ``preset_version`` ``None`` before the worker loaded presets; ``max_request_bytes``
     the largest body the instance takes (``None``: not reported, a worker before it did);
-    ``batch``: its provider takes the Batch API (``False`` when not reported)."""
+    ``batch``: its provider takes the Batch API (``False`` when not reported);
+    ``keyword_batch``: its judge does (``keywordBatch``; ``False`` when not reported)."""
 
     base_url: str
     ready: bool = False
@@ -43,6 +45,7 @@ class WorkerReadiness:
     problem: str | None = None
     max_request_bytes: int | None = None
     batch: bool = False
+    keyword_batch: bool = False
 
     def describe(self) -> str:
         """``http://w1:8000: profile P, list version 3, ready`` and the like (the URL without
@@ -165,6 +168,7 @@ def _parse(base_url: str, status: int, raw: bytes) -> WorkerReadiness:
         preset_version=version,
         max_request_bytes=_request_limit(body.get("maxRequestBytes")),
         batch=body.get("batch") is True,
+        keyword_batch=body.get("keywordBatch") is True,
     )
 
 

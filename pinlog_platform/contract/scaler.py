@@ -9,7 +9,9 @@ A profile's work is
   then keyword) is ``PENDING`` or ``PROCESSING``. That is ``pinlog-core status``'s backlog
   (``PENDING``, or ``PROCESSING`` past the expiry), the stages a worker holds (``PROCESSING``
   within the expiry) and the keyword stages a reprocess sent back, in one predicate, the one
-  of the partial index ``context_ai_state_work_idx`` (0105);
+  of the partial index ``context_ai_state_unbatched_work_idx`` (0121): not the keyword stages
+  a ``reprocess keywords --via batch`` marked (``keyword_via_batch``: the provider judges
+  them, not a worker);
 - the open backfill rows of that profile (``PENDING`` or ``PROCESSING``) that no provider
   batch holds (a batch id set, ``reembed start --via batch``: the provider works on those, not
   a worker), through ``context_embedding_backfill_unheld_idx`` (0117).
@@ -23,8 +25,8 @@ deletion sets their stages ``CANCELLED`` in its own transaction (§9).
 
 KEDA sends the query as text without parameters, so the manifests carry it rendered for their
 profile (``render``); ``SCALER_WORK`` is the same statement with bound parameters, the one the
-plan test and the bench run. The role ``SCALER_ROLE`` (0106, 0118) may read exactly the columns it
-reads.
+plan test and the bench run. The role ``SCALER_ROLE`` (0106, 0118, 0122) may read exactly
+the columns it reads.
 """
 
 from __future__ import annotations
@@ -45,7 +47,8 @@ _WORK_SQL = """
 SELECT count(*) AS work FROM (
     (SELECT 1 FROM ai.context_ai_state
      WHERE (embedding_status IN ('PENDING', 'PROCESSING')
-            OR (embedding_status = 'COMPLETED' AND keyword_status IN ('PENDING', 'PROCESSING')))
+            OR (embedding_status = 'COMPLETED' AND keyword_status IN ('PENDING', 'PROCESSING')
+                AND NOT keyword_via_batch))
        AND (SELECT coalesce(max(profile_in_use), :default_profile)
             FROM core.embedding_switch) = :profile
      LIMIT 2000)

@@ -20,7 +20,8 @@ OTHER = "beta-model-1536-cosine-v1"
 
 INSERT_STATE = text(
     "INSERT INTO ai.context_ai_state (context_id, embedding_status, keyword_status, updated_at, "
-    "keyword_reprocess_version) VALUES (:id, :e, :k, now() - make_interval(secs => :ago), :rv)"
+    "keyword_reprocess_version, keyword_via_batch) "
+    "VALUES (:id, :e, :k, now() - make_interval(secs => :ago), :rv, :via)"
 )
 INSERT_BACKFILL = text(
     "INSERT INTO ai.context_embedding_backfill (embedding_profile, context_id, status, batch_id) "
@@ -31,18 +32,22 @@ SWITCH = text(
     "INSERT INTO core.embedding_switch (profile_in_use, other_profile, state) "
     "VALUES (:in_use, :other, 'cut_over')"
 )
-# (embedding, keyword, seconds since the last change, reprocess version, work?)
+# (embedding, keyword, seconds since the last change, reprocess version, marked for a
+# provider batch (keyword_via_batch), work?)
 STATES = [
-    ("PENDING", "PENDING", 0, None, True),
-    ("PROCESSING", "PENDING", 0, None, True),  # held by a worker, within the expiry
-    ("PROCESSING", "PENDING", 3600, None, True),  # past the expiry: status's backlog
-    ("COMPLETED", "PENDING", 0, None, True),
-    ("COMPLETED", "PROCESSING", 0, None, True),
-    ("COMPLETED", "PENDING", 0, 2, True),  # a reprocessed keyword stage
-    ("COMPLETED", "COMPLETED", 0, None, False),
-    ("COMPLETED", "FAILED", 0, None, False),
-    ("FAILED", "PENDING", 0, None, False),  # nothing will run: the keyword waits for nothing
-    ("CANCELLED", "CANCELLED", 0, None, False),
+    ("PENDING", "PENDING", 0, None, False, True),
+    ("PROCESSING", "PENDING", 0, None, False, True),  # held by a worker, within the expiry
+    ("PROCESSING", "PENDING", 3600, None, False, True),  # past the expiry: status's backlog
+    ("COMPLETED", "PENDING", 0, None, False, True),
+    ("COMPLETED", "PROCESSING", 0, None, False, True),
+    ("COMPLETED", "PENDING", 0, 2, False, True),  # a reprocessed keyword stage
+    # A reprocess by batch: the provider judges these (held, or about to be submitted).
+    ("COMPLETED", "PROCESSING", 0, 2, True, False),
+    ("COMPLETED", "PENDING", 0, 2, True, False),
+    ("COMPLETED", "COMPLETED", 0, None, False, False),
+    ("COMPLETED", "FAILED", 0, None, False, False),
+    ("FAILED", "PENDING", 0, None, False, False),  # nothing will run: the keyword waits for nothing
+    ("CANCELLED", "CANCELLED", 0, None, False, False),
 ]
 BACKFILL = {
     OTHER: ["PENDING", "PENDING", "PROCESSING", HELD, "COMPLETED", "FAILED", "CANCELLED"],
@@ -68,8 +73,8 @@ async def _seed_states(engine) -> None:
         await conn.execute(
             INSERT_STATE,
             [
-                {"id": i, "e": e, "k": k, "ago": float(ago), "rv": rv}
-                for i, (e, k, ago, rv, _work) in enumerate(STATES, start=1)
+                {"id": i, "e": e, "k": k, "ago": float(ago), "rv": rv, "via": via}
+                for i, (e, k, ago, rv, via, _work) in enumerate(STATES, start=1)
             ],
         )
         for profile, statuses in BACKFILL.items():
@@ -85,7 +90,8 @@ async def _seed_states(engine) -> None:
 
 
 async def test_a_profile_counts_the_live_work_while_in_use_and_its_open_backfill(engine):
-    """Open backfill rows count, except those a provider batch holds (HELD)."""
+    """Open backfill rows count, except those a provider batch holds (HELD); live stages
+    count, except the keyword stages a reprocess by batch marked."""
     await _seed_states(engine)
     live = sum(1 for *_, work in STATES if work)
     assert live == 6
@@ -161,7 +167,7 @@ async def test_the_plan_reads_two_partial_indexes_only(engine):
     state = scans["context_ai_state"]
     backfill = scans["context_embedding_backfill"]
     assert state["Node Type"] == "Index Only Scan", state
-    assert state["Index Name"] == "context_ai_state_work_idx"
+    assert state["Index Name"] == "context_ai_state_unbatched_work_idx"
     assert backfill["Node Type"] == "Index Only Scan", backfill
     assert backfill["Index Name"] == "context_embedding_backfill_unheld_idx"
     assert state["Heap Fetches"] == 0 and backfill["Heap Fetches"] == 0
@@ -239,6 +245,7 @@ async def test_the_scaler_role_has_exactly_the_query_columns(engine):
     assert {tuple(row) for row in columns} == {
         ("ai.context_ai_state", "embedding_status", "SELECT"),
         ("ai.context_ai_state", "keyword_status", "SELECT"),
+        ("ai.context_ai_state", "keyword_via_batch", "SELECT"),
         ("ai.context_embedding_backfill", "embedding_profile", "SELECT"),
         ("ai.context_embedding_backfill", "status", "SELECT"),
         ("ai.context_embedding_backfill", "batch_id", "SELECT"),

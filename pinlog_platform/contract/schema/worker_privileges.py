@@ -6,8 +6,8 @@ a state row (``user_id``, ``record_id``) nor what §0 reserves for the core (``r
 ``rescanned_at``, ``text_sha256_from_core``, ``keyword_reprocess_version``,
 ``context_embedding.is_deleted``), nor the preset columns frozen by
 ``0050_keyword_preset_embedding.sql`` (``keyword_preset.embedding``, ``embedding_profile``).
-``0004_worker_role.sql``, ``0022_worker_column_grants.sql``, ``0050``, ``0060`` and ``0115``
-grant exactly this;
+``0004_worker_role.sql``, ``0022_worker_column_grants.sql``, ``0050``, ``0060``, ``0115`` and
+``0120`` grant exactly this;
 ``tests/platform/test_worker_privileges.py`` compares the database with it. A later migration
 that adds a worker-written column grants it there and adds it here. No schema ``core``
 privilege at all (§0).
@@ -35,6 +35,8 @@ TABLE_PRIVILEGES: dict[str, frozenset[str]] = {
     "context_embedding_backfill": frozenset({"SELECT"}),
     # The provider batches a worker submitted (0115): any worker of the profile polls them.
     "provider_batch": frozenset({"SELECT", "INSERT"}),
+    # What a keyword batch's save needs beyond the answer, deleted once settled (0120).
+    "keyword_batch_item": frozenset({"SELECT", "INSERT", "DELETE"}),
 }
 
 COLUMN_UPDATES: dict[str, frozenset[str]] = {
@@ -52,6 +54,10 @@ COLUMN_UPDATES: dict[str, frozenset[str]] = {
             "seen_record_id",
             "embedding_failure",
             "keyword_failure",
+            # A keyword stage held in a provider batch, and its return to the synchronous
+            # path (0120).
+            "keyword_via_batch",
+            "keyword_batch_id",
         }
     ),
     # The UPSERT of a vector (never is_deleted, §0).

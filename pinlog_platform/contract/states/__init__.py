@@ -186,6 +186,11 @@ ONE_STAGE_STATEMENTS: Mapping[str, Stage] = MappingProxyType(
         "core_service.repository.embedding_switch:FINISH": Stage.EMBEDDING,
         "core_service.repository.embedding_switch:MOVE_TO_IDLE": Stage.EMBEDDING,
         "core_service.repository.embedding_switch:STAGES_OPEN_FROM_BEFORE": Stage.EMBEDDING,
+        # a keyword reprocess by the provider's Batch API: the stages a batch holds
+        "app.repository.keyword_batches:HOLD_KEYWORDS": Stage.KEYWORD,
+        "app.repository.keyword_batches:RETURN_TO_SYNC": Stage.KEYWORD,
+        "app.repository.keyword_batches:FAIL_HELD": Stage.KEYWORD,
+        "core_service.repository.keyword_batches:OPEN_VIA_BATCH": Stage.KEYWORD,
     }
 )
 

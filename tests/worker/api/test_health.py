@@ -31,6 +31,7 @@ async def test_readyz_answers_200_when_database_and_presets_are_ready(worker):
         "presetVersion": 1,
         "maxRequestBytes": 65536,
         "batch": False,
+        "keywordBatch": False,
         "providers": {"embedding": AVAILABLE, "judge": AVAILABLE},
     }
 

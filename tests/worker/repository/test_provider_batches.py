@@ -69,7 +69,7 @@ async def test_two_workers_leasing_at_once_never_poll_the_same_batch(
     transaction = other_session.transaction()
     await transaction.start()
     theirs = await other_session.fetchrow(
-        LEASE_BATCH.sql, *LEASE_BATCH.bind({"embedding_profile": PROFILE, **LEASE})
+        LEASE_BATCH.sql, *LEASE_BATCH.bind({"embedding_profile": PROFILE, "kind": "embed", **LEASE})
     )
     # SKIP LOCKED: the batch their open transaction leases is passed over at once.
     ours = await asyncio.wait_for(

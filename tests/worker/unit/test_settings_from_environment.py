@@ -115,6 +115,7 @@ def test_the_three_groups_cover_every_setting():
         "judge_provider",
         "judge_base_url",
         "judge_model",
+        "judge_batch_api",
     } == EMPTY_IS_REFUSED
 
 
