@@ -10,8 +10,9 @@ pair's profile -> the worker served over HTTP -> every note created as the core 
 - ``hidden``: keyword rows pointing at BLOCKED or retired presets (must be 0, §4).
 
 Parts (``bench/keyword_eval/<part>.yaml``): ``dev`` and ``dev_reader`` (development),
-``test`` (the first test part, looked at twice), ``test_reader`` (the frozen reader test) and
-``demo`` (the demo's notes, a check set); ``both`` means ``dev test``. ``--per-preset`` adds
+``test`` (the first test part, looked at twice), ``test_reader`` (the first reader test, seen
+since judge r3's evaluation), ``test_reader2`` (the frozen reader test of judge r4) and ``demo``
+(the demo's notes, a check set); ``both`` means ``dev test``. ``--per-preset`` adds
 each preset's positives, predictions, precision and recall.
 
     .venv/bin/python -m bench.keyword_quality --part test_reader demo --per-preset
@@ -42,7 +43,7 @@ from bench import state_rows
 from pinlog_platform.contract import schema as migrations
 
 PARTS = Path(__file__).with_name("keyword_eval")
-PART_NAMES = ("dev", "dev_reader", "test", "test_reader", "demo")
+PART_NAMES = ("dev", "dev_reader", "test", "test_reader", "test_reader2", "demo")
 PROCESS_PATH = "/internal/v1/context/process"
 
 # The pairs compared: the former offline default and the PINLOG_OFFLINE one.

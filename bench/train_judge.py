@@ -4,24 +4,29 @@
     .venv/bin/python -m bench.train_judge --dry-run  # prints the figures only
 
 Features of a note (``app.providers.learned_judge.note_features``): its 512-d encoder vector,
-its 1024-d character n-gram hashing vector and its word evidence against each preset's lexicon
-(said / only negated; lemmas by ``pinlog_platform.korean_lemmas``). A preset's lexicon: the
-content lemmas of its display name, description and examples, less the lemmas that occur in
-the lexicons of ``SHARED_LEMMA_PRESETS`` or more presets (좋다, 곳, 가다 say nothing of any
-one preset), plus the lemmas of its usual words in ``USUAL_WORDS`` (the cue words of the
-labelling rule in docs/offline-encoder.md, written before any model work). Model: one
+its 1024-d character n-gram hashing vector (of the note without its negated words, since r4)
+and its word evidence against each preset's lexicon (said / only negated; lemmas by
+``pinlog_platform.korean_lemmas``). A preset's lexicon: the content lemmas of its display name,
+description and examples, less the lemmas that occur in the lexicons of
+``SHARED_LEMMA_PRESETS`` or more presets (좋다, 곳, 가다 say nothing of any one preset), plus the
+lemmas of its usual words in ``USUAL_WORDS`` (the cue words of the labelling rule in
+docs/offline-encoder.md, written before any model work) and, since r4, ``ADDED_USUAL_WORDS``,
+less ``LEXICON_EXCLUDED`` (praise and plain time words that name no preset). The feature
+recipes of ``RECIPES`` (r3's, r3's with the n-grams of negated words dropped, r4's) are all in
+the cross-validated grid; the rule below chooses the recipe with the other settings. Model: one
 logistic regression per usable preset plus one "has any keyword" gate (scikit-learn
 ``LogisticRegression``, ``class_weight="balanced"`` so that few positives weigh as much as
 many negatives). Training rows: every development note (facility-only notes are negatives for
 every preset and for the gate) plus each preset's display name and examples as positives of
 that preset (their word evidence zeroed: the lexicons are made of their words).
 
-Every setting (C of the presets, C of the gate, probability threshold, gate threshold, the
-"best one when none reached" floor, the cap on keywords per note) is chosen by cross-validation
-over the development notes (5 folds, repeated with 2 shufflings; the preset rows are always in
-the training folds) with a rule fixed before looking: the highest micro F1 among settings with
-precision at least ``MIN_PRECISION`` that keep at least 85 % of the notes expecting no keyword
-empty (without such a setting: the highest F1 of those keeping 85 % empty), ties by precision.
+Every setting (feature recipe, C of the presets, C of the gate, probability threshold, gate
+threshold, the "best one when none reached" floor, the cap on keywords per note) is chosen by
+cross-validation over the development notes (5 folds, repeated with 2 shufflings; the preset
+rows are always in the training folds) with a rule fixed before looking: the highest micro F1
+among settings with precision at least ``MIN_PRECISION`` that keep at least 85 % of the notes
+expecting no keyword empty (without such a setting: the highest F1 of those keeping 85 %
+empty), ties by precision.
 Then a preset with at least ``OWN_THRESHOLD_POSITIVES`` development positives gets its own
 threshold (the one of the grid maximising the micro F1 with the others fixed, one pass in code
 order); a preset with fewer keeps the common one. Own thresholds are shipped only when a nested
@@ -51,15 +56,18 @@ from pinlog_platform.korean_lemmas import KoreanLemmatizer, shared_analyser
 
 # Development parts only: test.yaml, test_reader.yaml and demo.yaml are never read here.
 DEV_PARTS = tuple(
-    Path(__file__).with_name("keyword_eval") / f for f in ("dev.yaml", "dev_reader.yaml")
+    Path(__file__).with_name("keyword_eval") / f
+    for f in ("dev.yaml", "dev_reader.yaml", "dev_reader2.yaml")
 )
 HASH_DIMENSION = 1024
-C_GRID = (16.0, 64.0)
-GATE_C_GRID = (4.0, 16.0)
-THRESHOLD_GRID = tuple(round(float(t), 3) for t in np.arange(0.20, 0.901, 0.025))
-GATE_GRID = (0.0, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8)  # 0.0: no gate
-TOP1_GRID = (1.01, 0.1, 0.15, 0.2, 0.25, 0.3)  # 1.01: never
-CAP_GRID = (1, 2, 3, 4, 5)
+# Narrowed around r3's cross-validation best (C 16, gate C 4, threshold 0.75, gate 0.4, no
+# best-one rule, cap 4) for time: r3's grid took about 30 minutes, most of it fitting the C axes.
+C_GRID = (16.0,)
+GATE_C_GRID = (4.0,)
+THRESHOLD_GRID = tuple(round(float(t), 3) for t in np.arange(0.40, 0.901, 0.025))
+GATE_GRID = (0.0, 0.3, 0.4, 0.5, 0.6)  # 0.0: no gate
+TOP1_GRID = (1.01, 0.2, 0.3)  # 1.01: never
+CAP_GRID = (3, 4, 5)
 SIMILARITY_GRID = tuple(round(float(t), 2) for t in np.arange(0.10, 0.61, 0.02))
 FOLDS = 5
 CACHE_DIR = Path(tempfile.gettempdir()) / "pinlog-train-judge-cache"
@@ -82,7 +90,7 @@ USUAL_WORDS: dict[str, str] = {
     "STUDY_WORK": "노트북 카공 콘센트 작업 공부 과제",
     "READING": "책 서점 독서 읽다",
     "GOOD_MEAL": "맛있다 든든하다 맛집 푸짐하다",
-    "DESSERT_COFFEE": "라떼 커피 케이크 빵 디저트 스콘 베이커리 아메리카노",
+    "DESSERT_COFFEE": "라떼 커피 케이크 빵 디저트 스콘 베이커리 아메리카노",  # more below
     "DRINKS": "술 맥주 소주 와인 안주 칵테일 하이볼 막걸리",
     "WALKING": "산책 걷다 둘레길 바퀴",
     "PHOTO_SPOT": "사진 포토존 인생샷 찍다",
@@ -101,8 +109,54 @@ USUAL_WORDS: dict[str, str] = {
 }
 
 
-def build_lexicons(presets, analyser: KoreanLemmatizer, usual: bool = True) -> list[frozenset]:
-    """Each preset's lexicon (lemma forms), by the rule of the module docstring."""
+# Added in r4 (docs/offline-encoder.md, "What would move these"): desserts and drinks a note
+# names instead of coffee or cake, from general vocabulary (the list names no note).
+ADDED_USUAL_WORDS: dict[str, str] = {
+    "DESSERT_COFFEE": (
+        "티라미수 코코아 쌍화차 다과 모닝커피 마카롱 빙수 팥빙수 쿠키 와플 크로플 타르트"
+        " 에그타르트 마들렌 휘낭시에 도넛 아이스크림 젤라또 푸딩 밀크티 말차 녹차 에스프레소"
+        " 카페라떼 소금빵 크루아상 베이글 브라우니 초콜릿 핸드드립 원두 파이 롤케이크 치즈케이크"
+    ),
+}
+
+# Lemmas the preset file's prose brings into a lexicon without naming the preset (r4): praise
+# (미치다, 최고, 예쁘다), plain time words (밤, 후, 끝나다), food, drink and verbs that belong to
+# another preset or to none (파전, 막걸리 for RAINY_DAY; 커피, 잔 for WITH_COWORKERS), and the
+# pieces the analyser cuts from compound dessert words (말 of 말차, 상 of 크루아상, 차).
+LEXICON_EXCLUDED: dict[str, str] = {
+    "ALONE": "술 여행 들르다",
+    "WITH_FRIENDS": "생일 오래",
+    "DATE": "좋아하다 추천 장소",
+    "WITH_FAMILY": "식당 식사 좋아하다 다녀오다",
+    "WITH_KIDS": "들어가다 공간 즐기다",
+    "WITH_PETS": "들어가다 식당 메뉴 챙기다",
+    "WITH_COWORKERS": "커피 잔 나누다 얘기 장소 예약",
+    "READING": "구경 사다 조명 창가",
+    "DESSERT_COFFEE": "맛 기억 남다 종류 즐기다 말 상 롤 치즈 핸드 크루아 차",
+    "DRINKS": "맛 나누다 이야기 삼겹살",
+    "WALKING": "밥",
+    "PHOTO_SPOT": "예쁘다 나오다 창가",
+    "QUIET": "오후 머물다 대화 음악",
+    "LIVELY": "나다 느끼다 특유 대화 음악",
+    "COZY": "가게 주다",
+    "NICE_VIEW": "미치다 최고",
+    "TRENDY": "넘치다",
+    "NATURE": "예쁘다 느끼다 느낌 들리다 속",
+    "RAINY_DAY": "데이트 막걸리 파전 멍 쉬다 듣다 창밖",
+    "LATE_NIGHT": "밤 끝나다 후 들르다 열다 열리다 영업 운영",
+    "ANNIVERSARY": "저녁 요리",
+    "SOLO_DRINKING": "사장 얘기 퇴근",
+    "HANGOVER_CURE": "최고 다음 메뉴 요리",
+    "NEED_COMFORT": "꿀 바다 필요 느낌",
+}
+
+
+def build_lexicons(
+    presets, analyser: KoreanLemmatizer, usual: bool = True, cleaned: bool = True
+) -> list[frozenset]:
+    """Each preset's lexicon (lemma forms), by the rule of the module docstring; ``cleaned``
+    (r4) drops ``LEXICON_EXCLUDED`` from the preset file's lemmas and adds
+    ``ADDED_USUAL_WORDS``; without it, r3's lexicons."""
     own = []
     for preset in presets:
         forms = set()
@@ -118,6 +172,10 @@ def build_lexicons(presets, analyser: KoreanLemmatizer, usual: bool = True) -> l
         kept = {f for f in forms if counts[f] < SHARED_LEMMA_PRESETS}
         if usual:
             kept.update(analyser.lemmas(USUAL_WORDS.get(preset.code, "")))
+            if cleaned:
+                kept.update(analyser.lemmas(ADDED_USUAL_WORDS.get(preset.code, "")))
+        if cleaned:  # last: "밤늦게" among the usual words gives 밤 as well
+            kept -= set(LEXICON_EXCLUDED.get(preset.code, "").split())
         lexicons.append(frozenset(kept))
     return lexicons
 
@@ -226,13 +284,29 @@ def read_notes() -> list[dict]:
     return notes
 
 
-def _features(vectors, texts, analyser, lexicons) -> np.ndarray:
+def _features(vectors, texts, analyser, lexicons, drop_negated_ngrams: bool) -> np.ndarray:
     return np.array(
         [
-            note_features(v, t, HASH_DIMENSION, analyser.analyse(t), lexicons)
+            note_features(
+                v,
+                t,
+                HASH_DIMENSION,
+                analyser.analyse(t),
+                lexicons,
+                drop_negated_ngrams=drop_negated_ngrams,
+            )
             for v, t in zip(vectors, texts, strict=True)
         ]
     )
+
+
+# The feature recipes compared by cross-validation: name -> (cleaned lexicons, n-grams without
+# negated words). The rule of the module docstring chooses among all of them at once.
+RECIPES: dict[str, tuple[bool, bool]] = {
+    "r3 recipe (r3 lexicons, n-grams of the whole note)": (False, False),
+    "r3 lexicons, n-grams without negated words": (False, True),
+    "r4: cleaned lexicons and more dessert words, n-grams without negated words": (True, True),
+}
 
 
 def own_thresholds(
@@ -306,8 +380,6 @@ def train(dry_run: bool) -> dict:
     preset_file = read_preset_file()
     usable = [p for p in preset_file.presets if p.is_active and p.visibility != "BLOCKED"]
     codes = [p.code for p in usable]
-    lexicons = build_lexicons(usable, analyser)
-    described_only = build_lexicons(usable, analyser, usual=False)
     notes = read_notes()
     texts = [n["text"] for n in notes]
     use_dev = encoder.encode(texts)
@@ -318,16 +390,17 @@ def train(dry_run: bool) -> dict:
             preset_texts.append(text)
             preset_rows.append(j)
     use_presets = encoder.encode(preset_texts)
-    x_dev = _features(use_dev, texts, analyser, lexicons)
-    x_presets = _features(use_presets, preset_texts, analyser, lexicons)
-    x_dev_described = _features(use_dev, texts, analyser, described_only)
-    x_presets_described = _features(use_presets, preset_texts, analyser, described_only)
     without_words = 512 + HASH_DIMENSION
-    # The lexicons are made of the preset rows' own words: there the word evidence would be
-    # perfect by construction and its weight overconfident. Preset rows carry no word evidence;
-    # the word weights are learned from the development notes alone.
-    x_presets[:, without_words:] = 0.0
-    x_presets_described[:, without_words:] = 0.0
+    recipes = {}
+    for name, (cleaned, drop_negated) in RECIPES.items():
+        lexicons = build_lexicons(usable, analyser, cleaned=cleaned)
+        x_dev = _features(use_dev, texts, analyser, lexicons, drop_negated)
+        x_presets = _features(use_presets, preset_texts, analyser, lexicons, drop_negated)
+        # The lexicons are made of the preset rows' own words: there the word evidence would be
+        # perfect by construction and its weight overconfident. Preset rows carry no word
+        # evidence; the word weights are learned from the development notes alone.
+        x_presets[:, without_words:] = 0.0
+        recipes[name] = (lexicons, drop_negated, x_dev, x_presets)
     y_presets = np.zeros((len(preset_texts), len(codes)), bool)
     y_presets[np.arange(len(preset_texts)), preset_rows] = True
     any_dev, any_presets = y_dev.any(axis=1, keepdims=True), y_presets.any(axis=1, keepdims=True)
@@ -340,72 +413,73 @@ def train(dry_run: bool) -> dict:
     )
 
     shufflings = [np.random.default_rng(s).permutation(len(notes)) % FOLDS for s in SHUFFLES]
-    gates = {
-        gc: [_out_of_fold(x_dev, any_dev, x_presets, any_presets, gc, f)[:, 0] for f in shufflings]
-        for gc in GATE_C_GRID
-    }
-    grid, ablation, oofs = [], [], {}
-    ablations = {
-        "use+hashing (r2's features)": (x_dev[:, :without_words], x_presets[:, :without_words]),
-        "use+hashing+words, lexicons from the preset file only": (
-            x_dev_described,
-            x_presets_described,
-        ),
-    }
-    for c in C_GRID:
-        oof = [_out_of_fold(x_dev, y_dev, x_presets, y_presets, c, f) for f in shufflings]
-        oofs[c] = oof
-        for gc, threshold, gate_t, top1, cap in itertools.product(
-            GATE_C_GRID, THRESHOLD_GRID, GATE_GRID, TOP1_GRID, CAP_GRID
-        ):
-            preds = [
-                decide(p, g, threshold, gate_t, top1, cap)
-                for p, g in zip(oof, gates[gc], strict=True)
+    grid, ablation, oofs, gates = [], [], {}, {}
+    for name, (_, _, x_dev, x_presets) in recipes.items():
+        for gc in GATE_C_GRID:
+            gates[name, gc] = [
+                _out_of_fold(x_dev, any_dev, x_presets, any_presets, gc, f)[:, 0]
+                for f in shufflings
             ]
-            settings = {
-                "C": c,
-                "gate_C": gc,
-                "threshold": threshold,
-                "gate_threshold": gate_t,
-                "top1_floor": top1,
-                "max_selected": cap,
-            }
-            grid.append(_row(settings, preds, y_dev))
+        for c in C_GRID:
+            oof = [_out_of_fold(x_dev, y_dev, x_presets, y_presets, c, f) for f in shufflings]
+            oofs[name, c] = oof
+            for gc, threshold, gate_t, top1, cap in itertools.product(
+                GATE_C_GRID, THRESHOLD_GRID, GATE_GRID, TOP1_GRID, CAP_GRID
+            ):
+                preds = [
+                    decide(p, g, threshold, gate_t, top1, cap)
+                    for p, g in zip(oof, gates[name, gc], strict=True)
+                ]
+                settings = {
+                    "features": name,
+                    "C": c,
+                    "gate_C": gc,
+                    "threshold": threshold,
+                    "gate_threshold": gate_t,
+                    "top1_floor": top1,
+                    "max_selected": cap,
+                }
+                grid.append(_row(settings, preds, y_dev))
+            for threshold in THRESHOLD_GRID:  # threshold only: no gate, floor or cap
+                preds = [
+                    decide(p, np.ones(len(p)), threshold, 0.0, 1.01, MAX_SELECTED) for p in oof
+                ]
+                ablation.append(
+                    _row({"features": name, "C": c, "threshold": threshold}, preds, y_dev)
+                )
     best = _best(grid)
-    # Ablation at the chosen C, threshold only (no gate, floor or cap).
-    named = {"use+hashing+words (shipped features)": oofs[best["C"]]}
-    for name, (xd, xp) in ablations.items():
-        named[name] = [_out_of_fold(xd, y_dev, xp, y_presets, best["C"], f) for f in shufflings]
-    for threshold in THRESHOLD_GRID:
-        for name, probs in named.items():
-            preds = [decide(p, np.ones(len(p)), threshold, 0.0, 1.01, MAX_SELECTED) for p in probs]
-            ablation.append(
-                _row({"features": name, "C": best["C"], "threshold": threshold}, preds, y_dev)
-            )
+    lexicons, drop_negated, x_dev, x_presets = recipes[best["features"]]
     unconstrained = _best_f1(grid)
     plain = _best(
         [
             r
             for r in grid
-            if r["gate_threshold"] == 0.0
+            if r["features"] == best["features"]
+            and r["gate_threshold"] == 0.0
             and r["top1_floor"] > 1
             and r["max_selected"] == MAX_SELECTED
         ]
     )
     ablation_best = {
-        name: _best_f1([r for r in ablation if r["features"] == name])
-        for name in dict.fromkeys(r["features"] for r in ablation)
+        name: _best_f1([r for r in ablation if r["features"] == name]) for name in RECIPES
     }
+    recipe_best = {name: _best([r for r in grid if r["features"] == name]) for name in RECIPES}
     gate_accuracy = {
-        str(gc): round(float(np.mean([((g >= 0.5) == any_dev[:, 0]).mean() for g in gates[gc]])), 3)
+        str(gc): round(
+            float(
+                np.mean([((g >= 0.5) == any_dev[:, 0]).mean() for g in gates[best["features"], gc]])
+            ),
+            3,
+        )
         for gc in GATE_C_GRID
     }
 
     positives = y_dev.sum(axis=0)
     eligible = positives >= OWN_THRESHOLD_POSITIVES
-    chosen_gates = gates[best["gate_C"]]
-    thresholds = own_thresholds(oofs[best["C"]], chosen_gates, y_dev, best, eligible)
-    nested = nested_own_thresholds(oofs[best["C"]], chosen_gates, y_dev, best, eligible, shufflings)
+    chosen_oof = oofs[best["features"], best["C"]]
+    chosen_gates = gates[best["features"], best["gate_C"]]
+    thresholds = own_thresholds(chosen_oof, chosen_gates, y_dev, best, eligible)
+    nested = nested_own_thresholds(chosen_oof, chosen_gates, y_dev, best, eligible, shufflings)
     ship_own = nested["f1"] >= best["f1"]
     if not ship_own:
         thresholds = np.full(len(codes), best["threshold"])
@@ -428,9 +502,13 @@ def train(dry_run: bool) -> dict:
             "hash_dimension": HASH_DIMENSION,
             "word_dimension": 2 * len(codes),
             "analyser": "kiwipiepy (load_multi_dict=False)",
+            "drop_negated_ngrams": drop_negated,
+            "recipe": best["features"],
         },
         "lexicons": {code: sorted(lex) for code, lex in zip(codes, lexicons, strict=True)},
         "usual_words": USUAL_WORDS,
+        "added_usual_words": ADDED_USUAL_WORDS,
+        "lexicon_excluded": LEXICON_EXCLUDED,
         "trained_on": {
             "development_parts": [
                 {"file": p.name, "sha256": hashlib.sha256(p.read_bytes()).hexdigest()}
@@ -470,6 +548,7 @@ def train(dry_run: bool) -> dict:
                 f" {MIN_KEPT_EMPTY}), ties by precision"
             ),
             "grid_axes": {
+                "features": list(RECIPES),
                 "C": list(C_GRID),
                 "gate_C": list(GATE_C_GRID),
                 "threshold": list(THRESHOLD_GRID),
@@ -482,6 +561,7 @@ def train(dry_run: bool) -> dict:
             "best_f1_without_precision_floor": unconstrained,
             "best_without_gate_top1_or_cap": plain,
             "feature_ablation_threshold_only": ablation_best,
+            "best_per_recipe": recipe_best,
             "gate_accuracy_at_0.5": gate_accuracy,
             "top_30": top[:30],
         },

@@ -21,7 +21,8 @@ Lemma shapes (``Lemma.form``):
 Endings, particles, suffixes, auxiliaries, copulas, dependent nouns, numbers and symbols are
 never lemmas. ``negated`` marks a lemma inside a negation's scope: the word after 안/못 ("별로
 안 아늑함"), the word before -지 않다/-지 못하다 ("조용하지 않음"), the words before 없다/
-아니다/불가/금지 ("콘센트 없음", "해장으로는 아닌 듯", "애견 동반 불가"), a noun after the
+아니다/불가/금지 ("콘센트 없음", "해장으로는 아닌 듯", "애견 동반 불가"; over up to two
+words without content: "콘센트가 하나도 없어서"), a noun after the
 prefix 노 ("노키즈존"), and the word before a closing 별로 ("커피는 별로").
 """
 
@@ -122,8 +123,11 @@ def _lemmas(text: str, tokens: list[tuple[str, str, int, int]]) -> list[Lemma]:
     word = [word_of[min(start, len(text) - 1)] for _, _, start, _ in tokens]
     # word index -> whether every morpheme in it is a noun (a bare noun phrase "애견 동반")
     bare_noun = {}
-    for (_, tag, _, _), w in zip(tokens, word, strict=True):
+    content_words = set()  # words holding a content lemma ("하나도", "전혀" hold none)
+    for (form, tag, _, _), w in zip(tokens, word, strict=True):
         bare_noun[w] = bare_noun.get(w, True) and tag in NOUN_TAGS
+        if _forms(form, tag):
+            content_words.add(w)
     negated_words: set[int] = set()
     negated_tokens: set[int] = set()
     for i, (form, tag, start, length) in enumerate(tokens):
@@ -142,9 +146,13 @@ def _lemmas(text: str, tokens: list[tuple[str, str, int, int]]) -> list[Lemma]:
             if any(tokens[j][1] in NOUN_TAGS for j in before):
                 negated_tokens.update(before)
             else:
-                negated_words.add(w - 1)
-                if bare_noun.get(w - 1) and bare_noun.get(w - 2):
-                    negated_words.add(w - 2)
+                # over at most two words without content: "콘센트가 하나도 없어서"
+                target = w - 1
+                while target > w - 3 and target > 0 and target not in content_words:
+                    target -= 1
+                negated_words.add(target)
+                if bare_noun.get(target) and bare_noun.get(target - 1):
+                    negated_words.add(target - 1)
         elif tag == "NNG" and form == "노" and i + 1 < len(tokens):
             following = tokens[i + 1]
             if following[1] in NOUN_TAGS and following[2] == start + length:

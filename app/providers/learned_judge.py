@@ -5,7 +5,9 @@ character n-gram hashing vector (``hash_embed(text, hash_dimension)``, 1024-d) a
 evidence (:func:`word_features`, ``2 n`` for ``n`` trained presets): for each preset, 1.0 when
 one of the note's content lemmas (``pinlog_platform.korean_lemmas``: "아늑했음" and "아늑한"
 both give "아늑") is in the preset's lexicon and is not negated, and, in the second half, 1.0
-when a lexicon lemma occurs only negated ("조용하지 않음", "별로 안 아늑함"). The sentence
+when a lexicon lemma occurs only negated ("조용하지 않음", "별로 안 아늑함"). Since revision 4
+the n-grams are those of the note without its negated words (:func:`without_negated_words`),
+so a denied cue is evidence in neither the lemmas nor the n-grams. The sentence
 vector carries the meaning, the n-grams and lemmas the words a reader tags by. The lexicons
 (the preset's display name, description and examples analysed the same way, plus the usual
 words of the labelling rule) ship in the artifact.
@@ -50,7 +52,7 @@ from app.providers.similarity_judge import MAX_SELECTED, SimilarityJudge
 from pinlog_platform.korean_lemmas import KoreanLemmatizer, Lemma
 
 ARTIFACT_DIR = Path(__file__).with_name("judge_model")
-ARTIFACT_NAME = "use_logreg_r3"
+ARTIFACT_NAME = "use_logreg_r4"
 
 
 def word_features(lemmas: Sequence[Lemma], lexicons: Sequence[frozenset[str]]) -> np.ndarray:
@@ -69,17 +71,48 @@ def word_features(lemmas: Sequence[Lemma], lexicons: Sequence[frozenset[str]]) -
     return out
 
 
+def without_negated_words(text: str, lemmas: Sequence[Lemma]) -> str:
+    """``text`` with every whitespace-separated word holding a negated lemma replaced by a space
+    ("조용하지 않음" -> " 않음", "커피는 별로" -> " 별로"): the character n-grams of a denied
+    cue are not evidence for its preset. ``lemmas`` are ``text``'s, with their offsets."""
+    negated = [lemma.start for lemma in lemmas if lemma.negated]
+    if not negated:
+        return text
+    spans, start = [], None
+    for i, char in enumerate(text):
+        if char.isspace():
+            if start is not None:
+                spans.append((start, i))
+                start = None
+        elif start is None:
+            start = i
+    if start is not None:
+        spans.append((start, len(text)))
+    dropped = [(a, b) for a, b in spans if any(a <= offset < b for offset in negated)]
+    out, last = [], 0
+    for a, b in dropped:
+        out.append(text[last:a])
+        out.append(" ")
+        last = b
+    out.append(text[last:])
+    return "".join(out)
+
+
 def note_features(
     note_vector: np.ndarray,
     text: str,
     hash_dimension: int,
     lemmas: Sequence[Lemma],
     lexicons: Sequence[frozenset[str]],
+    *,
+    drop_negated_ngrams: bool = True,
 ) -> np.ndarray:
     """The judge's input: float32 ``(512 + hash_dimension + 2 len(lexicons),)``: the sentence
-    vector, the hashing vector, the word evidence; the trainer uses the same."""
+    vector, the hashing vector (of :func:`without_negated_words` when ``drop_negated_ngrams``,
+    as since revision 4), the word evidence; the trainer uses the same."""
+    hashed_text = without_negated_words(text, lemmas) if drop_negated_ngrams else text
     try:
-        hashed = hash_embed(text, hash_dimension)
+        hashed = hash_embed(hashed_text, hash_dimension)
     except PermanentError:  # a text without any n-gram: no literal cue at all
         hashed = np.zeros(hash_dimension, np.float32)
     return np.concatenate(
@@ -109,6 +142,7 @@ class JudgeModel:
     max_selected: int
     hash_dimension: int
     revision: int
+    drop_negated_ngrams: bool = True
 
     @property
     def width(self) -> int:
@@ -145,6 +179,7 @@ def load_model(directory: Path = ARTIFACT_DIR, name: str = ARTIFACT_NAME) -> Jud
         lexicons = tuple(frozenset(meta["lexicons"][code]) for code in codes)
         decision = meta["decision"]
         hash_dimension = int(meta["features"]["hash_dimension"])
+        drop_negated_ngrams = bool(meta["features"].get("drop_negated_ngrams", False))
         gate_threshold = float(decision["gate_threshold"])
         top1_floor = float(decision["top1_floor"])
         max_selected = int(decision["max_selected"])
@@ -172,6 +207,7 @@ def load_model(directory: Path = ARTIFACT_DIR, name: str = ARTIFACT_NAME) -> Jud
         max_selected,
         hash_dimension,
         int(meta["revision"]),
+        drop_negated_ngrams,
     )
 
 
@@ -247,7 +283,14 @@ class LearnedJudge:
         """Every trained preset's probability ``(n,)`` and the gate's, for one note."""
         model = self._model
         lemmas = self._analyser.analyse(text)
-        features = note_features(note, text, model.hash_dimension, lemmas, model.lexicons)
+        features = note_features(
+            note,
+            text,
+            model.hash_dimension,
+            lemmas,
+            model.lexicons,
+            drop_negated_ngrams=model.drop_negated_ngrams,
+        )
         probabilities = _sigmoid(model.weights @ features + model.biases)
         return probabilities, model.gate(features)
 

@@ -21,7 +21,7 @@ USE_EMBEDDING_MODEL = "use-multilingual-v3"
 USE_DIMENSION = 512
 USE_PROFILE = f"local-{USE_EMBEDDING_MODEL}-{USE_DIMENSION}-cosine-v1"
 # Revision of the shipped learned-judge artifact; the judge refuses an artifact of another one.
-LEARNED_JUDGE_REVISION = 3
+LEARNED_JUDGE_REVISION = 4
 # Revision of the OpenAI-compatible judge's instructions (JUDGE_SYSTEM_PROMPT in
 # app/providers/openai_compatible.py); every change of the prompt bumps it.
 JUDGE_PROMPT_REVISION = 2

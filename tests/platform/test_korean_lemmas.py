@@ -50,6 +50,8 @@ def test_an_adverb_in_hi_also_gives_its_root(analyser):
         ("전혀 조용하진 않았음", "조용"),
         ("별로 안 아늑함", "아늑"),
         ("콘센트가 없어요", "콘센트"),
+        ("콘센트가 하나도 없어서", "콘센트"),
+        ("주차는 전혀 없음", "주차"),
         ("해장으로는 아닌 듯", "해장"),
         ("애견 동반 불가", "애견"),
         ("노키즈존이라 아쉬움", "키즈"),
@@ -58,6 +60,15 @@ def test_an_adverb_in_hi_also_gives_its_root(analyser):
 )
 def test_negation_marks_the_denied_word(analyser, text, form):
     assert _negated(analyser, text)[form] is True
+
+
+def test_negation_skips_only_words_without_content(analyser):
+    """ "하나도" and "전혀" carry no content: 없다 denies the word before them, and no further."""
+    marks = _negated(analyser, "책 읽기 좋음. 콘센트가 하나도 없어서")
+
+    assert marks["콘센트"] is True
+    assert marks["책"] is False
+    assert marks["좋다"] is False
 
 
 def test_negation_scope_stops_at_the_denied_word(analyser):

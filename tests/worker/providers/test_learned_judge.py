@@ -23,6 +23,7 @@ from app.providers.learned_judge import (
     LearnedJudge,
     load_model,
     note_features,
+    without_negated_words,
     word_features,
 )
 from app.providers.sentence_encoder import shared_encoder
@@ -56,7 +57,7 @@ def test_artifact_was_trained_on_the_committed_development_part_only():
     meta = json.loads((ARTIFACT_DIR / f"{ARTIFACT_NAME}.json").read_text(encoding="utf-8"))
     parts = meta["trained_on"]["development_parts"]
 
-    assert [p["file"] for p in parts] == ["dev.yaml", "dev_reader.yaml"]
+    assert [p["file"] for p in parts] == ["dev.yaml", "dev_reader.yaml", "dev_reader2.yaml"]
     for part in parts:
         digest = hashlib.sha256((EVAL_DIR / part["file"]).read_bytes()).hexdigest()
         assert part["sha256"] == digest
@@ -126,6 +127,34 @@ def test_note_features_are_the_sentence_vector_the_hashing_vector_then_the_words
     assert not note_features(vector, "   ", 1024, [], model.lexicons)[512:].any()
 
 
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("조용하지 않음. 음악이 커서", "  않음. 음악이 커서"),
+        ("커피는 별로", "  별로"),
+        ("콘센트가 하나도 없어서 나옴", "  하나도 없어서 나옴"),
+        ("조용하고 아늑함", "조용하고 아늑함"),
+    ],
+)
+def test_negated_words_are_dropped_from_the_hashed_text(text, expected):
+    assert without_negated_words(text, shared_analyser().analyse(text)) == expected
+
+
+def test_the_ngrams_are_those_of_the_note_without_its_negated_words():
+    """Revision 4: "조용하지 않음" puts no n-gram of 조용 into the features."""
+    vector = np.zeros(512, np.float32)
+    text = "조용하지 않음. 음악이 커서"
+    lemmas = shared_analyser().analyse(text)
+    lexicons = load_model().lexicons
+
+    dropped = note_features(vector, text, 1024, lemmas, lexicons)[512:1536]
+    whole = note_features(vector, text, 1024, lemmas, lexicons, drop_negated_ngrams=False)
+
+    assert np.array_equal(dropped, hash_embed("  않음. 음악이 커서", 1024))
+    assert np.array_equal(whole[512:1536], hash_embed(text, 1024))
+    assert not np.array_equal(dropped, whole[512:1536])
+
+
 def _word_evidence(text: str) -> dict[str, tuple[float, float]]:
     """code -> (said, only negated) for ``text`` against the shipped lexicons."""
     model = load_model()
@@ -163,6 +192,10 @@ def test_a_negated_cue_is_no_evidence_for_its_preset(text, code):
         ("카페가 조용하지 않음, 시끄러웠음", "QUIET", False),
         ("진짜 아늑했음", "COZY", True),
         ("별로 안 아늑했음", "COZY", False),
+        ("노트북 작업하기 좋고 콘센트 많음", "STUDY_WORK", True),
+        ("노트북 가져갔는데 콘센트가 하나도 없음", "STUDY_WORK", False),
+        ("라떼가 진짜 맛있음", "DESSERT_COFFEE", True),
+        ("커피는 별로", "DESSERT_COFFEE", False),
     ],
 )
 async def test_the_shipped_judge_reads_the_word_and_its_negation(text, code, selected):
@@ -319,7 +352,14 @@ async def test_serving_rule_equals_the_rule_tuned_by_cross_validation():
     analyser = shared_analyser()
     features = np.array(
         [
-            note_features(v, t, model.hash_dimension, analyser.analyse(t), model.lexicons)
+            note_features(
+                v,
+                t,
+                model.hash_dimension,
+                analyser.analyse(t),
+                model.lexicons,
+                drop_negated_ngrams=model.drop_negated_ngrams,
+            )
             for v, t in zip(vectors, texts, strict=True)
         ]
     )
@@ -339,3 +379,15 @@ async def test_serving_rule_equals_the_rule_tuned_by_cross_validation():
         verdict = await judge.judge(note["text"], candidates)
         got = {s.keyword_id for s in verdict.selected}
         assert got == {PRESETS[codes[j]].id for j in np.flatnonzero(expected[row])}, note
+
+
+def test_shipped_lexicons_leave_out_praise_and_plain_time_words():
+    """Revision 4: "뷰가 미쳤음" in NICE_VIEW's examples does not make 미치다 a view word, nor
+    "늦은 밤에" in LATE_NIGHT's description make 밤 one; desserts besides coffee and cake are
+    DESSERT_COFFEE's words."""
+    lexicons = dict(zip(load_model().codes, load_model().lexicons, strict=True))
+
+    assert "미치다" not in lexicons["NICE_VIEW"]
+    assert "밤" not in lexicons["LATE_NIGHT"]
+    assert {"새벽", "심야"} <= lexicons["LATE_NIGHT"]
+    assert {"티라미수", "마카롱", "빙수"} <= lexicons["DESSERT_COFFEE"]

@@ -92,4 +92,4 @@ def test_learned_judge_needs_the_encoder_it_was_trained_on():
 def test_learned_judge_profile_names_revision_and_fallback_threshold():
     settings = Settings(offline=True, judge_similarity_threshold=0.3)
 
-    assert settings.judge_profile == "local-use-logreg-judge-r3-fallback-0.3-v1"
+    assert settings.judge_profile == "local-use-logreg-judge-r4-fallback-0.3-v1"
