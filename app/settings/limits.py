@@ -143,14 +143,14 @@ class LimitSettings(BaseModel):
         ge=-1.0,
         le=1.0,
         description="keywordMatched: a visible keyword's preset cosine to the query above this "
-        "(§7; PINLOG_OFFLINE: 0.30, chosen for the fused search, docs/search.md)",
+        "(§7; PINLOG_OFFLINE: 0.25, chosen for the fused search, docs/search.md)",
     )
     search_keyword_match_top: int = Field(
         default=0,
         ge=0,
         le=1000,
         description="keywordMatched: only the presets among this many closest to the query "
-        "(above the threshold) match; 0 = every preset above it (§7; PINLOG_OFFLINE: 1, "
+        "(above the threshold) match; 0 = every preset above it (§7; PINLOG_OFFLINE: 0, "
         "docs/search.md)",
     )
 

@@ -43,8 +43,8 @@ OFFLINE_DEFAULTS: dict[str, Any] = {
     # The presets a search's meaning matches (keywordMatched, the keyword list): chosen with the
     # fused search's weights and cuts on the member queries (bench/member_search_quality.py,
     # docs/search.md); production keeps 0.30 and every preset (unmeasured).
-    "search_keyword_match_threshold": 0.30,
-    "search_keyword_match_top": 1,
+    "search_keyword_match_threshold": 0.25,
+    "search_keyword_match_top": 0,
 }
 
 MODEL_PROFILE_MAX_LENGTH = 100  # ai.context_keyword_analysis.model_profile VARCHAR(100)

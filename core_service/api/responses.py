@@ -164,7 +164,7 @@ SEARCH_EXAMPLE = {
             "similarity": 0.56,
             "keywordMatched": True,
             "matchedBy": ["lexical", "semantic", "keyword"],
-            "score": 0.0492,
+            "score": 0.0648,
         }
     ]
 }

@@ -56,7 +56,7 @@ SEARCH_READ_TIMEOUT_SECONDS = 10.0
 SEARCH_DEADLINE_SECONDS = 12.0
 # The lexical list keeps records scoring at least this share of the best one's BM25 score,
 # chosen on the development queries (bench/member_search_quality.py; docs/search.md).
-LEXICAL_FLOOR_SHARE = 0.75
+LEXICAL_FLOOR_SHARE = 0.45
 # The worker accepts at most this many contextIds (§7 Addition).
 MAX_CONTEXT_IDS = 200
 # How long the presets' names and examples (name matching) are reused before a re-read.

@@ -70,7 +70,7 @@ PRODUCTION_CUTS = SearchCuts(floor=0.30, floor_word=0.24, top_ratio=0.60)
 # reliable.
 MEASURED_CUTS = {
     "local-use-multilingual-v3-512-cosine-v1": SearchCuts(
-        floor=0.16, floor_word=0.44, top_ratio=0.50
+        floor=0.22, floor_word=0.44, top_ratio=0.50
     ),
 }
 

@@ -24,10 +24,9 @@ SEMANTIC = "semantic"
 KEYWORD = "keyword"
 LIST_ORDER = (LEXICAL, SEMANTIC, KEYWORD)
 # Each list's weight in the fused score, chosen with the cuts and the keyword match on the
-# development queries (bench/member_search_quality.py, docs/search.md): its owner's keyword
-# counts more than the nearest vectors, a shared word less (BM25 ranks every note sharing a
-# common word, relevant or not).
-LIST_WEIGHTS: Mapping[str, float] = {LEXICAL: 0.5, SEMANTIC: 1.0, KEYWORD: 1.5}
+# development queries (bench/member_search_quality.py, docs/search.md): a note's own word and
+# its owner's keyword count more than the nearest vectors alone.
+LIST_WEIGHTS: Mapping[str, float] = {LEXICAL: 1.5, SEMANTIC: 1.0, KEYWORD: 1.5}
 
 
 @dataclass(frozen=True, slots=True)
