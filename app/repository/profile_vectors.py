@@ -152,6 +152,17 @@ class BackfillAsk:
     record_id: int
 
 
+def ask_params(asks: Sequence[BackfillAsk]) -> dict[str, list]:
+    """``asks`` as a claim's arrays by position (``:context_ids``, ``:text_sha256s``,
+    ``:user_ids``, ``:record_ids``: this module's ``claim`` and ``keyword_batches.claim``)."""
+    return {
+        "context_ids": [a.context_id for a in asks],
+        "text_sha256s": [a.text_sha256 for a in asks],
+        "user_ids": [a.user_id for a in asks],
+        "record_ids": [a.record_id for a in asks],
+    }
+
+
 async def claim(
     stage_pool: StagePool,
     *,
@@ -164,10 +175,7 @@ async def claim(
     row = await stage_pool.fetch_row(
         CLAIM_BACKFILL,
         embedding_profile=embedding_profile,
-        context_ids=[a.context_id for a in asks],
-        text_sha256s=[a.text_sha256 for a in asks],
-        user_ids=[a.user_id for a in asks],
-        record_ids=[a.record_id for a in asks],
+        **ask_params(asks),
         expiry_seconds=float(expiry_seconds),
     )
     if row is None:

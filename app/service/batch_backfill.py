@@ -57,7 +57,7 @@ from app.providers.padding import zero_pad
 from app.providers.usage import CallUsage, UsageSink, estimate_tokens
 from app.repository import profile_vectors, provider_batches
 from app.repository.profile_vectors import BackfillClaim
-from app.repository.provider_batches import LeasedBatch
+from app.repository.provider_batches import LeasedBatch, NewBatch
 from app.repository.stage_pool import StagePool
 from app.service import context_text
 from app.service.profile_backfill import (
@@ -154,15 +154,30 @@ class ProviderBatchPoller:
     LABEL = "backfill"
     FILE_PREFIX = "backfill"
 
-    _stage_pool: StagePool
-    _client: BatchClient
-    _gate: ProviderGate
-    _usage: UsageSink | None
-    _profile: str
-    _model: str
-    poll_seconds: float
-
-    def _init_poller(self, poll_seconds: float) -> None:
+    def __init__(
+        self,
+        stage_pool: StagePool,
+        client: BatchClient,
+        gate: ProviderGate,
+        *,
+        usage: UsageSink | None,
+        profile: str,
+        model: str,
+        max_input_chars: int,
+        expiry_seconds: float,
+        poll_seconds: float,
+    ) -> None:
+        """``profile``: this worker's embedding profile; ``model``: the provider's model of
+        the lines; ``expiry_seconds``: the processing expiry its claims honour;
+        ``poll_seconds``: between polls of one batch."""
+        self._stage_pool = stage_pool
+        self._client = client
+        self._gate = gate
+        self._usage = usage
+        self._profile = profile
+        self._model = model
+        self._max_input_chars = max_input_chars
+        self._expiry_seconds = expiry_seconds
         self.poll_seconds = poll_seconds
         self._task: asyncio.Task[None] | None = None
         self._stop = asyncio.Event()
@@ -198,12 +213,12 @@ class ProviderBatchPoller:
         inputs: Sequence[str],
         *,
         purpose: str,
-        hold: Callable[[str, str, str, int], Awaitable[list[int]]],
+        hold: Callable[[NewBatch], Awaitable[list[int]]],
         put_back: Callable[[], Awaitable[None]] | None,
         unsent: str,
     ) -> tuple[str, list[int]]:
         """Upload ``lines`` as one JSONL input file, create one batch of it and record it by
-        ``hold(batch_id, status, input_file_id, estimated_tokens)`` (the ids it held); the
+        ``hold`` (the ids it held); the
         estimated tokens of ``inputs`` count against the daily cap at once. ``(batch_id,
         held ids)``.
 
@@ -228,8 +243,11 @@ class ProviderBatchPoller:
         batch_id = str(batch["id"])
         try:
             held = await hold(
-                batch_id, str(batch.get("status") or "validating"), file_id, estimated
-            )
+                NewBatch(
+                    batch_id, self._profile, str(batch.get("status") or "validating"), file_id,
+                    estimated,
+                )
+            )  # fmt: skip
         except (WorkerError, DatabaseStatementError) as exc:
             with contextlib.suppress(WorkerError):
                 await self._client.cancel(batch_id)
@@ -437,18 +455,14 @@ class BatchBackfill(ProviderBatchPoller):
     ) -> None:
         """``model_dimension``: the model's vectors; ``dimension``: stored, zero-padded (§5);
         ``poll_seconds``: between polls while no batch is due."""
-        self._stage_pool = stage_pool
-        self._client = client
-        self._gate = gate
-        self._usage = usage
+        super().__init__(
+            stage_pool, client, gate, usage=usage, profile=profile, model=model,
+            max_input_chars=max_input_chars, expiry_seconds=expiry_seconds,
+            poll_seconds=poll_seconds,
+        )  # fmt: skip
         self._contexts = metrics.backfill_contexts
-        self._profile = profile
-        self._model = model
         self._model_dimension = model_dimension
         self._dimension = dimension
-        self._max_input_chars = max_input_chars
-        self._expiry_seconds = expiry_seconds
-        self._init_poller(poll_seconds)
 
     # --- submit ---------------------------------------------------------------------------
 
@@ -487,22 +501,13 @@ class BatchBackfill(ProviderBatchPoller):
             self._count("failed", len(report.failed))
             return report
 
-        async def hold(batch_id: str, status: str, file_id: str, estimated: int) -> list[int]:
-            return await provider_batches.hold(
-                self._stage_pool,
-                batch_id=batch_id,
-                embedding_profile=self._profile,
-                status=status,
-                input_file_id=file_id,
-                estimated_tokens=estimated,
-                claims=[(c.context_id, c.attempt) for c in sent],
-            )
-
         report.batch_id, report.batched = await self._submit_lines(
             lines,
             texts,
             purpose="backfill",
-            hold=hold,
+            hold=lambda batch: provider_batches.hold(
+                self._stage_pool, batch, claims=[(c.context_id, c.attempt) for c in sent]
+            ),
             put_back=lambda: self._release(sent),
             unsent="rows put back",
         )

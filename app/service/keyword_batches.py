@@ -62,7 +62,7 @@ from app.repository import context_ai_state, keyword_batches, stage_saves
 from app.repository.keyword_batches import BatchItems, HeldItem, KeywordAsk
 from app.repository.stage_pool import StagePool
 from app.service import context_text
-from app.service.batch_backfill import ProviderBatchPoller, Settlement
+from app.service.batch_backfill import ProviderBatchPoller, Settlement, SubmitReport
 from app.service.judgment import map_verdict
 from app.service.presets import PresetCache
 from app.service.profile_backfill import DEFAULT_RETRY_AFTER_SECONDS, BackfillRefused
@@ -81,25 +81,14 @@ SAVES_AT_ONCE = 4
 
 
 @dataclass(slots=True)
-class KeywordSubmitReport:
-    """What became of a submitted request: ``batched`` stages held in batch ``batch_id``,
-    ``completed`` at once (no candidate: no call), ``failed`` (the note's own fault, before
-    any call), ``not_claimed``."""
+class KeywordSubmitReport(SubmitReport):
+    """A ``SubmitReport`` of keyword stages, and those ``completed`` at once (no candidate: no
+    call)."""
 
-    batch_id: str | None = None
-    batched: list[int] = field(default_factory=list)
     completed: list[int] = field(default_factory=list)
-    failed: dict[int, str] = field(default_factory=dict)
-    not_claimed: list[int] = field(default_factory=list)
 
     def as_json(self) -> dict[str, object]:
-        return {
-            "batchId": self.batch_id,
-            "batched": len(self.batched),
-            "completed": len(self.completed),
-            "failed": len(self.failed),
-            "notClaimed": len(self.not_claimed),
-        }
+        return {**SubmitReport.as_json(self), "completed": len(self.completed)}
 
 
 def custom_id(context_id: int, attempt: int) -> str:
@@ -149,20 +138,16 @@ class KeywordBatches(ProviderBatchPoller):
         """``profile``: this worker's embedding profile (the candidates' presets);
         ``model``: the judge's chat model; ``model_profile``: stored with each judgment (the
         synchronous OpenAI judge's); ``poll_seconds``: between polls of one batch."""
-        self._stage_pool = stage_pool
-        self._client = client
-        self._gate = gate
+        super().__init__(
+            stage_pool, client, gate, usage=usage, profile=profile, model=model,
+            max_input_chars=max_input_chars, expiry_seconds=expiry_seconds,
+            poll_seconds=poll_seconds,
+        )  # fmt: skip
         self._presets = presets
-        self._usage = usage
         self._counts = metrics.stages[Stage.KEYWORD]
-        self._profile = profile
-        self._model = model
         self._model_profile = model_profile
         self._top_k = top_k
         self._floor = similarity_floor
-        self._max_input_chars = max_input_chars
-        self._expiry_seconds = expiry_seconds
-        self._init_poller(poll_seconds)
 
     # --- submit ---------------------------------------------------------------------------
 
@@ -235,23 +220,13 @@ class KeywordBatches(ProviderBatchPoller):
             self._count_submit(report)
             return report
 
-        async def hold(batch_id: str, status: str, file_id: str, estimated: int) -> list[int]:
-            return await keyword_batches.hold(
-                self._stage_pool,
-                batch_id=batch_id,
-                embedding_profile=self._profile,
-                status=status,
-                input_file_id=file_id,
-                estimated_tokens=estimated,
-                preset_version=snapshot.version,
-                held=held,
-            )
-
         report.batch_id, report.batched = await self._submit_lines(
             lines,
             prompts,
             purpose="keyword_reprocess",
-            hold=hold,
+            hold=lambda batch: keyword_batches.hold(
+                self._stage_pool, batch, preset_version=snapshot.version, held=held
+            ),
             put_back=None,
             unsent="claims left to expire",
         )

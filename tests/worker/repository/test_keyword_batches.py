@@ -12,6 +12,7 @@ from sqlalchemy import text
 
 from app.repository import context_ai_state, keyword_batches
 from app.repository.keyword_batches import CLAIM_FOR_BATCH, RETURN_TO_SYNC, HeldItem, KeywordAsk
+from app.repository.provider_batches import NewBatch
 from pinlog_platform.contract.states import Stage
 from pinlog_platform.contract.text_fingerprint import fingerprint
 from tests.worker.api.test_backfill_route import NOTES
@@ -31,8 +32,8 @@ async def claim(stage_pool, ids: list[int], expiry: float = 600.0) -> list[tuple
 
 async def hold(stage_pool, batch_id: str, claims: list[tuple[int, int]]) -> list[int]:
     return await keyword_batches.hold(
-        stage_pool, batch_id=batch_id, embedding_profile=PROFILE, status="validating",
-        input_file_id=f"file-{batch_id}", estimated_tokens=10, preset_version=1,
+        stage_pool, NewBatch(batch_id, PROFILE, "validating", f"file-{batch_id}", 10),
+        preset_version=1,
         held=[HeldItem(c, a, ((1, 0.9),)) for c, a in claims],
     )  # fmt: skip
 

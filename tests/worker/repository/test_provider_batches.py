@@ -11,7 +11,7 @@ import asyncio
 from sqlalchemy import text
 
 from app.repository import profile_vectors, provider_batches
-from app.repository.provider_batches import LEASE_BATCH, RETURN_TO_SYNC
+from app.repository.provider_batches import LEASE_BATCH, RETURN_TO_SYNC, NewBatch
 from tests.worker.backfill_support import BackfillRow as Row
 from tests.worker.backfill_support import ask, backfill_row, make_backfill
 from tests.worker.support import PROFILE
@@ -27,8 +27,7 @@ async def claim(stage_pool, ids: list[int], expiry: float = 600.0):
 
 async def held(stage_pool, batch_id: str, claims) -> list[int]:
     return await provider_batches.hold(
-        stage_pool, batch_id=batch_id, embedding_profile=PROFILE, status="validating",
-        input_file_id=f"file-{batch_id}", estimated_tokens=10,
+        stage_pool, NewBatch(batch_id, PROFILE, "validating", f"file-{batch_id}", 10),
         claims=[(c.context_id, c.attempt) for c in claims],
     )  # fmt: skip
 
