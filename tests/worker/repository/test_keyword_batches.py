@@ -16,8 +16,9 @@ from app.repository.provider_batches import NewBatch
 from pinlog_platform.contract.states import Stage
 from pinlog_platform.contract.text_fingerprint import fingerprint
 from tests.worker.api.test_backfill_route import NOTES
-from tests.worker.api.test_keyword_batches import a_session_blocked, marked, stages
+from tests.worker.api.test_keyword_batches import marked, stages
 from tests.worker.harness import PROFILE
+from tests.worker.open_transactions import lock_waiters_reach
 
 
 def ask(context_id: int) -> KeywordAsk:
@@ -98,7 +99,7 @@ async def test_a_return_and_a_fail_of_one_stage_never_both_apply(engine, stage_p
             stage_pool, batch_id="batch_1", context_id=1, attempt=1, reason="input_rejected"
         )
     )
-    await a_session_blocked(engine)
+    await lock_waiters_reach(engine, 1)
     await transaction.commit()
 
     assert await asyncio.wait_for(failing, timeout=5) is False
