@@ -35,7 +35,7 @@ import orjson
 
 from app.repository.db import to_array
 from app.repository.named_statements import compile_named
-from app.repository.profile_vectors import BackfillAsk, ask_params
+from app.repository.profile_vectors import BackfillAsk, claim_params
 from app.repository.provider_batches import NewBatch, held_ids
 from app.repository.stage_pool import StagePool
 
@@ -212,10 +212,7 @@ async def claim(
     """Claim what may be claimed of ``asks`` (``CLAIM_FOR_BATCH``); ``(context_id,
     attempt)`` ascending. Ids must be distinct."""
     row = await stage_pool.fetch_row(
-        CLAIM_FOR_BATCH,
-        embedding_profile=embedding_profile,
-        **ask_params(asks),
-        expiry_seconds=float(expiry_seconds),
+        CLAIM_FOR_BATCH, **claim_params(asks, embedding_profile, expiry_seconds)
     )
     if row is None:
         return []
