@@ -1,12 +1,13 @@
 """Worker-side test helpers for work sent through the provider's Batch API (the embedding
 backfill's and the keyword reprocess's batches): a batch request posted as the core sends it,
-a batch's ``ai.provider_batch`` row, waits until the fake provider polled it or a worker
-settled it, and the core's cancel request."""
+a batch's ``ai.provider_batch`` row, a batch held in progress, waits until the fake provider
+polled it or a worker settled it, and the core's cancel request."""
 
 from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Awaitable
 
 from sqlalchemy import text
 
@@ -51,6 +52,15 @@ async def polled_as(fake_openai, batch_id: str, status: str) -> None:
     while fake_openai.batches.batch(batch_id)["status"] != status:
         assert time.monotonic() < deadline
         await asyncio.sleep(0.02)
+
+
+async def in_progress(fake_openai, submitting: Awaitable[dict]) -> str:
+    """The id of the batch ``submitting`` (a batch request not yet sent) creates, the fake
+    provider holding it ``in_progress`` and a worker having polled it so."""
+    fake_openai.batches.hold_batches(True)
+    batch_id = (await submitting)["batchId"]
+    await polled_as(fake_openai, batch_id, "in_progress")
+    return batch_id
 
 
 async def ask_cancelled(engine, batch_id: str) -> None:

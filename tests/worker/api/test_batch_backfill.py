@@ -33,6 +33,7 @@ from tests.worker.open_transactions import cancel_context
 from tests.worker.provider_batch_support import (
     ask_cancelled,
     batch_record,
+    in_progress,
     polled_as,
     post_batch,
     settled,
@@ -106,9 +107,7 @@ async def test_an_expired_batch_saves_what_it_answered_and_returns_the_rest_to_s
     for context_id in (1, 2, 3):
         await embedded_under_the_old_profile(engine, context_id)
     async with make_worker(**BATCH_SETTINGS) as worker:
-        fake_openai.batches.hold_batches(True)
-        batch_id = (await submit(worker, [1, 2, 3]))["batchId"]
-        await polled_as(fake_openai, batch_id, "in_progress")
+        batch_id = await in_progress(fake_openai, submit(worker, [1, 2, 3]))
         fake_openai.batches.expire_batch(batch_id, completed=1)
         record = await settled(engine, batch_id)
 
@@ -147,9 +146,7 @@ async def test_a_context_deleted_while_its_batch_runs_gets_no_vector(
     for context_id in (1, 2):
         await embedded_under_the_old_profile(engine, context_id)
     async with make_worker(**BATCH_SETTINGS) as worker:
-        fake_openai.batches.hold_batches(True)
-        batch_id = (await submit(worker, [1, 2]))["batchId"]
-        await polled_as(fake_openai, batch_id, "in_progress")
+        batch_id = await in_progress(fake_openai, submit(worker, [1, 2]))
         await cancel_context(engine, context_id=1)
         fake_openai.batches.hold_batches(False)
         await settled(engine, batch_id)
@@ -209,9 +206,7 @@ async def test_a_batch_the_core_asked_cancelled_is_cancelled_and_its_results_dis
     for context_id in (1, 2):
         await embedded_under_the_old_profile(engine, context_id)
     async with make_worker(**BATCH_SETTINGS) as worker:
-        fake_openai.batches.hold_batches(True)
-        batch_id = (await submit(worker, [1, 2]))["batchId"]
-        await polled_as(fake_openai, batch_id, "in_progress")
+        batch_id = await in_progress(fake_openai, submit(worker, [1, 2]))
         await ask_cancelled(engine, batch_id)
         record = await settled(engine, batch_id)
 

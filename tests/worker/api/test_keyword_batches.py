@@ -22,7 +22,13 @@ from tests.worker.open_transactions import (
     cancelled_in_open_transaction,
     lock_waiters_reach,
 )
-from tests.worker.provider_batch_support import ask_cancelled, polled_as, post_batch, settled
+from tests.worker.provider_batch_support import (
+    ask_cancelled,
+    in_progress,
+    polled_as,
+    post_batch,
+    settled,
+)
 from tests.worker.support import backdate, keyword_rows, make_embedding, make_state, vector
 
 PATH = "/internal/v1/batch/keywords"
@@ -158,9 +164,7 @@ async def test_a_context_deleted_while_its_batch_runs_gets_no_keywords(
     for context_id in (1, 2):
         await marked(engine, context_id)
     async with make_worker(**KEYWORD_BATCH_SETTINGS) as worker:
-        fake_openai.batches.hold_batches(True)
-        batch_id = (await submit(worker, [1, 2]))["batchId"]
-        await polled_as(fake_openai, batch_id, "in_progress")
+        batch_id = await in_progress(fake_openai, submit(worker, [1, 2]))
         async with cancelled_in_open_transaction(engine, 1) as delete:
             fake_openai.batches.hold_batches(False)
             await lock_waiters_reach(engine, 1)  # the save, behind the open delete
@@ -197,9 +201,7 @@ async def test_an_expired_batch_returns_what_it_did_not_answer_to_the_synchronou
     for context_id in (1, 2, 3):
         await marked(engine, context_id)
     async with make_worker(**KEYWORD_BATCH_SETTINGS) as worker:
-        fake_openai.batches.hold_batches(True)
-        batch_id = (await submit(worker, [1, 2, 3]))["batchId"]
-        await polled_as(fake_openai, batch_id, "in_progress")
+        batch_id = await in_progress(fake_openai, submit(worker, [1, 2, 3]))
         fake_openai.batches.expire_batch(batch_id, completed=1)
         record = await settled(engine, batch_id)
         after = await stages(engine)
@@ -273,9 +275,7 @@ async def test_a_batch_the_core_asked_cancelled_is_cancelled_and_its_results_dis
 ):
     await marked(engine, 1)
     async with make_worker(**KEYWORD_BATCH_SETTINGS) as worker:
-        fake_openai.batches.hold_batches(True)
-        batch_id = (await submit(worker, [1]))["batchId"]
-        await polled_as(fake_openai, batch_id, "in_progress")
+        batch_id = await in_progress(fake_openai, submit(worker, [1]))
         await ask_cancelled(engine, batch_id)
         record = await settled(engine, batch_id)
     assert fake_openai.batches.batch(batch_id)["status"] == "cancelled"
