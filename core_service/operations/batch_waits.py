@@ -5,6 +5,7 @@ shared by ``reembed start --via batch`` and ``reprocess keywords --via batch``
 from __future__ import annotations
 
 import asyncio
+import enum
 import time
 from collections.abc import Awaitable, Callable
 
@@ -15,6 +16,15 @@ from core_service.repository import provider_batches
 from core_service.repository.db import autocommit
 from core_service.service.pause import PauseSwitch
 from core_service.service.reembed_backfill import ReembedBackfill
+
+
+class Via(enum.StrEnum):
+    """How ``reembed start`` and ``reprocess keywords`` send the work they start: at once
+    (N a second), or by the provider's Batch API."""
+
+    SYNC = "sync"
+    BATCH = "batch"
+
 
 # How long a command sends the marked work before it reports the first batch (seconds), how
 # often it looks while waiting for the results (doubling from the first to the second), and

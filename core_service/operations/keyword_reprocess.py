@@ -41,7 +41,6 @@ settled). Stages reset later (new notes, edits' replacements, another run withou
 from __future__ import annotations
 
 import asyncio
-import enum
 import json
 import logging
 from collections.abc import Callable, Sequence
@@ -55,6 +54,7 @@ from core_service.command_startup import fail, load, run_operation
 from core_service.composition import Operations
 from core_service.operations.batch_waits import (
     SUBMIT_WAIT_SECONDS,
+    Via,
     send_marked,
     wait_until_settled,
 )
@@ -87,14 +87,6 @@ POLL_SECONDS = 1.0
 READY_WAIT_SECONDS = 60.0
 # Via batch: stages reset (and marked) per transaction, not paced.
 BATCH_RESET = 1_000
-
-
-class Via(enum.StrEnum):
-    """How ``reprocess keywords`` sends the stages it resets: dispatched at once, or judged
-    by the provider's Batch API."""
-
-    SYNC = "sync"
-    BATCH = "batch"
 
 
 class BatchRefused(Exception):

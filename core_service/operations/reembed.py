@@ -34,7 +34,6 @@ one winner and a refusal, and a command whose switch changed meanwhile changes n
 from __future__ import annotations
 
 import asyncio
-import enum
 import json
 import sys
 import time
@@ -50,6 +49,7 @@ from core_service.composition import Operations
 from core_service.operations import counts
 from core_service.operations.batch_waits import (
     SUBMIT_WAIT_SECONDS,
+    Via,
     send_marked,
     wait_until_settled,
 )
@@ -419,13 +419,6 @@ async def _finish_refused(
         "(`reembed status`) and finish again",
         details,
     )
-
-
-class Via(enum.StrEnum):
-    """How ``reembed start`` sends the backfill: embedded at once, or by the Batch API."""
-
-    SYNC = "sync"
-    BATCH = "batch"
 
 
 # Exit code of a `reembed` operation refused in the current state.
