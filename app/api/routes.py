@@ -194,22 +194,33 @@ async def backfill_embed(body: BackfillBody, backfill: Backfill, batches: Batche
     try:
         if body.via == "batch":
             if batches is None:
-                return JSONResponse(
-                    {"detail": "this worker's provider takes no batches"},
-                    status_code=status.HTTP_409_CONFLICT,
-                )
+                return _takes_no_batches("provider")
             submitted = await batches.submit(body.embedding_profile, items)
             return JSONResponse(submitted.as_json())
         report = await backfill.run(body.embedding_profile, items)
-    except WrongProfile as exc:
-        return JSONResponse({"detail": str(exc)}, status_code=status.HTTP_409_CONFLICT)
-    except BackfillRefused as exc:
-        return JSONResponse(
-            {"detail": f"backfill refused: {exc.cause}"},
-            status_code=status.HTTP_503_SERVICE_UNAVAILABLE,
-            headers={"Retry-After": str(exc.retry_after_seconds)},
-        )
+    except (WrongProfile, BackfillRefused) as exc:
+        return _refused(exc, "backfill")
     return JSONResponse(report.as_json())
+
+
+def _takes_no_batches(provider: str) -> JSONResponse:
+    """409: this worker's ``provider`` (``provider`` or ``judge``) takes no batches."""
+    return JSONResponse(
+        {"detail": f"this worker's {provider} takes no batches"},
+        status_code=status.HTTP_409_CONFLICT,
+    )
+
+
+def _refused(exc: WrongProfile | BackfillRefused, what: str) -> JSONResponse:
+    """409 for another profile (``WrongProfile``); 503 with ``Retry-After`` (whole seconds)
+    for ``what`` refused (``BackfillRefused``)."""
+    if isinstance(exc, WrongProfile):
+        return JSONResponse({"detail": str(exc)}, status_code=status.HTTP_409_CONFLICT)
+    return JSONResponse(
+        {"detail": f"{what} refused: {exc.cause}"},
+        status_code=status.HTTP_503_SERVICE_UNAVAILABLE,
+        headers={"Retry-After": str(exc.retry_after_seconds)},
+    )
 
 
 @router.post("/internal/v1/batch/keywords", responses=responses.BACKFILL)
@@ -224,21 +235,12 @@ async def batch_keywords(body: KeywordBatchBody, batches: KeywordBatchSubmitter)
     422 for a malformed body; 503 with ``Retry-After`` (whole seconds) while the judge or the
     database is unavailable or the submission failed."""
     if batches is None:
-        return JSONResponse(
-            {"detail": "this worker's judge takes no batches"},
-            status_code=status.HTTP_409_CONFLICT,
-        )
+        return _takes_no_batches("judge")
     items = [ProcessRequest(c.context_id, c.user_id, c.record_id, c.text) for c in body.contexts]
     try:
         submitted = await batches.submit(body.embedding_profile, items)
-    except WrongProfile as exc:
-        return JSONResponse({"detail": str(exc)}, status_code=status.HTTP_409_CONFLICT)
-    except BackfillRefused as exc:
-        return JSONResponse(
-            {"detail": f"keyword batch refused: {exc.cause}"},
-            status_code=status.HTTP_503_SERVICE_UNAVAILABLE,
-            headers={"Retry-After": str(exc.retry_after_seconds)},
-        )
+    except (WrongProfile, BackfillRefused) as exc:
+        return _refused(exc, "keyword batch")
     return JSONResponse(submitted.as_json())
 
 

@@ -35,6 +35,8 @@ import orjson
 
 from app.repository.db import to_array
 from app.repository.named_statements import compile_named
+from app.repository.profile_vectors import BackfillAsk, claim_params
+from app.repository.provider_batches import NewBatch, held_ids
 from app.repository.stage_pool import StagePool
 
 # Words the statements quote that are not statuses: the empty array, the batch's kind.
@@ -176,15 +178,8 @@ DELETE_ITEMS = compile_named("""
 """)
 
 
-@dataclass(frozen=True, slots=True)
-class KeywordAsk:
-    """A context the core asked judged by batch: what the claim checks against the state
-    row."""
-
-    context_id: int
-    text_sha256: bytes
-    user_id: int
-    record_id: int
+# A context the core asked judged by batch: the same facts a backfill's claim checks.
+KeywordAsk = BackfillAsk
 
 
 @dataclass(frozen=True, slots=True)
@@ -217,13 +212,7 @@ async def claim(
     """Claim what may be claimed of ``asks`` (``CLAIM_FOR_BATCH``); ``(context_id,
     attempt)`` ascending. Ids must be distinct."""
     row = await stage_pool.fetch_row(
-        CLAIM_FOR_BATCH,
-        embedding_profile=embedding_profile,
-        context_ids=[a.context_id for a in asks],
-        text_sha256s=[a.text_sha256 for a in asks],
-        user_ids=[a.user_id for a in asks],
-        record_ids=[a.record_id for a in asks],
-        expiry_seconds=float(expiry_seconds),
+        CLAIM_FOR_BATCH, **claim_params(asks, embedding_profile, expiry_seconds)
     )
     if row is None:
         return []
@@ -241,31 +230,18 @@ async def read_vector(
 
 
 async def hold(
-    stage_pool: StagePool,
-    *,
-    batch_id: str,
-    embedding_profile: str,
-    status: str,
-    input_file_id: str,
-    estimated_tokens: int,
-    preset_version: int,
-    held: Sequence[HeldItem],
+    stage_pool: StagePool, batch: NewBatch, *, preset_version: int, held: Sequence[HeldItem]
 ) -> list[int]:
-    """Record the batch and hold ``held`` in it (``HOLD_KEYWORDS``); the context ids held."""
+    """Record ``batch`` and hold ``held`` in it (``HOLD_KEYWORDS``); the context ids held."""
     row = await stage_pool.fetch_row(
         HOLD_KEYWORDS,
-        batch_id=batch_id,
-        embedding_profile=embedding_profile,
-        status=status,
-        items=len(held),
-        input_file_id=input_file_id,
-        estimated_tokens=estimated_tokens,
+        **batch.params(len(held)),
         preset_version=preset_version,
         context_ids=[h.context_id for h in held],
         attempts=[h.attempt for h in held],
         candidates=[orjson.dumps([list(c) for c in h.candidates]).decode() for h in held],
     )
-    return [] if row is None else [int(c) for c in row["context_ids"]]
+    return held_ids(row)
 
 
 async def read_items(stage_pool: StagePool, *, batch_id: str) -> BatchItems:
@@ -292,7 +268,7 @@ async def return_to_sync(
         batch_id=batch_id,
         context_ids=None if context_ids is None else list(context_ids),
     )
-    return [] if row is None else [int(c) for c in row["context_ids"]]
+    return held_ids(row)
 
 
 async def fail_held(

@@ -152,6 +152,22 @@ class BackfillAsk:
     record_id: int
 
 
+def claim_params(
+    asks: Sequence[BackfillAsk], embedding_profile: str, expiry_seconds: float
+) -> dict[str, object]:
+    """A claim's parameters: ``asks`` as arrays by position (``:context_ids``,
+    ``:text_sha256s``, ``:user_ids``, ``:record_ids``), the profile and the processing expiry
+    (seconds); this module's ``claim`` and ``keyword_batches.claim``."""
+    return {
+        "embedding_profile": embedding_profile,
+        "context_ids": [a.context_id for a in asks],
+        "text_sha256s": [a.text_sha256 for a in asks],
+        "user_ids": [a.user_id for a in asks],
+        "record_ids": [a.record_id for a in asks],
+        "expiry_seconds": float(expiry_seconds),
+    }
+
+
 async def claim(
     stage_pool: StagePool,
     *,
@@ -162,13 +178,7 @@ async def claim(
     """Claim what may be claimed of ``asks`` (``CLAIM_BACKFILL``: open or stale, the context
     live, text digest and owner the core's), ascending by id; ids must be distinct."""
     row = await stage_pool.fetch_row(
-        CLAIM_BACKFILL,
-        embedding_profile=embedding_profile,
-        context_ids=[a.context_id for a in asks],
-        text_sha256s=[a.text_sha256 for a in asks],
-        user_ids=[a.user_id for a in asks],
-        record_ids=[a.record_id for a in asks],
-        expiry_seconds=float(expiry_seconds),
+        CLAIM_BACKFILL, **claim_params(asks, embedding_profile, expiry_seconds)
     )
     if row is None:
         return []

@@ -25,6 +25,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import asyncpg
+
 from app.repository.named_statements import compile_named
 from app.repository.stage_pool import StagePool
 
@@ -129,29 +131,46 @@ class LeasedBatch:
     input_file_id: str
 
 
+@dataclass(frozen=True, slots=True)
+class NewBatch:
+    """A batch just created at the provider, as a hold records it in ``ai.provider_batch``
+    (this module's ``hold`` and ``keyword_batches.hold``): its id, the embedding profile, its
+    first ``status``, its input file and the tokens its inputs were estimated at."""
+
+    batch_id: str
+    embedding_profile: str
+    status: str
+    input_file_id: str
+    estimated_tokens: int
+
+    def params(self, items: int) -> dict[str, object]:
+        """The ``ai.provider_batch`` row's parameters of a batch of ``items`` lines."""
+        return {
+            "batch_id": self.batch_id,
+            "embedding_profile": self.embedding_profile,
+            "status": self.status,
+            "items": items,
+            "input_file_id": self.input_file_id,
+            "estimated_tokens": self.estimated_tokens,
+        }
+
+
 async def hold(
-    stage_pool: StagePool,
-    *,
-    batch_id: str,
-    embedding_profile: str,
-    status: str,
-    input_file_id: str,
-    estimated_tokens: int,
-    claims: Sequence[tuple[int, int]],
+    stage_pool: StagePool, batch: NewBatch, *, claims: Sequence[tuple[int, int]]
 ) -> list[int]:
-    """Record the batch and hold ``claims`` (``(context_id, attempt)``) in it
+    """Record ``batch`` and hold ``claims`` (``(context_id, attempt)``) in it
     (``HOLD_IN_BATCH``); the context ids held."""
     row = await stage_pool.fetch_row(
         HOLD_IN_BATCH,
-        batch_id=batch_id,
-        embedding_profile=embedding_profile,
-        status=status,
-        items=len(claims),
-        input_file_id=input_file_id,
-        estimated_tokens=estimated_tokens,
+        **batch.params(len(claims)),
         context_ids=[c for c, _ in claims],
         attempts=[a for _, a in claims],
     )
+    return held_ids(row)
+
+
+def held_ids(row: asyncpg.Record | None) -> list[int]:
+    """The ``context_ids`` array a statement returned (none when it returned no row)."""
     return [] if row is None else [int(c) for c in row["context_ids"]]
 
 
@@ -224,7 +243,7 @@ async def return_to_sync(
         embedding_profile=embedding_profile,
         context_ids=None if context_ids is None else list(context_ids),
     )
-    return [] if row is None else [int(c) for c in row["context_ids"]]
+    return held_ids(row)
 
 
 async def fail_held(

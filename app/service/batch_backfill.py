@@ -41,8 +41,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import orjson
 
@@ -56,7 +57,7 @@ from app.providers.padding import zero_pad
 from app.providers.usage import CallUsage, UsageSink, estimate_tokens
 from app.repository import profile_vectors, provider_batches
 from app.repository.profile_vectors import BackfillClaim
-from app.repository.provider_batches import LeasedBatch
+from app.repository.provider_batches import LeasedBatch, NewBatch
 from app.repository.stage_pool import StagePool
 from app.service import context_text
 from app.service.profile_backfill import (
@@ -110,6 +111,7 @@ class Settlement:
     returned: int = 0
     lost: int = 0
     tokens: int = 0
+    completion_tokens: int = 0
 
 
 def custom_id(claim: BackfillClaim) -> str:
@@ -128,19 +130,54 @@ def parse_custom_id(value: object) -> BackfillClaim | None:
     return BackfillClaim(context_id, attempt, user_id, record_id)
 
 
+class HeldClaim(Protocol):
+    """A row held in a batch, as a line of its output or error file names it."""
+
+    @property
+    def context_id(self) -> int: ...
+
+
 class ProviderBatchPoller:
-    """The poll loop of one kind of provider batch of one profile (module docstring "Poll"):
-    leases each due batch, cancels it when the core asked, polls it and, once it is over,
-    ``_settle``-s it (each kind its own)."""
+    """One kind of provider batch of one profile: submits a kind's lines as one batch
+    (``_submit_lines``) and runs its poll loop (module docstring "Poll"): leases each due
+    batch, cancels it when the core asked, polls it and, once it is over, settles it
+    (``_settle``). Each kind gives its hooks: how an output line is saved, how a held row is
+    failed or returned to the normal path, what its usage and counters are."""
 
     KIND = "embed"
+    # The provider of its requests (``failure_policy``, the usage ledger's ``CallUsage``).
+    PROVIDER = "embedding"
+    # The provider's endpoint of its lines, and the usage ledger's stage of its batches.
+    ENDPOINT = ENDPOINT
+    STAGE = STAGE
+    # What its logs and its input files' names call it.
+    LABEL = "backfill"
+    FILE_PREFIX = "backfill"
 
-    _stage_pool: StagePool
-    _client: BatchClient
-    _profile: str
-    poll_seconds: float
-
-    def _init_poller(self, poll_seconds: float) -> None:
+    def __init__(
+        self,
+        stage_pool: StagePool,
+        client: BatchClient,
+        gate: ProviderGate,
+        *,
+        usage: UsageSink | None,
+        profile: str,
+        model: str,
+        max_input_chars: int,
+        expiry_seconds: float,
+        poll_seconds: float,
+    ) -> None:
+        """``profile``: this worker's embedding profile; ``model``: the provider's model of
+        the lines; ``expiry_seconds``: the processing expiry its claims honour;
+        ``poll_seconds``: between polls of one batch."""
+        self._stage_pool = stage_pool
+        self._client = client
+        self._gate = gate
+        self._usage = usage
+        self._profile = profile
+        self._model = model
+        self._max_input_chars = max_input_chars
+        self._expiry_seconds = expiry_seconds
         self.poll_seconds = poll_seconds
         self._task: asyncio.Task[None] | None = None
         self._stop = asyncio.Event()
@@ -156,6 +193,70 @@ class ProviderBatchPoller:
                 await self._task
             self._task = None
         await self._client.aclose()
+
+    # --- submit ---------------------------------------------------------------------------
+
+    def _refuse_unless_open(self, profile: str) -> None:
+        """``WrongProfile`` (409) for another profile than this worker's, ``BackfillRefused``
+        (503) while the provider is unavailable (its daily cap included)."""
+        if profile != self._profile:
+            raise WrongProfile(f"this worker serves profile {self._profile!r}")
+        if not self._gate.available:
+            raise BackfillRefused(
+                f"{self.PROVIDER} provider unavailable",
+                self._gate.retry_after_seconds() or DEFAULT_RETRY_AFTER_SECONDS,
+            )
+
+    async def _submit_lines(
+        self,
+        lines: Sequence[dict[str, object]],
+        inputs: Sequence[str],
+        *,
+        purpose: str,
+        hold: Callable[[NewBatch], Awaitable[list[int]]],
+        put_back: Callable[[], Awaitable[None]] | None,
+        unsent: str,
+    ) -> tuple[str, list[int]]:
+        """Upload ``lines`` as one JSONL input file, create one batch of it and record it by
+        ``hold`` (the ids it held); the
+        estimated tokens of ``inputs`` count against the daily cap at once. ``(batch_id,
+        held ids)``.
+
+        Raises ``BackfillRefused`` (503) when the upload or the create failed (``put_back``
+        awaited first; ``unsent`` says in the log what became of the claims) or the batch was
+        not recorded (then it is cancelled: nobody would save its results; its claims,
+        without a batch, are claimed again after the expiry)."""
+        content = b"".join(orjson.dumps(line) + b"\n" for line in lines)
+        estimated = estimate_tokens(*inputs)
+        try:
+            file_id = await self._client.upload(
+                content, f"{self.FILE_PREFIX}-{self._profile}.jsonl"
+            )
+            batch = await self._client.create(
+                file_id, self.ENDPOINT, {"purpose": purpose, "profile": self._profile}
+            )
+        except WorkerError as exc:
+            if put_back is not None:
+                await put_back()
+            logger.warning("%s batch not submitted, %s: cause=%s", self.LABEL, unsent, exc)
+            raise BackfillRefused(type(exc).__name__, DEFAULT_RETRY_AFTER_SECONDS) from None
+        batch_id = str(batch["id"])
+        try:
+            held = await hold(
+                NewBatch(
+                    batch_id, self._profile, str(batch.get("status") or "validating"), file_id,
+                    estimated,
+                )
+            )  # fmt: skip
+        except (WorkerError, DatabaseStatementError) as exc:
+            with contextlib.suppress(WorkerError):
+                await self._client.cancel(batch_id)
+            raise BackfillRefused(type(exc).__name__, DEFAULT_RETRY_AFTER_SECONDS) from None
+        if self._usage is not None:
+            self._usage.record(self.STAGE, self._call_usage(estimated, 0, estimated=True))
+        return batch_id, held
+
+    # --- poll and settle ------------------------------------------------------------------
 
     async def run_forever(self) -> None:
         """Poll rounds until ``aclose``, half a poll interval apart: each round polls every
@@ -214,6 +315,111 @@ class ProviderBatchPoller:
         return True
 
     async def _settle(self, leased: LeasedBatch, status: str, batch: dict) -> Settlement:
+        """Settle an ended batch (module docstring): save its output lines (a few at once:
+        each is one statement and one commit on the stage pool), fail or return its error
+        lines, return what it did not answer (a cancelled batch's every row), record its
+        tokens and delete its files."""
+        settlement = Settlement()
+        if not leased.cancel_requested:
+            held = await self._read_held(leased.batch_id)
+            output = await self._client.lines(batch.get("output_file_id"))
+            errors = await self._client.lines(batch.get("error_file_id"))
+            to_sync: list[int] = []
+            for start in range(0, len(output), SAVES_AT_ONCE):
+                await asyncio.gather(
+                    *(
+                        self._save_line(leased.batch_id, line, held, settlement, to_sync)
+                        for line in output[start : start + SAVES_AT_ONCE]
+                    )
+                )
+            for line in errors:
+                await self._error_line(leased.batch_id, line, held, settlement, to_sync)
+            if to_sync:
+                settlement.returned += len(await self._return_to_sync(leased.batch_id, to_sync))
+        settlement.returned += len(await self._return_to_sync(leased.batch_id, None))
+        await provider_batches.settle(
+            self._stage_pool, batch_id=leased.batch_id, status=status, tokens=settlement.tokens
+        )
+        await self._settled(leased.batch_id)
+        # The estimate counted the inputs: what they exceed it by, and every completion token
+        # (an estimate above the real count stays counted: the cap errs on the safe side).
+        extra = max(settlement.tokens - settlement.completion_tokens - leased.estimated_tokens, 0)
+        if self._usage is not None and (extra or settlement.completion_tokens):
+            self._usage.record(self.STAGE, self._call_usage(extra, settlement.completion_tokens))
+        self._count_settled(settlement)
+        await self._delete_files(
+            leased.input_file_id, batch.get("output_file_id"), batch.get("error_file_id")
+        )
+        return settlement
+
+    async def _error_line(
+        self, batch_id: str, line: dict, held: object, settlement: Settlement, to_sync: list[int]
+    ) -> None:
+        """An error file's line: the note's own fault (``failure_policy.status_error``) fails
+        its row; anything else (``batch_expired`` and the like included) returns it."""
+        claim, response = self._claim_of(line, held)
+        if claim is None:
+            return
+        code = response.get("status_code") if isinstance(response, dict) else None
+        if type(code) is not int:
+            to_sync.append(claim.context_id)  # batch_expired and the like: not answered
+            return
+        error_code, error_type, param = error_fields(orjson.dumps(response.get("body")))
+        error = failure_policy.status_error(
+            self.PROVIDER, code, code=error_code, error_type=error_type, param=param
+        )
+        if isinstance(error, InvalidInputError):
+            await self._fail(batch_id, claim, error.reason.value, settlement)
+        else:
+            to_sync.append(claim.context_id)
+
+    async def _unanswered(
+        self,
+        batch_id: str,
+        claim: HeldClaim,
+        exc: WorkerError,
+        settlement: Settlement,
+        to_sync: list[int],
+    ) -> None:
+        """An output line with no usable answer: the note's own fault (a permanent error not
+        held against the provider) fails its row; anything else (a wrong dimension, a broken
+        answer: provider-wide) returns it to the normal path."""
+        if isinstance(exc, PermanentError) and not failure_policy.counts_against_provider(exc):
+            await self._fail(batch_id, claim, exc.reason.value, settlement)
+        else:
+            to_sync.append(claim.context_id)
+
+    # --- each kind's hooks ----------------------------------------------------------------
+
+    def _call_usage(
+        self, input_tokens: int, completion_tokens: int, *, estimated: bool = False
+    ) -> CallUsage:
+        raise NotImplementedError
+
+    async def _read_held(self, batch_id: str) -> object:
+        """What the lines of ``batch_id`` are matched against (none by default)."""
+        return None
+
+    def _claim_of(self, line: dict, held: object) -> tuple[HeldClaim | None, object]:
+        raise NotImplementedError
+
+    async def _save_line(
+        self, batch_id: str, line: dict, held: object, settlement: Settlement, to_sync: list[int]
+    ) -> None:
+        raise NotImplementedError
+
+    async def _fail(
+        self, batch_id: str, claim: HeldClaim, reason: str, settlement: Settlement
+    ) -> None:
+        raise NotImplementedError
+
+    async def _return_to_sync(self, batch_id: str, context_ids: list[int] | None) -> list[int]:
+        raise NotImplementedError
+
+    async def _settled(self, batch_id: str) -> None:
+        """After the batch is recorded settled (nothing by default)."""
+
+    def _count_settled(self, settlement: Settlement) -> None:
         raise NotImplementedError
 
     async def _delete_files(self, *file_ids: object) -> None:
@@ -249,18 +455,14 @@ class BatchBackfill(ProviderBatchPoller):
     ) -> None:
         """``model_dimension``: the model's vectors; ``dimension``: stored, zero-padded (§5);
         ``poll_seconds``: between polls while no batch is due."""
-        self._stage_pool = stage_pool
-        self._client = client
-        self._gate = gate
-        self._usage = usage
+        super().__init__(
+            stage_pool, client, gate, usage=usage, profile=profile, model=model,
+            max_input_chars=max_input_chars, expiry_seconds=expiry_seconds,
+            poll_seconds=poll_seconds,
+        )  # fmt: skip
         self._contexts = metrics.backfill_contexts
-        self._profile = profile
-        self._model = model
         self._model_dimension = model_dimension
         self._dimension = dimension
-        self._max_input_chars = max_input_chars
-        self._expiry_seconds = expiry_seconds
-        self._init_poller(poll_seconds)
 
     # --- submit ---------------------------------------------------------------------------
 
@@ -270,13 +472,7 @@ class BatchBackfill(ProviderBatchPoller):
         Raises ``WrongProfile`` (409) for another profile and ``BackfillRefused`` (503) while
         the provider is unavailable (its daily cap included) or the upload or create failed
         (the claims were put back to ``PENDING``)."""
-        if profile != self._profile:
-            raise WrongProfile(f"this worker serves profile {self._profile!r}")
-        if not self._gate.available:
-            raise BackfillRefused(
-                "embedding provider unavailable",
-                self._gate.retry_after_seconds() or DEFAULT_RETRY_AFTER_SECONDS,
-            )
+        self._refuse_unless_open(profile)
         report = SubmitReport()
         by_id, claims = await claim_rows(
             self._stage_pool, self._profile, items, expiry_seconds=self._expiry_seconds
@@ -304,96 +500,50 @@ class BatchBackfill(ProviderBatchPoller):
         if not sent:
             self._count("failed", len(report.failed))
             return report
-        content = b"".join(orjson.dumps(line) + b"\n" for line in lines)
-        estimated = estimate_tokens(*texts)
-        try:
-            file_id = await self._client.upload(content, f"backfill-{self._profile}.jsonl")
-            batch = await self._client.create(
-                file_id, ENDPOINT, {"purpose": "backfill", "profile": self._profile}
-            )
-        except WorkerError as exc:
-            await self._release(sent)
-            logger.warning("backfill batch not submitted, rows put back: cause=%s", exc)
-            raise BackfillRefused(type(exc).__name__, DEFAULT_RETRY_AFTER_SECONDS) from None
-        batch_id = str(batch["id"])
-        try:
-            report.batched = await provider_batches.hold(
-                self._stage_pool,
-                batch_id=batch_id,
-                embedding_profile=self._profile,
-                status=str(batch.get("status") or "validating"),
-                input_file_id=file_id,
-                estimated_tokens=estimated,
-                claims=[(c.context_id, c.attempt) for c in sent],
-            )
-        except (WorkerError, DatabaseStatementError) as exc:
-            # Not recorded: nobody would save its results. Its rows are claimed without a
-            # batch, so they are reclaimed after the expiry; the batch is cancelled.
-            with contextlib.suppress(WorkerError):
-                await self._client.cancel(batch_id)
-            raise BackfillRefused(type(exc).__name__, DEFAULT_RETRY_AFTER_SECONDS) from None
-        report.batch_id = batch_id
-        if self._usage is not None:
-            usage = CallUsage(
-                "embedding", self._model, None, embedding_tokens=estimated, estimated=True
-            )
-            self._usage.record(STAGE, usage)
+
+        report.batch_id, report.batched = await self._submit_lines(
+            lines,
+            texts,
+            purpose="backfill",
+            hold=lambda batch: provider_batches.hold(
+                self._stage_pool, batch, claims=[(c.context_id, c.attempt) for c in sent]
+            ),
+            put_back=lambda: self._release(sent),
+            unsent="rows put back",
+        )
         self._count("batched", len(report.batched))
         self._count("failed", len(report.failed))
-        logger.info("backfill batch %s submitted: %d row(s)", batch_id, len(report.batched))
+        logger.info("backfill batch %s submitted: %d row(s)", report.batch_id, len(report.batched))
         return report
 
     # --- settle ---------------------------------------------------------------------------
 
-    async def _settle(self, leased: LeasedBatch, status: str, batch: dict) -> Settlement:
-        settlement = Settlement()
-        if not leased.cancel_requested:
-            output = await self._client.lines(batch.get("output_file_id"))
-            errors = await self._client.lines(batch.get("error_file_id"))
-            to_sync: list[int] = []
-            # A few saves at once: each is one statement and one commit on the stage pool.
-            for start in range(0, len(output), SAVES_AT_ONCE):
-                await asyncio.gather(
-                    *(
-                        self._save_line(leased.batch_id, item, settlement, to_sync)
-                        for item in output[start : start + SAVES_AT_ONCE]
-                    )
-                )
-            for item in errors:
-                await self._error_line(leased.batch_id, item, settlement, to_sync)
-            if to_sync:
-                settlement.returned += len(
-                    await provider_batches.return_to_sync(
-                        self._stage_pool, batch_id=leased.batch_id,
-                        embedding_profile=self._profile, context_ids=to_sync,
-                    )
-                )  # fmt: skip
-        # What the batch did not answer, and a cancelled profile's every row.
-        settlement.returned += len(
-            await provider_batches.return_to_sync(
-                self._stage_pool, batch_id=leased.batch_id, embedding_profile=self._profile,
-                context_ids=None,
-            )
-        )  # fmt: skip
-        await provider_batches.settle(
-            self._stage_pool, batch_id=leased.batch_id, status=status, tokens=settlement.tokens
+    def _call_usage(
+        self, input_tokens: int, completion_tokens: int, *, estimated: bool = False
+    ) -> CallUsage:
+        return CallUsage(
+            "embedding", self._model, None, embedding_tokens=input_tokens, estimated=estimated
         )
-        extra = settlement.tokens - leased.estimated_tokens
-        if self._usage is not None and extra > 0:
-            self._usage.record(
-                STAGE, CallUsage("embedding", self._model, None, embedding_tokens=extra)
-            )
+
+    def _claim_of(self, line: dict, held: object) -> tuple[BackfillClaim | None, object]:
+        """The claim a line's ``custom_id`` names (``None`` for a line that names none of
+        ours) and its ``response`` as the provider wrote it."""
+        return parse_custom_id(line.get("custom_id")), line.get("response")
+
+    async def _return_to_sync(self, batch_id: str, context_ids: list[int] | None) -> list[int]:
+        return await provider_batches.return_to_sync(
+            self._stage_pool, batch_id=batch_id, embedding_profile=self._profile,
+            context_ids=context_ids,
+        )  # fmt: skip
+
+    def _count_settled(self, settlement: Settlement) -> None:
         for result in ("completed", "cancelled", "failed", "returned", "lost"):
             self._count(result, getattr(settlement, result))
-        await self._delete_files(
-            leased.input_file_id, batch.get("output_file_id"), batch.get("error_file_id")
-        )
-        return settlement
 
     async def _save_line(
-        self, batch_id: str, item: dict, settlement: Settlement, to_sync: list[int]
+        self, batch_id: str, line: dict, held: object, settlement: Settlement, to_sync: list[int]
     ) -> None:
-        claim, response = _claim_and_response(item)
+        claim, response = self._claim_of(line, held)
         if claim is None:
             return
         body = response.get("body") if isinstance(response, dict) else None
@@ -402,14 +552,8 @@ class BatchBackfill(ProviderBatchPoller):
             settlement.tokens += max(int(usage["total_tokens"]), 0)
         try:
             (vector,) = openai_wire.parse_embeddings(body, 1, self._model_dimension)
-        except PermanentError as exc:
-            if failure_policy.counts_against_provider(exc):
-                to_sync.append(claim.context_id)  # a wrong dimension: not the note's fault
-            else:
-                await self._fail(batch_id, claim, exc.reason.value, settlement)  # no direction
-            return
-        except WorkerError:
-            to_sync.append(claim.context_id)  # provider-wide (a broken answer): not the note's
+        except WorkerError as exc:  # a vector with no direction is the note's own
+            await self._unanswered(batch_id, claim, exc, settlement, to_sync)
             return
         status = await profile_vectors.save_backfill_vector(
             self._stage_pool, claim, embedding_profile=self._profile,
@@ -421,25 +565,6 @@ class BatchBackfill(ProviderBatchPoller):
             settlement.cancelled += 1
         else:
             settlement.lost += 1
-
-    async def _error_line(
-        self, batch_id: str, item: dict, settlement: Settlement, to_sync: list[int]
-    ) -> None:
-        claim, response = _claim_and_response(item)
-        if claim is None:
-            return
-        code = response.get("status_code") if isinstance(response, dict) else None
-        if type(code) is not int:
-            to_sync.append(claim.context_id)  # batch_expired and the like: not answered
-            return
-        error_code, error_type, param = error_fields(orjson.dumps(response.get("body")))
-        error = failure_policy.status_error(
-            "embedding", code, code=error_code, error_type=error_type, param=param
-        )
-        if isinstance(error, InvalidInputError):
-            await self._fail(batch_id, claim, error.reason.value, settlement)
-        else:
-            to_sync.append(claim.context_id)
 
     async def _fail(
         self, batch_id: str, claim: BackfillClaim, reason: str, settlement: Settlement
@@ -463,9 +588,3 @@ class BatchBackfill(ProviderBatchPoller):
     def _count(self, result: str, count: int) -> None:
         if count:
             self._contexts.labels(result).inc(count)
-
-
-def _claim_and_response(item: dict) -> tuple[BackfillClaim | None, object]:
-    """One line of a batch's output or error file: the claim its ``custom_id`` names (``None``
-    for a line that names none of ours) and its ``response`` as the provider wrote it."""
-    return parse_custom_id(item.get("custom_id")), item.get("response")

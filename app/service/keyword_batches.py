@@ -43,37 +43,29 @@ synchronous claim takes it over after the processing expiry, as after a transien
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-import orjson
-
-from app import failure_policy
 from app.errors import (
     DatabaseStatementError,
     InvalidInputError,
     InvalidOutputError,
-    PermanentError,
     WorkerError,
 )
 from app.metrics import WorkerMetrics
 from app.providers import openai_wire
 from app.providers.openai_batches import BatchClient
 from app.providers.openai_compatible import judge_messages, judge_request
-from app.providers.openai_http import error_fields
-from app.providers.usage import CallUsage, UsageSink, estimate_tokens
-from app.repository import context_ai_state, keyword_batches, provider_batches, stage_saves
+from app.providers.usage import CallUsage, UsageSink
+from app.repository import context_ai_state, keyword_batches, stage_saves
 from app.repository.keyword_batches import BatchItems, HeldItem, KeywordAsk
-from app.repository.provider_batches import LeasedBatch
 from app.repository.stage_pool import StagePool
 from app.service import context_text
-from app.service.batch_backfill import ProviderBatchPoller, Settlement
+from app.service.batch_backfill import ProviderBatchPoller, Settlement, SubmitReport
 from app.service.judgment import map_verdict
 from app.service.presets import PresetCache
-from app.service.profile_backfill import DEFAULT_RETRY_AFTER_SECONDS, BackfillRefused, WrongProfile
+from app.service.profile_backfill import DEFAULT_RETRY_AFTER_SECONDS, BackfillRefused
 from app.service.provider_gate import ProviderGate
 from app.service.requests import ProcessRequest
 from pinlog_platform.contract.states import Stage
@@ -89,25 +81,14 @@ SAVES_AT_ONCE = 4
 
 
 @dataclass(slots=True)
-class KeywordSubmitReport:
-    """What became of a submitted request: ``batched`` stages held in batch ``batch_id``,
-    ``completed`` at once (no candidate: no call), ``failed`` (the note's own fault, before
-    any call), ``not_claimed``."""
+class KeywordSubmitReport(SubmitReport):
+    """A ``SubmitReport`` of keyword stages, and those ``completed`` at once (no candidate: no
+    call)."""
 
-    batch_id: str | None = None
-    batched: list[int] = field(default_factory=list)
     completed: list[int] = field(default_factory=list)
-    failed: dict[int, str] = field(default_factory=dict)
-    not_claimed: list[int] = field(default_factory=list)
 
     def as_json(self) -> dict[str, object]:
-        return {
-            "batchId": self.batch_id,
-            "batched": len(self.batched),
-            "completed": len(self.completed),
-            "failed": len(self.failed),
-            "notClaimed": len(self.not_claimed),
-        }
+        return {**SubmitReport.as_json(self), "completed": len(self.completed)}
 
 
 def custom_id(context_id: int, attempt: int) -> str:
@@ -130,6 +111,11 @@ class KeywordBatches(ProviderBatchPoller):
     docstring)."""
 
     KIND = "keyword"
+    PROVIDER = "judge"
+    ENDPOINT = ENDPOINT
+    STAGE = STAGE
+    LABEL = "keyword"
+    FILE_PREFIX = "keywords"
 
     def __init__(
         self,
@@ -152,20 +138,16 @@ class KeywordBatches(ProviderBatchPoller):
         """``profile``: this worker's embedding profile (the candidates' presets);
         ``model``: the judge's chat model; ``model_profile``: stored with each judgment (the
         synchronous OpenAI judge's); ``poll_seconds``: between polls of one batch."""
-        self._stage_pool = stage_pool
-        self._client = client
-        self._gate = gate
+        super().__init__(
+            stage_pool, client, gate, usage=usage, profile=profile, model=model,
+            max_input_chars=max_input_chars, expiry_seconds=expiry_seconds,
+            poll_seconds=poll_seconds,
+        )  # fmt: skip
         self._presets = presets
-        self._usage = usage
         self._counts = metrics.stages[Stage.KEYWORD]
-        self._profile = profile
-        self._model = model
         self._model_profile = model_profile
         self._top_k = top_k
         self._floor = similarity_floor
-        self._max_input_chars = max_input_chars
-        self._expiry_seconds = expiry_seconds
-        self._init_poller(poll_seconds)
 
     # --- submit ---------------------------------------------------------------------------
 
@@ -176,13 +158,7 @@ class KeywordBatches(ProviderBatchPoller):
         Raises ``WrongProfile`` (409) for another profile and ``BackfillRefused`` (503) while
         the judge is unavailable (its daily cap included), the claim failed, or the upload or
         create failed (the claims are taken again after the processing expiry)."""
-        if profile != self._profile:
-            raise WrongProfile(f"this worker serves profile {self._profile!r}")
-        if not self._gate.available:
-            raise BackfillRefused(
-                "judge provider unavailable",
-                self._gate.retry_after_seconds() or DEFAULT_RETRY_AFTER_SECONDS,
-            )
+        self._refuse_unless_open(profile)
         report = KeywordSubmitReport()
         by_id = {item.context_id: item for item in items}
         asks = [
@@ -243,42 +219,19 @@ class KeywordBatches(ProviderBatchPoller):
         if not held:
             self._count_submit(report)
             return report
-        content = b"".join(orjson.dumps(line) + b"\n" for line in lines)
-        estimated = estimate_tokens(*prompts)
-        try:
-            file_id = await self._client.upload(content, f"keywords-{self._profile}.jsonl")
-            batch = await self._client.create(
-                file_id, ENDPOINT, {"purpose": "keyword_reprocess", "profile": self._profile}
-            )
-        except WorkerError as exc:
-            logger.warning("keyword batch not submitted, claims left to expire: cause=%s", exc)
-            raise BackfillRefused(type(exc).__name__, DEFAULT_RETRY_AFTER_SECONDS) from None
-        batch_id = str(batch["id"])
-        try:
-            report.batched = await keyword_batches.hold(
-                self._stage_pool,
-                batch_id=batch_id,
-                embedding_profile=self._profile,
-                status=str(batch.get("status") or "validating"),
-                input_file_id=file_id,
-                estimated_tokens=estimated,
-                preset_version=snapshot.version,
-                held=held,
-            )
-        except (WorkerError, DatabaseStatementError) as exc:
-            # Not recorded: nobody would save its results. Its stages are claimed with no
-            # batch, so they are claimed again after the expiry; the batch is cancelled.
-            with contextlib.suppress(WorkerError):
-                await self._client.cancel(batch_id)
-            raise BackfillRefused(type(exc).__name__, DEFAULT_RETRY_AFTER_SECONDS) from None
-        report.batch_id = batch_id
-        if self._usage is not None:
-            self._usage.record(
-                STAGE,
-                CallUsage("judge", self._model, None, prompt_tokens=estimated, estimated=True),
-            )
+
+        report.batch_id, report.batched = await self._submit_lines(
+            lines,
+            prompts,
+            purpose="keyword_reprocess",
+            hold=lambda batch: keyword_batches.hold(
+                self._stage_pool, batch, preset_version=snapshot.version, held=held
+            ),
+            put_back=None,
+            unsent="claims left to expire",
+        )
         self._count_submit(report)
-        logger.info("keyword batch %s submitted: %d stage(s)", batch_id, len(report.batched))
+        logger.info("keyword batch %s submitted: %d stage(s)", report.batch_id, len(report.batched))
         return report
 
     def _count_submit(self, report: KeywordSubmitReport) -> None:
@@ -289,96 +242,67 @@ class KeywordBatches(ProviderBatchPoller):
 
     # --- settle ---------------------------------------------------------------------------
 
-    async def _settle(self, leased: LeasedBatch, status: str, batch: dict) -> Settlement:
-        settlement = Settlement()
-        prompt = completion = 0
-        if not leased.cancel_requested:
-            items = await keyword_batches.read_items(self._stage_pool, batch_id=leased.batch_id)
-            output = await self._client.lines(batch.get("output_file_id"))
-            errors = await self._client.lines(batch.get("error_file_id"))
-            to_sync: list[int] = []
-            tokens: list[tuple[int, int]] = []
-            for start in range(0, len(output), SAVES_AT_ONCE):
-                await asyncio.gather(
-                    *(
-                        self._save_line(leased.batch_id, item, items, settlement, to_sync, tokens)
-                        for item in output[start : start + SAVES_AT_ONCE]
-                    )
-                )
-            prompt = sum(p for p, _ in tokens)
-            completion = sum(c for _, c in tokens)
-            for item in errors:
-                await self._error_line(leased.batch_id, item, items, settlement, to_sync)
-            if to_sync:
-                settlement.returned += len(
-                    await keyword_batches.return_to_sync(
-                        self._stage_pool, batch_id=leased.batch_id, context_ids=to_sync
-                    )
-                )
-        # What the batch did not answer, and a cancelled batch's every stage.
-        settlement.returned += len(
-            await keyword_batches.return_to_sync(
-                self._stage_pool, batch_id=leased.batch_id, context_ids=None
-            )
+    def _call_usage(
+        self, input_tokens: int, completion_tokens: int, *, estimated: bool = False
+    ) -> CallUsage:
+        return CallUsage(
+            "judge", self._model, None, prompt_tokens=input_tokens,
+            completion_tokens=completion_tokens, estimated=estimated,
+        )  # fmt: skip
+
+    async def _read_held(self, batch_id: str) -> BatchItems:
+        return await keyword_batches.read_items(self._stage_pool, batch_id=batch_id)
+
+    def _claim_of(self, line: dict, held: BatchItems) -> tuple[HeldItem | None, object]:
+        """The held item a line's ``custom_id`` names (``None`` for a line that names none
+        of this batch's, or another attempt) and its ``response`` as the provider wrote it."""
+        claim = parse_custom_id(line.get("custom_id"))
+        item = None if claim is None else held.items.get(claim[0])
+        if item is None or claim is None or item.attempt != claim[1]:
+            return None, line.get("response")
+        return item, line.get("response")
+
+    async def _return_to_sync(self, batch_id: str, context_ids: list[int] | None) -> list[int]:
+        return await keyword_batches.return_to_sync(
+            self._stage_pool, batch_id=batch_id, context_ids=context_ids
         )
-        settlement.tokens = prompt + completion
-        await provider_batches.settle(
-            self._stage_pool, batch_id=leased.batch_id, status=status, tokens=settlement.tokens
-        )
-        await keyword_batches.delete_items(self._stage_pool, batch_id=leased.batch_id)
-        # The estimate counted the prompts: what they exceed it by, and every completion token.
-        extra_prompt = max(prompt - leased.estimated_tokens, 0)
-        if self._usage is not None and (extra_prompt or completion):
-            self._usage.record(
-                STAGE,
-                CallUsage(
-                    "judge", self._model, None,
-                    prompt_tokens=extra_prompt, completion_tokens=completion,
-                ),
-            )  # fmt: skip
+
+    async def _settled(self, batch_id: str) -> None:
+        await keyword_batches.delete_items(self._stage_pool, batch_id=batch_id)
+
+    def _count_settled(self, settlement: Settlement) -> None:
         if settlement.completed:
             self._counts.completed.inc(settlement.completed)
         if settlement.cancelled:
             self._counts.discarded.inc(settlement.cancelled)
         if settlement.failed:
             self._counts.failed.inc(settlement.failed)
-        await self._delete_files(
-            leased.input_file_id, batch.get("output_file_id"), batch.get("error_file_id")
-        )
-        return settlement
 
     async def _save_line(
         self,
         batch_id: str,
         line: dict,
-        items: BatchItems,
+        held: BatchItems,
         settlement: Settlement,
         to_sync: list[int],
-        tokens: list[tuple[int, int]],
     ) -> None:
-        item, response = _item_and_response(line, items)
+        item, response = self._claim_of(line, held)
         if item is None:
             settlement.lost += 1
             return
         body = response.get("body") if isinstance(response, dict) else None
         usage = body.get("usage") if isinstance(body, dict) else None
         if isinstance(usage, dict):
-            tokens.append(
-                (_count(usage.get("prompt_tokens")), _count(usage.get("completion_tokens")))
-            )
+            completion = _count(usage.get("completion_tokens"))
+            settlement.tokens += _count(usage.get("prompt_tokens")) + completion
+            settlement.completion_tokens += completion
         try:
             verdict = openai_wire.parse_verdict(body)
         except InvalidOutputError:
             to_sync.append(item.context_id)  # no usable judgment: the normal path, once
             return
-        except PermanentError as exc:
-            if failure_policy.counts_against_provider(exc):
-                to_sync.append(item.context_id)
-            else:  # a refusal or truncation: the note's own, as on the synchronous path
-                await self._fail(batch_id, item, exc.reason.value, settlement)
-            return
-        except WorkerError:
-            to_sync.append(item.context_id)  # provider-wide (a broken answer): not the note's
+        except WorkerError as exc:  # a refusal or truncation is the note's own
+            await self._unanswered(batch_id, item, exc, settlement, to_sync)
             return
         judgment = map_verdict(verdict, {keyword_id for keyword_id, _ in item.candidates})
         saved = await stage_saves.save_keywords(
@@ -386,10 +310,10 @@ class KeywordBatches(ProviderBatchPoller):
             context_id=item.context_id,
             attempt=item.attempt,
             selections=judgment.selections,
-            preset_version=items.preset_version,
+            preset_version=held.preset_version,
             unmatched_concepts=judgment.unmatched_concepts,
             model_profile=self._model_profile,
-            embedding_profile=items.embedding_profile,
+            embedding_profile=held.embedding_profile,
             candidates=item.candidates,
         )
         if saved:
@@ -398,30 +322,6 @@ class KeywordBatches(ProviderBatchPoller):
             # Deleted or edited meanwhile (CANCELLED wins), or another attempt owns it.
             settlement.cancelled += 1
             logger.info("keyword batch result discarded: context_id=%d", item.context_id)
-
-    async def _error_line(
-        self,
-        batch_id: str,
-        line: dict,
-        items: BatchItems,
-        settlement: Settlement,
-        to_sync: list[int],
-    ) -> None:
-        item, response = _item_and_response(line, items)
-        if item is None:
-            return
-        code = response.get("status_code") if isinstance(response, dict) else None
-        if type(code) is not int:
-            to_sync.append(item.context_id)  # batch_expired and the like: not answered
-            return
-        error_code, error_type, param = error_fields(orjson.dumps(response.get("body")))
-        error = failure_policy.status_error(
-            "judge", code, code=error_code, error_type=error_type, param=param
-        )
-        if isinstance(error, InvalidInputError):
-            await self._fail(batch_id, item, error.reason.value, settlement)
-        else:
-            to_sync.append(item.context_id)
 
     async def _fail(
         self, batch_id: str, item: HeldItem, reason: str, settlement: Settlement
@@ -433,17 +333,6 @@ class KeywordBatches(ProviderBatchPoller):
         if failed:
             settlement.failed += 1
             logger.info("keyword failed: context_id=%d reason=%s", item.context_id, reason)
-
-
-def _item_and_response(line: dict, items: BatchItems) -> tuple[HeldItem | None, object]:
-    """One line of a batch's output or error file: the held item its ``custom_id`` names
-    (``None`` for a line that names none of this batch's, or another attempt) and its
-    ``response`` as the provider wrote it."""
-    claim = parse_custom_id(line.get("custom_id"))
-    item = None if claim is None else items.items.get(claim[0])
-    if item is None or claim is None or item.attempt != claim[1]:
-        return None, line.get("response")
-    return item, line.get("response")
 
 
 def _count(value: object) -> int:

@@ -41,10 +41,8 @@ settled). Stages reset later (new notes, edits' replacements, another run withou
 from __future__ import annotations
 
 import asyncio
-import enum
 import json
 import logging
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -53,7 +51,13 @@ import typer
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from core_service.command_startup import fail, load, run_operation
-from core_service.composition import Operations, build_backfill
+from core_service.composition import Operations
+from core_service.operations.batch_waits import (
+    SUBMIT_WAIT_SECONDS,
+    Via,
+    send_marked,
+    wait_until_settled,
+)
 from core_service.repository import (
     context,
     context_ai_state,
@@ -83,21 +87,6 @@ POLL_SECONDS = 1.0
 READY_WAIT_SECONDS = 60.0
 # Via batch: stages reset (and marked) per transaction, not paced.
 BATCH_RESET = 1_000
-# Via batch: how long the command sends and waits for the first provider batch (seconds).
-SUBMIT_WAIT_SECONDS = 120.0
-# Via batch, --wait-results: first and longest pause between two looks, and the longest wait
-# (a provider batch ends within its 24-hour window).
-FIRST_BATCH_POLL_SECONDS = 0.25
-BATCH_POLL_SECONDS = 5.0
-BATCH_WAIT_SECONDS = 25 * 3600.0
-
-
-class Via(enum.StrEnum):
-    """How ``reprocess keywords`` sends the stages it resets: dispatched at once, or judged
-    by the provider's Batch API."""
-
-    SYNC = "sync"
-    BATCH = "batch"
 
 
 class BatchRefused(Exception):
@@ -357,19 +346,9 @@ async def submit_by_batch(
     provider batch they submit; ``ReembedBackfill.send_keywords_by_batch``) until none is left
     to send or ``wait_seconds`` passed; the first batch submitted since ``since``. The core
     processes' backfill loops send what is left."""
-    await operations.refresh_routing()
-    pause = PauseSwitch(operations.engine, operations.metrics)
-    loop = build_backfill(
-        operations.settings, operations.engine, operations.endpoints(), pause, operations.metrics
+    await send_marked(
+        operations, lambda loop: loop.send_keywords_by_batch(), wait_seconds=wait_seconds
     )
-    deadline = time.monotonic() + wait_seconds
-    while time.monotonic() < deadline:
-        wait = loop.backoff_seconds()
-        if wait > 0:
-            await asyncio.sleep(min(wait, max(deadline - time.monotonic(), 0.0)))
-            continue
-        if not await loop.send_keywords_by_batch():
-            break
     async with autocommit(operations.engine) as conn:
         first = await provider_batches.first_since(
             conn, profile=profile, since=since, kind="keyword"
@@ -384,18 +363,15 @@ async def wait_for_batches(
 ) -> provider_batches.BatchCounts:
     """Wait until no marked keyword stage is open and no keyword batch of ``profile`` is
     unsettled (``--wait-results``), at most ``BATCH_WAIT_SECONDS``; ``on_progress(open
-    stages, open batches)`` after each look. The batches as they ended."""
-    deadline = time.monotonic() + BATCH_WAIT_SECONDS
-    pause = FIRST_BATCH_POLL_SECONDS
-    while True:
-        async with autocommit(engine) as conn:
-            stages = await keyword_batches.open_via_batch(conn)
-            now = await provider_batches.counts(conn, profile=profile, kind="keyword")
-        if (stages == 0 and now.in_progress == 0) or time.monotonic() >= deadline:
-            return now
-        on_progress(stages, now.in_progress)
-        await asyncio.sleep(pause)
-        pause = min(pause * 2, BATCH_POLL_SECONDS)
+    stages, open batches)`` after each look (``batch_waits.wait_until_settled``). The batches as
+    they ended."""
+    return await wait_until_settled(
+        engine,
+        profile=profile,
+        kind="keyword",
+        open_work=keyword_batches.open_via_batch,
+        on_progress=on_progress,
+    )
 
 
 # Exit code of `reprocess keywords` when the workers did not load the current list in time,

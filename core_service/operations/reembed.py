@@ -34,7 +34,6 @@ one winner and a refusal, and a command whose switch changed meanwhile changes n
 from __future__ import annotations
 
 import asyncio
-import enum
 import json
 import sys
 import time
@@ -46,8 +45,14 @@ import typer
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from core_service.command_startup import fail, load, run_operation
-from core_service.composition import Operations, build_backfill
+from core_service.composition import Operations
 from core_service.operations import counts
+from core_service.operations.batch_waits import (
+    SUBMIT_WAIT_SECONDS,
+    Via,
+    send_marked,
+    wait_until_settled,
+)
 from core_service.operations.keyword_reprocess import (
     KeywordReprocess,
     NoUsablePresets,
@@ -58,7 +63,6 @@ from core_service.operations.keyword_reprocess import (
 from core_service.repository import embedding_switch, keyword_reprocess, provider_batches
 from core_service.repository.db import autocommit
 from core_service.repository.embedding_switch import SwitchRow
-from core_service.service.pause import PauseSwitch
 from core_service.service.profile_in_use import CACHE_SECONDS, PROPAGATION_SECONDS
 from core_service.service.switch_status import PACE_WINDOW_SECONDS, read_switch_status
 from core_service.service.worker_readiness import WorkerReadiness, display_url
@@ -66,14 +70,6 @@ from pinlog_platform.cli import numbers
 
 # ``reembed status``'s procedure: the switch as it stands, as the backfill loop's gauges read it.
 status = read_switch_status
-# How long `reembed start --via batch` sends the marked rows before it reports the first batch
-# (seconds), how often --wait looks (doubling from the first to the second), and how long it
-# waits at most (the provider's 24-hour
-# completion window and an hour more).
-SUBMIT_WAIT_SECONDS = 120.0
-FIRST_BATCH_POLL_SECONDS = 0.25
-BATCH_POLL_SECONDS = 5.0
-BATCH_WAIT_SECONDS = 25 * 3600.0
 # Judgments stamped, and rows removed, per statement.
 STAMP_BATCH = 5_000
 REMOVE_BATCH = 5_000
@@ -224,19 +220,9 @@ async def submit_by_batch(
     one provider batch they submit; ``ReembedBackfill.send_by_batch``) until none is left to
     send or ``wait_seconds`` passed; the first batch submitted since ``since``. The core
     processes' backfill loops send what is left (a worker that refused, a row unsent)."""
-    await operations.refresh_routing()
-    pause = PauseSwitch(operations.engine, operations.metrics)
-    loop = build_backfill(
-        operations.settings, operations.engine, operations.endpoints(), pause, operations.metrics
+    pause = await send_marked(
+        operations, lambda loop: loop.send_by_batch(), wait_seconds=wait_seconds
     )
-    deadline = time.monotonic() + wait_seconds
-    while time.monotonic() < deadline:
-        wait = loop.backoff_seconds()
-        if wait > 0:
-            await asyncio.sleep(min(wait, max(deadline - time.monotonic(), 0.0)))
-            continue
-        if not await loop.send_by_batch():
-            break
     async with autocommit(operations.engine) as conn:
         first = await provider_batches.first_since(conn, profile=profile, since=since)
         counts_now = await provider_batches.counts(conn, profile=profile, kind="embed")
@@ -248,18 +234,15 @@ async def wait_for_batches(
 ) -> provider_batches.BatchCounts:
     """Wait until no row of ``profile`` marked for the Batch API is open and no batch of it
     is unsettled (``--wait``), at most ``BATCH_WAIT_SECONDS``; ``on_progress(open rows, open
-    batches)`` after each look. The batches as they ended."""
-    deadline = time.monotonic() + BATCH_WAIT_SECONDS
-    pause = FIRST_BATCH_POLL_SECONDS
-    while True:
-        async with autocommit(engine) as conn:
-            rows = await embedding_switch.open_via_batch(conn, profile=profile)
-            now = await provider_batches.counts(conn, profile=profile, kind="embed")
-        if (rows == 0 and now.in_progress == 0) or time.monotonic() >= deadline:
-            return now
-        on_progress(rows, now.in_progress)
-        await asyncio.sleep(pause)
-        pause = min(pause * 2, BATCH_POLL_SECONDS)
+    batches)`` after each look (``batch_waits.wait_until_settled``). The batches as they
+    ended."""
+    return await wait_until_settled(
+        engine,
+        profile=profile,
+        kind="embed",
+        open_work=lambda conn: embedding_switch.open_via_batch(conn, profile=profile),
+        on_progress=on_progress,
+    )
 
 
 async def cut_over(
@@ -436,13 +419,6 @@ async def _finish_refused(
         "(`reembed status`) and finish again",
         details,
     )
-
-
-class Via(enum.StrEnum):
-    """How ``reembed start`` sends the backfill: embedded at once, or by the Batch API."""
-
-    SYNC = "sync"
-    BATCH = "batch"
 
 
 # Exit code of a `reembed` operation refused in the current state.

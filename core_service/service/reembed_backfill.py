@@ -56,9 +56,10 @@ import collections
 import contextlib
 import logging
 import time
+from collections.abc import Awaitable, Callable
 
 import orjson
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from core_service.errors import CoreError
 from core_service.metrics import CoreMetrics
@@ -442,28 +443,33 @@ class ReembedBackfill:
         return "refused"
 
     async def _unmark(self, profile: str, sources: list[BackfillSource]) -> None:
-        try:
-            async with autocommit(self._engine) as conn:
-                await embedding_switch.unmark(
-                    conn, profile=profile, context_ids=[s.context_id for s in sources]
-                )
-        except CoreError as exc:
-            logger.warning("backfill rows left for the resend delay (%s)", type(exc).__name__)
+        ids = [s.context_id for s in sources]
+        await self._or_left(
+            "backfill rows",
+            lambda conn: embedding_switch.unmark(conn, profile=profile, context_ids=ids),
+        )
 
     async def _unmark_keywords(self, sources: list[BackfillSource]) -> None:
-        try:
-            async with autocommit(self._engine) as conn:
-                await keyword_batches.unmark(conn, [s.context_id for s in sources])
-        except CoreError as exc:
-            logger.warning("keyword stages left for the resend delay (%s)", type(exc).__name__)
+        ids = [s.context_id for s in sources]
+        await self._or_left("keyword stages", lambda conn: keyword_batches.unmark(conn, ids))
 
     async def _keywords_to_sync(self, sources: list[BackfillSource]) -> None:
         """Too large for a request alone: judged the synchronous way (the rescan sends it)."""
+        ids = [s.context_id for s in sources]
+        await self._or_left(
+            "keyword stages", lambda conn: keyword_batches.return_to_sync(conn, ids)
+        )
+
+    async def _or_left(
+        self, what: str, step: Callable[[AsyncConnection], Awaitable[object]]
+    ) -> None:
+        """Run ``step`` in a transaction of its own; a database fault leaves ``what`` for the
+        resend delay (logged, not raised)."""
         try:
             async with autocommit(self._engine) as conn:
-                await keyword_batches.return_to_sync(conn, [s.context_id for s in sources])
+                await step(conn)
         except CoreError as exc:
-            logger.warning("keyword stages left for the resend delay (%s)", type(exc).__name__)
+            logger.warning("%s left for the resend delay (%s)", what, type(exc).__name__)
 
     async def _fail_unsendable(
         self, profile: str, sources: list[BackfillSource], limit: int

@@ -30,6 +30,22 @@ SEED = [
 ]
 
 
+def assert_documents_read_by_index(nodes: list[dict], *, at_most: int) -> None:
+    """The plan reads ``context_search_doc`` and ``context``, each by an index and each at
+    most ``at_most`` rows (all loops)."""
+    scans = [
+        n
+        for n in nodes
+        if n.get("Relation Name") in ("context_search_doc", "context")
+        and n["Node Type"] != "ModifyTable"
+    ]
+    assert {n["Relation Name"] for n in scans} == {"context_search_doc", "context"}
+    assert all("Index" in n["Node Type"] for n in scans), [
+        (n["Relation Name"], n["Node Type"]) for n in scans
+    ]
+    assert all(n["Actual Rows"] * n["Actual Loops"] <= at_most for n in scans), scans
+
+
 def _nodes(plan: dict):
     yield plan
     for child in plan.get("Plans", ()):
@@ -89,18 +105,8 @@ async def test_the_sweep_reads_one_page_of_documents_by_index(engine, members):
     plan = explained.scalar_one()[0]["Plan"]
     nodes = list(_nodes(plan))
 
-    scans = [
-        n
-        for n in nodes
-        if n.get("Relation Name") in ("context_search_doc", "context")
-        and n["Node Type"] != "ModifyTable"
-    ]
-    assert {n["Relation Name"] for n in scans} == {"context_search_doc", "context"}
     # (core.record holds two rows here: the planner may read it whole.)
-    assert all("Index" in n["Node Type"] for n in scans), [
-        (n["Relation Name"], n["Node Type"]) for n in scans
-    ]
-    assert all(n["Actual Rows"] * n["Actual Loops"] <= 100 for n in scans), scans
+    assert_documents_read_by_index(nodes, at_most=100)
     purged = [n for n in nodes if n.get("Operation") == "Delete"]
     assert stale > 0 and [n["Actual Rows"] for n in purged] == [stale]
 
@@ -136,15 +142,5 @@ async def test_a_soft_delete_purges_its_contexts_documents_by_key(engine, member
         await transaction.rollback()
     nodes = list(_nodes(explained.scalar_one()[0]["Plan"]))
 
-    scans = [
-        n
-        for n in nodes
-        if n.get("Relation Name") in ("context_search_doc", "context")
-        and n["Node Type"] != "ModifyTable"
-    ]
-    assert {n["Relation Name"] for n in scans} == {"context_search_doc", "context"}
-    assert all("Index" in n["Node Type"] for n in scans), [
-        (n["Relation Name"], n["Node Type"]) for n in scans
-    ]
-    assert all(n["Actual Rows"] * n["Actual Loops"] <= 5 for n in scans), scans
+    assert_documents_read_by_index(nodes, at_most=5)
     assert left == 0

@@ -7,9 +7,6 @@ batch, and held rows never reclaimed after the processing expiry.
 
 from __future__ import annotations
 
-import asyncio
-import time
-
 import httpx
 import numpy as np
 import pytest
@@ -33,9 +30,16 @@ from tests.worker.backfill_support import BackfillRow as Row
 from tests.worker.backfill_support import backfill_counts as counts
 from tests.worker.harness import PROFILE, SECRET, RunningWorker
 from tests.worker.open_transactions import cancel_context
+from tests.worker.provider_batch_support import (
+    ask_cancelled,
+    batch_record,
+    in_progress,
+    polled_as,
+    post_batch,
+    settled,
+)
 
 BATCH_SETTINGS = {"embedding_batch_api": True, "batch_poll_seconds": 0.05}
-WAIT_SECONDS = 20.0
 
 
 async def submit(worker: RunningWorker, ids: list[int]) -> dict:
@@ -44,11 +48,7 @@ async def submit(worker: RunningWorker, ids: list[int]) -> dict:
         "contexts": [context(i) for i in ids],
         "via": "batch",
     }
-    response = await worker.client.post(
-        BACKFILL_PATH, json=body, headers={"X-Internal-Secret": SECRET}
-    )
-    assert response.status_code == 200, response.text
-    return response.json()
+    return await post_batch(worker, BACKFILL_PATH, body)
 
 
 async def held_rows(engine) -> dict[int, tuple[str, str | None, bool]]:
@@ -62,34 +62,6 @@ async def held_rows(engine) -> dict[int, tuple[str, str | None, bool]]:
             {"p": PROFILE},
         )
         return {r.context_id: (r.status, r.batch_id, r.via_batch) for r in rows}
-
-
-async def batch_record(engine, batch_id: str) -> dict:
-    async with engine.connect() as conn:
-        row = (
-            await conn.execute(
-                text("SELECT * FROM ai.provider_batch WHERE batch_id = :id"), {"id": batch_id}
-            )
-        ).one()
-    return dict(row._mapping)
-
-
-async def settled(engine, batch_id: str) -> dict:
-    """The batch's row once a worker settled it (fails after ``WAIT_SECONDS``)."""
-    deadline = time.monotonic() + WAIT_SECONDS
-    while True:
-        record = await batch_record(engine, batch_id)
-        if record["settled"]:
-            return record
-        assert time.monotonic() < deadline, f"batch not settled: {record['status']}"
-        await asyncio.sleep(0.02)
-
-
-async def polled_as(fake_openai, batch_id: str, status: str) -> None:
-    deadline = time.monotonic() + WAIT_SECONDS
-    while fake_openai.batches.batch(batch_id)["status"] != status:
-        assert time.monotonic() < deadline
-        await asyncio.sleep(0.02)
 
 
 def assert_stored(vectors: dict, context_id: int) -> None:
@@ -135,9 +107,7 @@ async def test_an_expired_batch_saves_what_it_answered_and_returns_the_rest_to_s
     for context_id in (1, 2, 3):
         await embedded_under_the_old_profile(engine, context_id)
     async with make_worker(**BATCH_SETTINGS) as worker:
-        fake_openai.batches.hold_batches(True)
-        batch_id = (await submit(worker, [1, 2, 3]))["batchId"]
-        await polled_as(fake_openai, batch_id, "in_progress")
+        batch_id = await in_progress(fake_openai, submit(worker, [1, 2, 3]))
         fake_openai.batches.expire_batch(batch_id, completed=1)
         record = await settled(engine, batch_id)
 
@@ -176,9 +146,7 @@ async def test_a_context_deleted_while_its_batch_runs_gets_no_vector(
     for context_id in (1, 2):
         await embedded_under_the_old_profile(engine, context_id)
     async with make_worker(**BATCH_SETTINGS) as worker:
-        fake_openai.batches.hold_batches(True)
-        batch_id = (await submit(worker, [1, 2]))["batchId"]
-        await polled_as(fake_openai, batch_id, "in_progress")
+        batch_id = await in_progress(fake_openai, submit(worker, [1, 2]))
         await cancel_context(engine, context_id=1)
         fake_openai.batches.hold_batches(False)
         await settled(engine, batch_id)
@@ -238,14 +206,8 @@ async def test_a_batch_the_core_asked_cancelled_is_cancelled_and_its_results_dis
     for context_id in (1, 2):
         await embedded_under_the_old_profile(engine, context_id)
     async with make_worker(**BATCH_SETTINGS) as worker:
-        fake_openai.batches.hold_batches(True)
-        batch_id = (await submit(worker, [1, 2]))["batchId"]
-        await polled_as(fake_openai, batch_id, "in_progress")
-        async with engine.begin() as conn:
-            await conn.execute(
-                text("UPDATE ai.provider_batch SET cancel_requested = true WHERE batch_id = :b"),
-                {"b": batch_id},
-            )
+        batch_id = await in_progress(fake_openai, submit(worker, [1, 2]))
+        await ask_cancelled(engine, batch_id)
         record = await settled(engine, batch_id)
 
     assert fake_openai.batches.batch(batch_id)["status"] == "cancelled"

@@ -9,8 +9,6 @@ batch discarded, and ``/readyz``'s ``keywordBatch``.
 
 from __future__ import annotations
 
-import asyncio
-
 import httpx
 import orjson
 from sqlalchemy import text
@@ -18,9 +16,19 @@ from sqlalchemy import text
 from app.providers.openai_compatible import JUDGE_SYSTEM_PROMPT
 from tests.fake_openai import error_body, judge_body
 from tests.worker.api.test_backfill_route import NOTES
-from tests.worker.api.test_batch_backfill import polled_as, settled
 from tests.worker.harness import PROFILE, SECRET, RunningWorker
-from tests.worker.open_transactions import cancel_context, cancelled_in_open_transaction
+from tests.worker.open_transactions import (
+    cancel_context,
+    cancelled_in_open_transaction,
+    lock_waiters_reach,
+)
+from tests.worker.provider_batch_support import (
+    ask_cancelled,
+    in_progress,
+    polled_as,
+    post_batch,
+    settled,
+)
 from tests.worker.support import backdate, keyword_rows, make_embedding, make_state, vector
 
 PATH = "/internal/v1/batch/keywords"
@@ -60,10 +68,9 @@ async def marked(engine, context_id: int) -> None:
 
 
 async def submit(worker: RunningWorker, ids: list[int]) -> dict:
-    body = {"embeddingProfile": PROFILE, "contexts": [note(i) for i in ids]}
-    response = await worker.client.post(PATH, json=body, headers={"X-Internal-Secret": SECRET})
-    assert response.status_code == 200, response.text
-    return response.json()
+    return await post_batch(
+        worker, PATH, {"embeddingProfile": PROFILE, "contexts": [note(i) for i in ids]}
+    )
 
 
 async def stages(engine) -> dict[int, tuple[str, str | None, bool]]:
@@ -149,23 +156,6 @@ async def test_marked_stages_are_judged_by_one_batch_and_saved_without_a_synchro
         assert items.scalar_one() == 0  # forgotten once settled
 
 
-async def a_session_blocked(engine) -> None:
-    """Until a session waits for a lock another holds (the save, behind the open delete; its
-    ``query`` column may still show its previous statement, so none is matched by text)."""
-    async with engine.connect() as conn:
-        for _ in range(500):
-            blocked = await conn.execute(
-                text(
-                    "SELECT count(*) FROM pg_stat_activity "
-                    "WHERE cardinality(pg_blocking_pids(pid)) > 0"
-                )
-            )
-            if blocked.scalar_one():
-                return
-            await asyncio.sleep(0.01)
-    raise AssertionError("no session waited for the row lock")
-
-
 async def test_a_context_deleted_while_its_batch_runs_gets_no_keywords(
     engine, make_worker, fake_openai
 ):
@@ -174,12 +164,10 @@ async def test_a_context_deleted_while_its_batch_runs_gets_no_keywords(
     for context_id in (1, 2):
         await marked(engine, context_id)
     async with make_worker(**KEYWORD_BATCH_SETTINGS) as worker:
-        fake_openai.batches.hold_batches(True)
-        batch_id = (await submit(worker, [1, 2]))["batchId"]
-        await polled_as(fake_openai, batch_id, "in_progress")
+        batch_id = await in_progress(fake_openai, submit(worker, [1, 2]))
         async with cancelled_in_open_transaction(engine, 1) as delete:
             fake_openai.batches.hold_batches(False)
-            await a_session_blocked(engine)
+            await lock_waiters_reach(engine, 1)  # the save, behind the open delete
             await delete.commit()
         record = await settled(engine, batch_id)
 
@@ -213,9 +201,7 @@ async def test_an_expired_batch_returns_what_it_did_not_answer_to_the_synchronou
     for context_id in (1, 2, 3):
         await marked(engine, context_id)
     async with make_worker(**KEYWORD_BATCH_SETTINGS) as worker:
-        fake_openai.batches.hold_batches(True)
-        batch_id = (await submit(worker, [1, 2, 3]))["batchId"]
-        await polled_as(fake_openai, batch_id, "in_progress")
+        batch_id = await in_progress(fake_openai, submit(worker, [1, 2, 3]))
         fake_openai.batches.expire_batch(batch_id, completed=1)
         record = await settled(engine, batch_id)
         after = await stages(engine)
@@ -289,14 +275,8 @@ async def test_a_batch_the_core_asked_cancelled_is_cancelled_and_its_results_dis
 ):
     await marked(engine, 1)
     async with make_worker(**KEYWORD_BATCH_SETTINGS) as worker:
-        fake_openai.batches.hold_batches(True)
-        batch_id = (await submit(worker, [1]))["batchId"]
-        await polled_as(fake_openai, batch_id, "in_progress")
-        async with engine.begin() as conn:
-            await conn.execute(
-                text("UPDATE ai.provider_batch SET cancel_requested = true WHERE batch_id = :b"),
-                {"b": batch_id},
-            )
+        batch_id = await in_progress(fake_openai, submit(worker, [1]))
+        await ask_cancelled(engine, batch_id)
         record = await settled(engine, batch_id)
     assert fake_openai.batches.batch(batch_id)["status"] == "cancelled"
     assert record["status"] == "cancelled"

@@ -12,11 +12,13 @@ from sqlalchemy import text
 
 from app.repository import context_ai_state, keyword_batches
 from app.repository.keyword_batches import CLAIM_FOR_BATCH, RETURN_TO_SYNC, HeldItem, KeywordAsk
+from app.repository.provider_batches import NewBatch
 from pinlog_platform.contract.states import Stage
 from pinlog_platform.contract.text_fingerprint import fingerprint
 from tests.worker.api.test_backfill_route import NOTES
-from tests.worker.api.test_keyword_batches import a_session_blocked, marked, stages
+from tests.worker.api.test_keyword_batches import marked, stages
 from tests.worker.harness import PROFILE
+from tests.worker.open_transactions import lock_waiters_reach
 
 
 def ask(context_id: int) -> KeywordAsk:
@@ -31,8 +33,8 @@ async def claim(stage_pool, ids: list[int], expiry: float = 600.0) -> list[tuple
 
 async def hold(stage_pool, batch_id: str, claims: list[tuple[int, int]]) -> list[int]:
     return await keyword_batches.hold(
-        stage_pool, batch_id=batch_id, embedding_profile=PROFILE, status="validating",
-        input_file_id=f"file-{batch_id}", estimated_tokens=10, preset_version=1,
+        stage_pool, NewBatch(batch_id, PROFILE, "validating", f"file-{batch_id}", 10),
+        preset_version=1,
         held=[HeldItem(c, a, ((1, 0.9),)) for c, a in claims],
     )  # fmt: skip
 
@@ -97,7 +99,7 @@ async def test_a_return_and_a_fail_of_one_stage_never_both_apply(engine, stage_p
             stage_pool, batch_id="batch_1", context_id=1, attempt=1, reason="input_rejected"
         )
     )
-    await a_session_blocked(engine)
+    await lock_waiters_reach(engine, 1)
     await transaction.commit()
 
     assert await asyncio.wait_for(failing, timeout=5) is False

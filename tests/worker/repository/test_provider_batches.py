@@ -11,9 +11,10 @@ import asyncio
 from sqlalchemy import text
 
 from app.repository import profile_vectors, provider_batches
-from app.repository.provider_batches import LEASE_BATCH, RETURN_TO_SYNC
+from app.repository.provider_batches import LEASE_BATCH, RETURN_TO_SYNC, NewBatch
 from tests.worker.backfill_support import BackfillRow as Row
 from tests.worker.backfill_support import ask, backfill_row, make_backfill
+from tests.worker.open_transactions import lock_waiters_reach
 from tests.worker.support import PROFILE
 
 LEASE = {"lease_seconds": 300.0, "every_seconds": 0.0}
@@ -27,8 +28,7 @@ async def claim(stage_pool, ids: list[int], expiry: float = 600.0):
 
 async def held(stage_pool, batch_id: str, claims) -> list[int]:
     return await provider_batches.hold(
-        stage_pool, batch_id=batch_id, embedding_profile=PROFILE, status="validating",
-        input_file_id=f"file-{batch_id}", estimated_tokens=10,
+        stage_pool, NewBatch(batch_id, PROFILE, "validating", f"file-{batch_id}", 10),
         claims=[(c.context_id, c.attempt) for c in claims],
     )  # fmt: skip
 
@@ -41,22 +41,6 @@ async def batch_of(engine, context_id: int) -> str | None:
                 {"i": context_id},
             )
         ).scalar_one()
-
-
-async def waiting_for_a_lock(engine) -> None:
-    """Until a session waits for a row lock (the fail, behind the returner's open update)."""
-    async with engine.connect() as conn:
-        for _ in range(500):
-            waiting = await conn.execute(
-                text(
-                    "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
-                    "AND query LIKE '%SET status = ''FAILED''%'"
-                )
-            )
-            if waiting.scalar_one():
-                return
-            await asyncio.sleep(0.01)
-    raise AssertionError("the fail never waited for the row lock")
 
 
 async def test_two_workers_leasing_at_once_never_poll_the_same_batch(
@@ -141,7 +125,7 @@ async def test_two_settlers_of_one_batch_never_both_settle_a_row(engine, stage_p
             attempt=claimed.attempt, reason="input_rejected",
         )
     )  # fmt: skip
-    await waiting_for_a_lock(engine)
+    await lock_waiters_reach(engine, 1)  # the fail, behind the returner's open update
     await transaction.commit()
 
     assert await asyncio.wait_for(failing, timeout=5) is False
