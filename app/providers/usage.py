@@ -56,6 +56,14 @@ class UsageSink(Protocol):
         ...
 
 
+class BatchUsageSink(UsageSink, Protocol):
+    def release(self, stage: str, usage: CallUsage, *, batch_id: str, estimate: int) -> None:
+        """Settle provider batch ``batch_id``'s ``estimate`` (tokens recorded as estimated at
+        its submission): take back ``usage``, what it counted above the tokens the results
+        report, and mark the estimate counted; never blocks, never raises."""
+        ...
+
+
 def estimate_tokens(*texts: str) -> int:
     """UTF-8 bytes ÷ 3, rounded up: the estimate when an answer carries no ``usage``."""
     size = sum(len(text.encode("utf-8", "surrogatepass")) for text in texts)

@@ -28,8 +28,10 @@ interval), and polls it. Once the batch is over it is **settled**:
   transient, ``batch_expired``) returns the row to the synchronous path, failing no note;
 - what the batch did not answer (expired, failed, cancelled) returns to the synchronous path;
   a cancelled profile's results are discarded, never saved;
-- the tokens the results report settle the estimate: what exceeds it is counted then (an
-  estimate above the real count stays counted: the cap errs on the safe side);
+- the tokens the results report settle the estimate: what exceeds it is counted then, what
+  it counted above them (unanswered lines included) is taken back from the ledger row of the
+  submission day (``UsageLedger.release``), so the ledger and the spend it prices show what
+  the provider bills;
 - the input, output and error files are deleted at the provider.
 
 Settling is re-runnable: a worker killed while settling leaves the lease to run out, and the
@@ -54,7 +56,7 @@ from app.providers import openai_wire
 from app.providers.openai_batches import TERMINAL, BatchClient
 from app.providers.openai_http import error_fields
 from app.providers.padding import zero_pad
-from app.providers.usage import CallUsage, UsageSink, estimate_tokens
+from app.providers.usage import BatchUsageSink, CallUsage, estimate_tokens
 from app.repository import profile_vectors, provider_batches
 from app.repository.profile_vectors import BackfillClaim
 from app.repository.provider_batches import LeasedBatch, NewBatch
@@ -160,7 +162,7 @@ class ProviderBatchPoller:
         client: BatchClient,
         gate: ProviderGate,
         *,
-        usage: UsageSink | None,
+        usage: BatchUsageSink | None,
         profile: str,
         model: str,
         max_input_chars: int,
@@ -341,11 +343,21 @@ class ProviderBatchPoller:
             self._stage_pool, batch_id=leased.batch_id, status=status, tokens=settlement.tokens
         )
         await self._settled(leased.batch_id)
-        # The estimate counted the inputs: what they exceed it by, and every completion token
-        # (an estimate above the real count stays counted: the cap errs on the safe side).
-        extra = max(settlement.tokens - settlement.completion_tokens - leased.estimated_tokens, 0)
+        # The estimate counted the inputs at submission (against the daily cap at once): the
+        # results settle it, what they exceed it by and every completion token added, what it
+        # counted above them (lines never answered included: the provider bills none) taken back.
+        answered_inputs = settlement.tokens - settlement.completion_tokens
+        extra = max(answered_inputs - leased.estimated_tokens, 0)
+        over = max(leased.estimated_tokens - answered_inputs, 0)
         if self._usage is not None and (extra or settlement.completion_tokens):
             self._usage.record(self.STAGE, self._call_usage(extra, settlement.completion_tokens))
+        if self._usage is not None and leased.estimated_tokens:
+            self._usage.release(
+                self.STAGE,
+                self._call_usage(over, 0),
+                batch_id=leased.batch_id,
+                estimate=leased.estimated_tokens,
+            )
         self._count_settled(settlement)
         await self._delete_files(
             leased.input_file_id, batch.get("output_file_id"), batch.get("error_file_id")
@@ -443,7 +455,7 @@ class BatchBackfill(ProviderBatchPoller):
         client: BatchClient,
         gate: ProviderGate,
         *,
-        usage: UsageSink | None,
+        usage: BatchUsageSink | None,
         metrics: WorkerMetrics,
         profile: str,
         model: str,

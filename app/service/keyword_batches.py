@@ -57,7 +57,7 @@ from app.metrics import WorkerMetrics
 from app.providers import openai_wire
 from app.providers.openai_batches import BatchClient
 from app.providers.openai_compatible import judge_messages, judge_request
-from app.providers.usage import CallUsage, UsageSink
+from app.providers.usage import BatchUsageSink, CallUsage
 from app.repository import context_ai_state, keyword_batches, stage_saves
 from app.repository.keyword_batches import BatchItems, HeldItem, KeywordAsk
 from app.repository.stage_pool import StagePool
@@ -124,7 +124,7 @@ class KeywordBatches(ProviderBatchPoller):
         gate: ProviderGate,
         presets: PresetCache,
         *,
-        usage: UsageSink | None,
+        usage: BatchUsageSink | None,
         metrics: WorkerMetrics,
         profile: str,
         model: str,

@@ -15,6 +15,10 @@ Cached prompt tokens (``usage.prompt_tokens_details.cached_tokens``) are a part 
 the full ``prompt``/``embedding`` count, kept in ``cached_prompt_tokens``, and priced at the
 model's ``cached_prompt`` price instead of its ``prompt``/``embedding`` price.
 
+A provider batch's tokens are recorded at its submission as an estimate (against the daily cap
+at once); when the batch is settled, ``release`` takes back what the estimate counted above the
+tokens its results report, from the row of the batch's submission day.
+
 The day of a row is the database's UTC day at the write: calls of the last seconds before
 midnight can land on the next day.
 """
@@ -32,7 +36,13 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.metrics import WorkerMetrics
 from app.providers.usage import CallUsage
-from app.repository.usage_ledger import UsageDelta, add_usage, tokens_today
+from app.repository.usage_ledger import (
+    UsageDelta,
+    UsageRelease,
+    add_usage,
+    release_estimates,
+    tokens_today,
+)
 from app.settings.costs import ModelPrice
 
 logger = logging.getLogger(__name__)
@@ -107,6 +117,7 @@ class UsageLedger:
         self._prices = dict(prices)
         self._flush_seconds = flush_seconds
         self._pending: dict[tuple[str, str, str], _Totals] = {}
+        self._releases: list[UsageRelease] = []
         self._task: asyncio.Task[None] | None = None
         self._stop = asyncio.Event()
         self._lock = asyncio.Lock()
@@ -158,6 +169,27 @@ class UsageLedger:
             if count:
                 self._tokens.labels(usage.provider, usage.model, stage, kind).inc(count)
 
+    def release(self, stage: str, usage: CallUsage, *, batch_id: str, estimate: int) -> None:
+        """Settle provider batch ``batch_id``'s ``estimate`` on the ledger row of the day it
+        was submitted, at the next write, after what is pending (so an estimate not written
+        yet is written first): take back ``usage`` (tokens the estimate counted above what
+        the results report) and the estimate from ``estimated_tokens``. The token counter
+        (``pinlog_provider_tokens_total``) keeps the estimate: a counter never goes down.
+        Never blocks, never raises."""
+        totals = _Totals(
+            prompt=usage.prompt_tokens, completion=usage.completion_tokens,
+            embedding=usage.embedding_tokens,
+        )  # fmt: skip
+        delta = self._delta((usage.provider, usage.model, stage), totals)
+        self._releases.append(
+            UsageRelease(
+                batch_id, usage.provider, usage.model, stage, usage.prompt_tokens,
+                usage.embedding_tokens, estimate, delta.cost_usd,
+            )
+        )  # fmt: skip
+        if self._watch_totals:
+            self._since_read[usage.provider] = self._since_read.get(usage.provider, 0) - usage.total
+
     def start(self) -> None:
         if self._task is None:
             self._task = asyncio.create_task(self._run(), name="usage-ledger")
@@ -173,8 +205,9 @@ class UsageLedger:
         """Write the totals collected since the last write (nothing when there are none)."""
         async with self._lock:
             pending, self._pending = self._pending, {}
+            releases, self._releases = self._releases, []
             counted = dict(self._since_read)
-            if not pending:
+            if not pending and not releases:
                 if self._watch_totals:
                     await self._read_totals_quietly(counted)
                 return
@@ -182,9 +215,11 @@ class UsageLedger:
             try:
                 async with self._engine.begin() as conn:
                     await add_usage(conn, deltas)
+                    await release_estimates(conn, releases)
             except Exception as exc:  # the next write tries again with the same totals
                 for key, totals in pending.items():
                     self._pending.setdefault(key, _Totals()).add(totals)
+                self._releases[:0] = releases
                 if not self._failing:
                     logger.warning(
                         "usage ledger write failed, kept for the next: %s", type(exc).__name__

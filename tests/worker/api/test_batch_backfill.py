@@ -246,8 +246,8 @@ async def test_batch_tokens_count_at_submission_at_the_batch_price(
 ):
     """The estimate is in the ledger (and so against the daily cap) once the batch is
     submitted, before any result; priced at PINLOG_PROVIDER_BATCH_DISCOUNT of the list price
-    (text-embedding-3-small: 0.02 USD per million tokens); the results' own count is kept on
-    the batch."""
+    (text-embedding-3-small: 0.02 USD per million tokens). Once settled, the ledger row holds
+    the results' own count (kept on the batch too), priced the same, and nothing estimated."""
     for context_id in (1, 2):
         await embedded_under_the_old_profile(engine, context_id)
     async with make_worker(**BATCH_SETTINGS, provider_batch_discount=0.5) as worker:
@@ -260,7 +260,11 @@ async def test_batch_tokens_count_at_submission_at_the_batch_price(
         assert usd == pytest.approx(tokens * 0.02 / 1e6 * 0.5)
         fake_openai.batches.hold_batches(False)
         record = await settled(engine, batch_id)
-    assert 0 < record["settled_tokens"] <= record["estimated_tokens"]
+        await worker.app.state.usage.flush()
+        tokens, estimated, usd = (await ledger_rows(engine))["backfill_batch"]
+    assert 0 < record["settled_tokens"] < record["estimated_tokens"]
+    assert (tokens, estimated) == (record["settled_tokens"], 0)
+    assert usd == pytest.approx(tokens * 0.02 / 1e6 * 0.5)
 
 
 async def test_an_output_file_of_many_packets_is_read_to_its_end(engine, make_worker, fake_openai):

@@ -18,8 +18,9 @@ from sqlalchemy.exc import DBAPIError
 
 from app.metrics import WorkerMetrics
 from app.providers.usage import CallUsage
-from app.repository.usage_ledger import UsageDelta, add_usage
+from app.repository.usage_ledger import UsageDelta, UsageRelease, add_usage, release_estimates
 from app.service.usage_ledger import UsageLedger
+from app.settings.costs import ModelPrice
 from tests.fake_openai import Scripted, embedding_body
 from tests.worker.harness import PROFILE, SECRET
 from tests.worker.open_transactions import finished_behind_lock, lock_waiters_reach
@@ -276,3 +277,82 @@ async def test_closing_the_ledger_during_a_write_keeps_what_that_write_carries(e
 
     row = (await _ledger(engine))[("embedding", "embedding")]
     assert (row["calls"], row["embedding_tokens"]) == (2, 15)
+
+
+async def _batch_submitted(engine, batch_id: str, days_ago: int) -> None:
+    async with engine.begin() as conn:
+        await conn.execute(
+            text(
+                "INSERT INTO ai.provider_batch (batch_id, kind, embedding_profile, status, "
+                "items, input_file_id, estimated_tokens, submitted_at) VALUES (:id, 'keyword', "
+                ":profile, 'in_progress', 1, 'file-1', 1000, now() - make_interval(days => :d))"
+            ),
+            {"id": batch_id, "profile": PROFILE, "d": days_ago},
+        )
+
+
+async def _batch_rows(engine) -> dict[bool, tuple[int, int, Decimal]]:
+    """``{today: (prompt_tokens, estimated_tokens, cost_usd)}`` of the keyword_batch rows."""
+    async with engine.connect() as conn:
+        rows = await conn.execute(
+            text(
+                "SELECT day = (now() AT TIME ZONE 'UTC')::date AS today, prompt_tokens, "
+                "estimated_tokens, cost_usd FROM ai.provider_usage_daily "
+                "WHERE stage = 'keyword_batch'"
+            )
+        )
+        return {r.today: (r.prompt_tokens, r.estimated_tokens, r.cost_usd) for r in rows}
+
+
+async def test_a_settled_batch_takes_its_unused_estimate_back_from_its_submission_day(
+    engine,
+) -> None:
+    """A batch submitted yesterday counted 1,000 estimated prompt tokens on yesterday's row;
+    its results report 600: settling takes 400 (and their batch-priced cost) back from that
+    row and marks nothing estimated there, while today's row, written by another process at
+    the same time, is untouched. A release above what a row holds stops at zero."""
+    price = {"gpt-4o-mini": ModelPrice(prompt=0.15)}
+    await _batch_submitted(engine, "batch-yesterday", days_ago=1)
+    async with engine.begin() as conn:
+        await conn.execute(
+            text(
+                "INSERT INTO ai.provider_usage_daily (day, provider, model, stage, calls, "
+                "prompt_tokens, estimated_tokens, cost_usd) VALUES ((now() AT TIME ZONE "
+                "'UTC')::date - 1, 'judge', 'gpt-4o-mini', 'keyword_batch', 1, 1000, 1000, "
+                "0.000075)"
+            )
+        )
+    ledger = UsageLedger(engine, WorkerMetrics(), price, flush_seconds=60, batch_discount=0.5)
+    other = UsageLedger(engine, WorkerMetrics(), price, flush_seconds=60, batch_discount=0.5)
+    over = CallUsage("judge", "gpt-4o-mini", None, prompt_tokens=400)
+    ledger.release("keyword_batch", over, batch_id="batch-yesterday", estimate=1000)
+    other.record(
+        "keyword_batch", CallUsage("judge", "gpt-4o-mini", None, prompt_tokens=500, estimated=True)
+    )
+    await asyncio.gather(ledger.flush(), other.flush())
+
+    rows = await _batch_rows(engine)
+    assert rows[False] == (600, 0, Decimal("0.000045"))  # 600 x 0.15 / 1e6 x 0.5
+    assert rows[True][:2] == (500, 500)
+
+    ledger.release(
+        "keyword_batch",
+        CallUsage("judge", "gpt-4o-mini", None, prompt_tokens=5000),
+        batch_id="batch-yesterday",
+        estimate=5000,
+    )
+    await ledger.flush()
+    assert (await _batch_rows(engine))[False] == (0, 0, Decimal("0"))
+
+
+async def test_the_worker_role_may_release_an_estimate(engine) -> None:
+    await _batch_submitted(engine, "batch-today", days_ago=0)
+    async with engine.begin() as conn:
+        await conn.execute(text("SET LOCAL ROLE pinlog_ai_worker"))
+        delta = UsageDelta("judge", "gpt-4o-mini", "keyword_batch", 1, 900, 0, 0, 900, None)
+        await add_usage(conn, [delta])
+        release = UsageRelease(
+            "batch-today", "judge", "gpt-4o-mini", "keyword_batch", 300, 0, 900, None
+        )
+        await release_estimates(conn, [release])
+    assert (await _batch_rows(engine))[True] == (600, 0, None)
