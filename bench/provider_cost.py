@@ -29,7 +29,12 @@ Judge layouts measured (the prompt layout by cost, item 2):
 Rows of the cost table (item 3): live processing (one embedding of the note and one judgment),
 a backfill via sync (one embedding per note under the new profile: the same tokens as the live
 embedding), a reprocess via sync (one judgment per note, candidates from the stored vector: no
-embedding call), each with the fake's prompt cache on and off. The batch rows are not built yet.
+embedding call), each with the fake's prompt cache on and off; and a backfill and a reprocess
+via ``batch``: the same request bodies as the worker's batch lines (``judge_messages`` /
+``judge_request``, the backfill's embedding body) in one JSONL file per endpoint, through the
+fake's Batch API (upload, create, polled to ``completed``), counted from the output lines'
+``usage`` and priced at ``PINLOG_PROVIDER_BATCH_DISCOUNT``'s default (0.5) of the synchronous
+prices, as the usage ledger prices them once a batch is settled.
 """
 
 from __future__ import annotations
@@ -51,10 +56,17 @@ from app.metrics import WorkerMetrics
 from app.providers import openai_wire
 from app.providers.base import JudgeCandidate
 from app.providers.hashing import hash_embed
-from app.providers.openai_compatible import JUDGE_SYSTEM_PROMPT, OpenAIEmbedder, OpenAIJudge
-from app.providers.usage import CollectingSink, chat_usage
+from app.providers.openai_batches import BatchClient
+from app.providers.openai_compatible import (
+    JUDGE_SYSTEM_PROMPT,
+    OpenAIEmbedder,
+    OpenAIJudge,
+    judge_messages,
+    judge_request,
+)
+from app.providers.usage import CollectingSink, chat_usage, embedding_usage
 from app.service.usage_ledger import cost_usd
-from app.settings.costs import DEFAULT_PRICES
+from app.settings.costs import BATCH_DISCOUNT, DEFAULT_PRICES
 from tests.fake_openai import FakeOpenAI
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -87,8 +99,8 @@ class Totals:
         self.embedding += usage.embedding_tokens
         self.cached += usage.cached_prompt_tokens
 
-    def per_1000(self) -> dict[str, Any]:
-        scale = Decimal(1000) / Decimal(self.notes)
+    def per_1000(self, price_factor: float = 1.0) -> dict[str, Any]:
+        scale = Decimal(1000) / Decimal(self.notes) * Decimal(str(price_factor))
         judged = cost_usd(
             DEFAULT_PRICES[JUDGE_MODEL], "judge", prompt=self.prompt,
             completion=self.completion, cached=self.cached,
@@ -223,6 +235,53 @@ async def _run(notes: Sequence[str], caching: bool) -> dict[str, Totals]:
     return {"embedding": embedding, "p2": p2, "long": long, "long-fixed-enum": fixed}
 
 
+async def _batch(client: BatchClient, endpoint: str, bodies: Sequence[dict]) -> list[dict]:
+    """``bodies`` as one batch of ``endpoint``, polled until ``completed``; its output lines."""
+    content = b"".join(
+        json.dumps(
+            {"custom_id": str(i), "method": "POST", "url": endpoint, "body": body},
+            ensure_ascii=False,
+        ).encode()
+        + b"\n"
+        for i, body in enumerate(bodies)
+    )
+    batch = await client.create(await client.upload(content, "bench.jsonl"), endpoint, {})
+    while batch["status"] != "completed":  # the fake moves one status per poll
+        if batch["status"] in ("failed", "expired", "cancelled"):
+            raise RuntimeError(f"batch {batch['id']} ended {batch['status']}")
+        batch = await client.retrieve(str(batch["id"]))
+    return await client.lines(batch.get("output_file_id"))
+
+
+async def _batch_run(notes: Sequence[str], caching: bool) -> dict[str, Totals]:
+    """The backfill's and the reprocess's work via ``batch``: one embedding batch and one
+    judge batch over ``notes``, counted from the output lines' ``usage``."""
+    presets = _presets()
+    with FakeOpenAI(dimension=DIMENSION) as fake:
+        fake.set_prompt_cache(caching)
+        client = BatchClient(fake.base_url, "bench", 30, "bench")
+        try:
+            bodies = [
+                {"model": EMBEDDING_MODEL, "input": note, "encoding_format": "base64"}
+                for note in notes
+            ]
+            embedded = await _batch(client, "/v1/embeddings", bodies)
+            judgments = []
+            for note in notes:
+                candidates = _candidates(note, presets)
+                ids = list(dict.fromkeys(c.id for c in candidates))
+                judgments.append(judge_request(JUDGE_MODEL, judge_messages(note, candidates), ids))
+            judged = await _batch(client, "/v1/chat/completions", judgments)
+        finally:
+            await client.aclose()
+    embedding, judge = Totals(notes=len(notes)), Totals(notes=len(notes))
+    for line in embedded:
+        embedding.add(embedding_usage(EMBEDDING_MODEL, line["response"]["body"], []))
+    for line in judged:
+        judge.add(chat_usage(JUDGE_MODEL, line["response"]["body"], []))
+    return {"embedding": embedding, "p2": judge}
+
+
 def _combined(*parts: Totals) -> Totals:
     total = Totals(notes=parts[0].notes)
     for part in parts:
@@ -239,6 +298,7 @@ def main() -> None:
     args = parser.parse_args()
     notes = _notes(args.notes)
     runs = {caching: asyncio.run(_run(notes, caching)) for caching in (False, True)}
+    batch_runs = {caching: asyncio.run(_batch_run(notes, caching)) for caching in (False, True)}
     print(f"{len(notes)} notes; per 1,000 notes at the default prices (USD)\n")
     print("| judge layout (one judgment per note) | prompt cache | tokens | cached | USD |")
     print("|---|---|---|---|---|")
@@ -260,8 +320,11 @@ def main() -> None:
             f = totals.per_1000()
             cache = "with cache hits" if caching else "without"
             print(f"| {name} | {cache} | {f['tokens']} | {f['cached']} | {f['usd']} |")
-    for name in ("backfill via batch", "reprocess via batch"):
-        print(f"| {name} | | not built yet | | |")
+    for name, part in (("backfill via batch", "embedding"), ("reprocess via batch", "p2")):
+        for caching in (False, True):
+            f = batch_runs[caching][part].per_1000(BATCH_DISCOUNT)
+            cache = "with cache hits" if caching else "without"
+            print(f"| {name} | {cache} | {f['tokens']} | {f['cached']} | {f['usd']} |")
 
 
 if __name__ == "__main__":
