@@ -5,6 +5,8 @@ module of ``core_service/operations/``, registered below."""
 
 from __future__ import annotations
 
+import sys
+
 import typer
 
 from core_service.command_startup import (
@@ -234,6 +236,7 @@ def rescan(
 
 
 def main() -> None:
+    sys.argv[1:] = keyword_reprocess.results_wait_spelling(sys.argv[1:])
     app()
 
 

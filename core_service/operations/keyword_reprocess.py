@@ -496,6 +496,23 @@ async def _reprocess_by_batch(
     return report
 
 
+def results_wait_spelling(arguments: list[str]) -> list[str]:
+    """``arguments`` (a command line after the program's name) with a bare ``--wait`` of
+    ``reprocess keywords`` (no number after it: the spelling ``reembed start --via batch
+    --wait`` uses to wait for the results) read as ``--wait-results``; ``--wait SECONDS`` (how
+    long to wait for the workers' preset list) is left as it is."""
+    words = [a for a in arguments if not a.startswith("-")]
+    if words[:2] != ["reprocess", "keywords"]:
+        return arguments
+    return [
+        "--wait-results"
+        if argument == "--wait"
+        and (index + 1 == len(arguments) or arguments[index + 1].startswith("-"))
+        else argument
+        for index, argument in enumerate(arguments)
+    ]
+
+
 @commands.command("keywords")
 def reprocess_keywords(
     rate: int = typer.Option(
@@ -522,7 +539,8 @@ def reprocess_keywords(
     wait_results: bool = typer.Option(
         False,
         "--wait-results",
-        help="With --via batch: wait until every batch's results are saved",
+        help="With --via batch: wait until every batch's results are saved (also spelled "
+        "--wait with no number after it)",
     ),
 ) -> None:
     """Judge again the keywords of every live context judged with an older preset list: wait

@@ -14,7 +14,12 @@ from sqlalchemy import text
 
 from core_service.composition import open_operations
 from core_service.operations import pause as dispatch_pause
-from core_service.operations.keyword_reprocess import BatchRefused, Via, reprocess
+from core_service.operations.keyword_reprocess import (
+    BatchRefused,
+    Via,
+    reprocess,
+    results_wait_spelling,
+)
 from core_service.repository import context_ai_state, keyword_batches
 from core_service.repository.context_ai_state import Expiries
 from core_service.service.status import read_status
@@ -204,11 +209,12 @@ async def test_reprocess_via_batch_prints_the_first_batch_and_with_wait_results_
             context_id = await stale_note(engine, core)
         judged_before = fake_openai.judge_calls
         retries_before = (await keyword_states(engine))[context_id][1]
-        code, out, err = await _reprocess(migrated_database, worker, "--wait-results")
+        # A bare --wait (as reembed start --via batch --wait) waits for the results.
+        code, out, err = await _reprocess(migrated_database, worker, "--wait")
     (batch_id,) = fake_openai.batches.batch_ids
     assert code == 0, (out, err)
     assert f"first batch {batch_id} submitted" in out and "status --json" in out
-    assert '"completed": 1' in out  # --wait-results: the batch's results saved
+    assert '"completed": 1' in out  # the results waited for: the batch's results saved
     assert fake_openai.judge_calls == judged_before  # no synchronous judge request
     assert (await keyword_states(engine))[context_id][0] == "COMPLETED"
     preset_version = await facts.count(
@@ -230,3 +236,20 @@ async def test_reprocess_via_batch_prints_the_first_batch_and_with_wait_results_
     }  # fmt: skip
     # No retry spent on the way (the batch path never counts a dispatch).
     assert (await keyword_states(engine))[context_id][1] == retries_before
+
+
+@pytest.mark.parametrize(
+    ("arguments", "expected"),
+    [
+        (["reprocess", "keywords", "--via", "batch", "--wait"], "--wait-results"),
+        (["reprocess", "keywords", "--wait", "--via", "batch"], "--wait-results"),
+        (["reprocess", "keywords", "--wait", "30"], "--wait"),
+        (["reembed", "start", "--via", "batch", "--wait"], "--wait"),
+    ],
+)
+def test_a_bare_wait_of_reprocess_keywords_waits_for_the_results(arguments, expected):
+    """``--wait`` with no number is the results' wait (the spelling of ``reembed start``);
+    ``--wait SECONDS`` keeps its meaning, and no other command's ``--wait`` changes."""
+    assert results_wait_spelling(arguments) == [
+        expected if argument == "--wait" else argument for argument in arguments
+    ]
