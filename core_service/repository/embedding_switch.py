@@ -403,6 +403,17 @@ UNMARK_BATCH = text(
     """
 )
 
+# Rows marked for the Batch API that no instance of the profile takes by batch any more (every
+# one reports "batch": false): the synchronous way, sendable at once; rows a batch holds stay.
+RETURN_BACKFILL_TO_SYNC = text(
+    """
+    UPDATE ai.context_embedding_backfill
+    SET via_batch = false, requested_at = NULL
+    WHERE embedding_profile = :profile AND context_id = ANY(CAST(:context_ids AS bigint[]))
+      AND via_batch AND batch_id IS NULL
+    """
+)
+
 # Rows of a batch whose context cannot fit in a request the worker takes (its body limit,
 # maxRequestBytes): FAILED with :reason (the note's own fault), never sent again.
 FAIL_UNSENDABLE = text(
@@ -746,6 +757,16 @@ async def propose(
 async def unmark(conn: AsyncConnection, *, profile: str, context_ids: Sequence[int]) -> None:
     """Make rows no worker took sendable again at once."""
     await conn.execute(UNMARK_BATCH, {"profile": profile, "context_ids": list(context_ids)})
+
+
+async def return_to_sync(
+    conn: AsyncConnection, *, profile: str, context_ids: Sequence[int]
+) -> None:
+    """Send these rows marked for the Batch API the synchronous way
+    (``RETURN_BACKFILL_TO_SYNC``)."""
+    await conn.execute(
+        RETURN_BACKFILL_TO_SYNC, {"profile": profile, "context_ids": list(context_ids)}
+    )
 
 
 async def fail_unsendable(

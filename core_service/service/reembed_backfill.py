@@ -378,7 +378,11 @@ class ReembedBackfill:
             elif outcome == "refused":
                 # Not now: this and the rest go back at once, after the backoff.
                 rest = [s for part in (batch, *queue) for s in part]
-                if via == VIA_KEYWORDS:
+                if via != "sync" and self._no_instance_takes_batches(profile, via):
+                    # Never by batch any more (reconfigured): the synchronous way, not a
+                    # resend every backoff for ever.
+                    await self._to_sync(profile, rest, via)
+                elif via == VIA_KEYWORDS:
                     await self._unmark_keywords(rest)
                 else:
                     await self._unmark(profile, rest)
@@ -441,6 +445,34 @@ class ReembedBackfill:
         self._not_before = time.monotonic() + (min(waits) if waits else REFUSED_BACKOFF_SECONDS)
         self._tally("refused", len(batch))
         return "refused"
+
+    def _no_instance_takes_batches(self, profile: str, via: str) -> bool:
+        """Every instance known to serve ``profile`` said in its last ``/readyz`` that it
+        takes no batches of this kind (its judge's for keyword stages), and one at least."""
+        said = [
+            e.judge_takes_batches if via == VIA_KEYWORDS else e.takes_batches
+            for e in self._endpoints.in_turn(profile)
+            if e.profile == profile
+        ]
+        return bool(said) and all(takes is False for takes in said)
+
+    async def _to_sync(self, profile: str, sources: list[BackfillSource], via: str) -> None:
+        ids = [s.context_id for s in sources]
+        logger.warning(
+            "%d %s marked for the Batch API go the synchronous way: no worker of %s takes batches",
+            len(ids),
+            "keyword stage(s)" if via == VIA_KEYWORDS else "backfill row(s)",
+            profile,
+        )
+        if via == VIA_KEYWORDS:
+            await self._keywords_to_sync(sources)
+        else:
+            await self._or_left(
+                "backfill rows",
+                lambda conn: embedding_switch.return_to_sync(
+                    conn, profile=profile, context_ids=ids
+                ),
+            )
 
     async def _unmark(self, profile: str, sources: list[BackfillSource]) -> None:
         ids = [s.context_id for s in sources]

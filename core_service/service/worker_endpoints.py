@@ -133,9 +133,11 @@ class WorkerEndpoint:
         "_urls",
         "base_url",
         "discovered",
+        "judge_takes_batches",
         "max_request_bytes",
         "on_unreachable",
         "profile",
+        "takes_batches",
     )
 
     def __init__(
@@ -160,6 +162,10 @@ class WorkerEndpoint:
         self.profile: str | None = None
         # The largest request body it takes, as its /readyz last said; None until known.
         self.max_request_bytes: int | None = None
+        # Whether its embedding provider and its judge take the Batch API ("batch",
+        # "keywordBatch" of its last /readyz); None until known.
+        self.takes_batches: bool | None = None
+        self.judge_takes_batches: bool | None = None
         self._headers = {"X-Internal-Secret": internal_secret, "Content-Type": "application/json"}
         self._server_hostname: str | None = None
         if host_header is not None:

@@ -102,4 +102,7 @@ async def read_profiles(
             endpoint.profile = reading.profile
         if reading.max_request_bytes is not None:
             endpoint.max_request_bytes = reading.max_request_bytes
+        if reading.profile is not None:  # read: what it says of batches stands
+            endpoint.takes_batches = reading.batch
+            endpoint.judge_takes_batches = reading.keyword_batch
     return readings

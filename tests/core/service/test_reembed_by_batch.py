@@ -283,3 +283,22 @@ async def test_finish_after_a_forced_cutover_waits_for_the_rows_a_batch_holds(
         with pytest.raises(ReembedRefused, match=r"2 backfill row\(s\) of it open"):
             await reembed.finish(engine, keep_old=True, force=True, window_seconds=0.0)
     assert (await switch_row(engine)).state == "cut_over"
+
+
+async def test_marked_rows_go_the_synchronous_way_once_no_worker_takes_batches(
+    engine, notes_core, make_worker, fake_openai
+):
+    """Rows marked while the workers took batches, sent after every worker of the profile was
+    reconfigured without (``"batch": false``): the worker refuses them (409) and they go the
+    synchronous way, sendable at once, instead of being resent after every backoff for ever."""
+    ids = await notes(notes_core, engine, 2)
+    async with make_worker(**BATCH_SETTINGS) as worker:
+        await start_by_batch(engine, worker)
+    assert await rows(engine) == {i: ("PENDING", True, None) for i in ids}
+    async with (
+        make_worker(embedding_batch_api=False) as worker,
+        backfill_loop(engine, worker) as loop,
+    ):
+        assert await loop.send_by_batch()
+    assert await rows(engine) == {i: ("PENDING", False, None) for i in ids}
+    assert fake_openai.batches.batch_ids == []

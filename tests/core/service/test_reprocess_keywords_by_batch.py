@@ -13,6 +13,7 @@ import pytest
 from sqlalchemy import text
 
 from core_service.composition import open_operations
+from core_service.metrics import CoreMetrics
 from core_service.operations import pause as dispatch_pause
 from core_service.operations.keyword_reprocess import (
     BatchRefused,
@@ -22,9 +23,11 @@ from core_service.operations.keyword_reprocess import (
 )
 from core_service.repository import context_ai_state, keyword_batches
 from core_service.repository.context_ai_state import Expiries
+from core_service.service.pause import PauseSwitch
+from core_service.service.reembed_backfill import ReembedBackfill
 from core_service.service.status import read_status
 from tests.core import support as facts
-from tests.core.harness import core_settings
+from tests.core.harness import core_settings, endpoints_of, profile_routing
 from tests.e2e.observe import wait_until
 from tests.e2e.processes import core_environment, run_command
 from tests.worker.harness import PROFILE
@@ -253,3 +256,26 @@ def test_a_bare_wait_of_reprocess_keywords_waits_for_the_results(arguments, expe
     assert results_wait_spelling(arguments) == [
         expected if argument == "--wait" else argument for argument in arguments
     ]
+
+
+async def test_marked_stages_go_the_synchronous_way_once_no_worker_takes_batches(
+    engine, make_worker, make_core
+):
+    """A stage marked while the workers took batches, sent after every worker was
+    reconfigured without (``"keywordBatch": false``): refused (409), it goes the synchronous
+    way instead of being resent after every backoff for ever."""
+    async with make_worker(
+        judge_batch_api=False, presets_refresh_seconds=0.2, keyword_similarity_floor=-1.0
+    ) as worker:
+        async with make_core(str(worker.client.base_url)) as core:
+            context_id = await stale_note(engine, core)
+        await set_state(engine, context_id, via_batch=True)
+        async with endpoints_of(str(worker.client.base_url)) as endpoints:
+            async with profile_routing(endpoints) as routing:
+                await routing.refresh_once()
+            loop = ReembedBackfill(
+                engine, endpoints, PauseSwitch(engine), CoreMetrics(),
+                configured_profile=PROFILE, resend_seconds=600, expiry_seconds=600,
+            )  # fmt: skip
+            assert await loop.send_keywords_by_batch()
+    assert (await keyword_states(engine))[context_id] == ("PENDING", 0, False)
