@@ -60,6 +60,18 @@ async def send_marked(
     return pause
 
 
+class BatchesStillOpen(Exception):
+    """The wait for a ``--via batch`` command's results ended with work still open: the
+    command did not get what ``--wait`` promised (exit 1)."""
+
+    def __init__(self, open_work: int, open_batches: int, waited_seconds: float) -> None:
+        super().__init__(
+            f"{open_work} context(s) and {open_batches} batch(es) still open after "
+            f"{waited_seconds:g} s; the workers keep polling them: follow with "
+            "`pinlog-core status --json` (batches)"
+        )
+
+
 async def wait_until_settled(
     engine: AsyncEngine,
     *,
@@ -67,18 +79,22 @@ async def wait_until_settled(
     kind: str,
     open_work: Callable[[AsyncConnection], Awaitable[int]],
     on_progress: Callable[[int, int], None],
+    wait_seconds: float = BATCH_WAIT_SECONDS,
 ) -> provider_batches.BatchCounts:
     """Wait until ``open_work`` (the marked work still open) is 0 and no batch of ``kind`` and
-    ``profile`` is unsettled, at most ``BATCH_WAIT_SECONDS``; ``on_progress(open work, open
-    batches)`` after each look. The batches as they ended."""
-    deadline = time.monotonic() + BATCH_WAIT_SECONDS
+    ``profile`` is unsettled, at most ``wait_seconds``; ``on_progress(open work, open
+    batches)`` after each look. The batches as they ended; ``BatchesStillOpen`` when the wait
+    ran out first."""
+    deadline = time.monotonic() + wait_seconds
     pause = FIRST_BATCH_POLL_SECONDS
     while True:
         async with autocommit(engine) as conn:
             work = await open_work(conn)
             now = await provider_batches.counts(conn, profile=profile, kind=kind)
-        if (work == 0 and now.in_progress == 0) or time.monotonic() >= deadline:
+        if work == 0 and now.in_progress == 0:
             return now
+        if time.monotonic() >= deadline:
+            raise BatchesStillOpen(work, now.in_progress, wait_seconds)
         on_progress(work, now.in_progress)
         await asyncio.sleep(pause)
         pause = min(pause * 2, BATCH_POLL_SECONDS)

@@ -54,6 +54,7 @@ from core_service.command_startup import fail, load, run_operation
 from core_service.composition import Operations
 from core_service.operations.batch_waits import (
     SUBMIT_WAIT_SECONDS,
+    BatchesStillOpen,
     Via,
     send_marked,
     wait_until_settled,
@@ -568,6 +569,8 @@ def reprocess_keywords(
         )
     except BatchRefused as exc:
         fail(WORKERS_NOT_READY, [str(exc), *(f"  {d}" for d in exc.details)])
+    except BatchesStillOpen as exc:
+        fail(WORKERS_NOT_READY, [str(exc)])
     except NoUsablePresets:
         fail(
             exit_codes.DATABASE_NOT_READY,

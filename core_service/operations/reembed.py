@@ -49,6 +49,7 @@ from core_service.composition import Operations
 from core_service.operations import counts
 from core_service.operations.batch_waits import (
     SUBMIT_WAIT_SECONDS,
+    BatchesStillOpen,
     Via,
     send_marked,
     wait_until_settled,
@@ -509,13 +510,16 @@ def reembed_start(
             "`reembed cutover`"
         )
         if wait:
-            ended = await wait_for_batches(
-                ops.engine,
-                profile=profile,
-                on_progress=lambda rows, open_batches: typer.echo(
-                    f"waiting: {rows} context(s) in {open_batches} batch(es) open"
-                ),
-            )
+            try:
+                ended = await wait_for_batches(
+                    ops.engine,
+                    profile=profile,
+                    on_progress=lambda rows, open_batches: typer.echo(
+                        f"waiting: {rows} context(s) in {open_batches} batch(es) open"
+                    ),
+                )
+            except BatchesStillOpen as exc:
+                raise ReembedRefused(str(exc)) from None
             typer.echo(f"batches: {json.dumps(ended.as_json())}")
         return started, submitted
 

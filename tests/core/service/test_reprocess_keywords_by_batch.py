@@ -15,6 +15,7 @@ from sqlalchemy import text
 from core_service.composition import open_operations
 from core_service.metrics import CoreMetrics
 from core_service.operations import pause as dispatch_pause
+from core_service.operations.batch_waits import BatchesStillOpen, wait_until_settled
 from core_service.operations.keyword_reprocess import (
     BatchRefused,
     Via,
@@ -279,3 +280,23 @@ async def test_marked_stages_go_the_synchronous_way_once_no_worker_takes_batches
             )  # fmt: skip
             assert await loop.send_keywords_by_batch()
     assert (await keyword_states(engine))[context_id] == ("PENDING", 0, False)
+
+
+async def test_a_wait_for_results_that_runs_out_with_work_open_is_an_error(
+    engine, core_with_fake_worker
+):
+    """``--wait``'s wait ending with a marked stage still open raises ``BatchesStillOpen`` (the
+    command exits 1); with nothing open it returns the batches' counts."""
+    (context_id,) = await notes(core_with_fake_worker, engine, 1)
+    await set_state(engine, context_id, via_batch=True)
+    with pytest.raises(BatchesStillOpen, match="1 context"):
+        await wait_until_settled(
+            engine, profile=PROFILE, kind="keyword", open_work=keyword_batches.open_via_batch,
+            on_progress=lambda *_: None, wait_seconds=0,
+        )  # fmt: skip
+    await set_state(engine, context_id, status="COMPLETED")
+    ended = await wait_until_settled(
+        engine, profile=PROFILE, kind="keyword", open_work=keyword_batches.open_via_batch,
+        on_progress=lambda *_: None, wait_seconds=0,
+    )  # fmt: skip
+    assert ended.in_progress == 0
